@@ -1,0 +1,21 @@
+"""batchsim: a discrete-event simulator of LLM-serving batching policies.
+
+`simulate(path_or_scenario) -> Results` runs a scenario (every variant on the same requests);
+`load_scenario(path, overrides)` validates one without running it.
+"""
+
+from sim.errors import ScenarioError
+from sim.results import Results, VariantResult
+from sim.scenario import ScenarioSet, load_scenario, load_scenario_dict
+from sim.simulate import simulate
+
+__all__ = [
+    "Results",
+    "ScenarioError",
+    "ScenarioSet",
+    "VariantResult",
+    "load_scenario",
+    "load_scenario_dict",
+    "simulate",
+]
+__version__ = "0.1.0"

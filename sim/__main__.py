@@ -1,0 +1,7 @@
+"""`python -m sim ...` is the same as the `batchsim` command."""
+
+import sys
+
+from sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,75 @@
+"""Command line: `batchsim run scenarios/x.yaml` (also `python -m sim run ...`).
+
+User errors (bad scenario, bad trace, bad override) print one line naming the file, the key and
+the reason, and exit with code 2; no traceback. Ctrl-C exits with 130 and leaves any earlier
+results in place, since results are written to a temporary folder and swapped in at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from sim.errors import ScenarioError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="batchsim", description="Discrete-event simulator of LLM-serving batching policies."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="simulate a scenario and write results/<name>/")
+    run.add_argument("scenario", type=Path, help="scenario YAML file")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field by its dotted path, e.g. policy.max_num_seqs=64")
+    run.add_argument("--out", type=Path, default=Path("results"),
+                     help="parent folder of the results (default: results)")
+    run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    check = sub.add_parser("validate", help="check a scenario and print it fully resolved")
+    check.add_argument("scenario", type=Path)
+    check.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="KEY=VALUE")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sim.output import format_summary, write_results
+    from sim.scenario import load_scenario
+    from sim.simulate import simulate
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    say = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    started = time.perf_counter()
+    results = simulate(scenario, progress=lambda msg: say(f"simulating {msg}"))
+    elapsed = time.perf_counter() - started
+    out_dir = write_results(results, args.out / scenario.name, scenario.dump(),
+                            plots=not args.no_plots)
+    if not args.quiet:
+        print(format_summary(results.summary()))
+        print(f"\n{sum(len(v.requests) for v in results.variants.values())} requests simulated "
+              f"in {elapsed:.2f} s; results in {out_dir}/")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        from sim.scenario import load_scenario
+
+        print(load_scenario(args.scenario, args.overrides).dump(), end="")
+        return 0
+    except ScenarioError as exc:
+        print(f"batchsim: error: {exc.message()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("batchsim: interrupted; no results were written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+"""The SimPy side: one process per instance runs the step loop, one process feeds arrivals.
+
+SimPy only keeps time. An instance asks its policy for a `StepPlan`, prices it with the cost
+model, waits for it in one timeout, and hands it back to the policy to apply. When the policy
+has nothing to run, the instance sleeps until an arrival wakes it or the policy's own timer
+(static batching's `max_wait_s`) fires.
+
+Same-time order (tested): arrival events carry SimPy's URGENT priority and step ends NORMAL, so
+requests arriving at time t are queued before any instance plans the step that starts at t: an
+arrival at t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
+order. A planned run of identical decode steps ends at the first step boundary at or after the
+next arrival when that arrival could join, so coalescing steps never changes a schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from typing import Any
+
+import numpy as np
+import simpy
+from simpy.core import URGENT
+from simpy.events import Event
+
+from sim.cost_model import CostModel
+from sim.policies.base import Policy
+from sim.recorder import Recorder, StepTimes
+from sim.request import Request
+
+
+class UrgentTimeout(Event):
+    """A timeout processed before NORMAL events of the same instant (arrivals before steps)."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, URGENT, delay)
+
+
+def steps_before(times: StepTimes, max_steps: int, at_s: float) -> int:
+    """The smallest j in 1..max_steps whose step ends at or after `at_s` (else max_steps)."""
+    if times.end(max_steps) < at_s:
+        return max_steps
+    d0, inc = times.first_duration_s, times.increment_s
+    span = at_s - times.start_s
+    if inc > 0.0:  # end(j) - start = j*d0 + inc*j*(j-1)/2, increasing in j
+        b = d0 - inc / 2.0
+        j = math.ceil((-b + math.sqrt(b * b + 2.0 * inc * span)) / inc)
+    else:
+        j = math.ceil(span / d0) if d0 > 0.0 else 1
+    j = min(max(j, 1), max_steps)
+    # the closed form can be off by one in floating point: settle on the exact boundary
+    while j > 1 and times.end(j - 1) >= at_s:
+        j -= 1
+    while j < max_steps and times.end(j) < at_s:
+        j += 1
+    return j
+
+
+class Instance:
+    """One serving instance: a policy, a cost model and the step loop."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        policy: Policy,
+        cost: CostModel,
+        next_arrival_s: Callable[[], float],
+        *,
+        coalesce: bool = True,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.policy = policy
+        self.cost = cost
+        self.next_arrival_s = next_arrival_s
+        self.coalesce = coalesce
+        self.recorder = Recorder(instance=index)
+        self.rejected: list[Request] = []
+        self._idle: Event | None = None
+        self.process = env.process(self._loop())
+
+    def submit(self, req: Request) -> None:
+        req.instance = self.index
+        if not self.policy.add_request(req, self.env.now):
+            req.rejected = True
+            self.rejected.append(req)
+            return
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _loop(self) -> Generator[Event, Any, None]:
+        env, policy, cost, rec = self.env, self.policy, self.cost, self.recorder
+        t_kv = cost.t_kv_s_per_token
+        while True:
+            now = env.now
+            plan = policy.schedule(now)
+            if plan is None:
+                self._idle = env.event()
+                wake = policy.next_wakeup_s(now)
+                if wake is None:
+                    yield self._idle
+                else:
+                    yield self._idle | env.timeout(max(0.0, wake - now))
+                self._idle = None
+                continue
+            times = StepTimes(now, cost.plan_time(plan), t_kv * plan.context_growth_per_step)
+            num_steps = plan.num_steps if self.coalesce else 1
+            if num_steps > 1 and plan.arrivals_can_join:
+                num_steps = steps_before(times, num_steps, self.next_arrival_s())
+            yield env.timeout(times.end(num_steps) - now)
+            policy.apply(plan, num_steps, times, rec)
+            rec.step(
+                plan,
+                num_steps,
+                times,
+                num_active_seqs=policy.num_active_seqs(plan),
+                kv_blocks_used=policy.kv.num_used,
+                num_waiting=policy.num_waiting,
+                num_running=policy.num_running,
+            )
+
+
+class Source:
+    """Feeds requests to a dispatch function at their arrival times (URGENT priority)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        arrival_s: np.ndarray,
+        make_request: Callable[[int], Request],
+        dispatch: Callable[[Request], None],
+    ) -> None:
+        self.env = env
+        self.arrival_s = arrival_s.tolist()
+        self.make_request = make_request
+        self.dispatch = dispatch
+        self.next_index = 0
+        self.process = env.process(self._feed())
+
+    def next_arrival_s(self) -> float:
+        i = self.next_index
+        return self.arrival_s[i] if i < len(self.arrival_s) else math.inf
+
+    def _feed(self) -> Generator[Event, Any, None]:
+        env = self.env
+        for i, t in enumerate(self.arrival_s):
+            if t > env.now:
+                yield UrgentTimeout(env, t - env.now)
+            self.next_index = i + 1
+            self.dispatch(self.make_request(i))

@@ -1,0 +1,81 @@
+"""Percentiles and means of latency samples, plain and weighted.
+
+Every latency metric in the summary is reported as a mean plus the percentiles in `QUANTILES`.
+Per-request latencies (TTFT, TPOT, E2E, queue delay) are plain samples with NaN where a metric is
+undefined; the pooled inter-token gaps come as a weighted sample `(gap_s, count)` that can hold
+about a million distinct gaps, so the weighted version sorts once and answers every quantile with
+one `searchsorted`.
+
+The weighted percentile is defined to equal `np.percentile(np.repeat(values, counts), q)` (numpy's
+default "linear" method) for integer counts: with `N` tokens in total, quantile `q` sits at
+position `h = q/100 * (N - 1)` of the expanded sorted sample and interpolates between the elements
+at `floor(h)` and `floor(h) + 1`. Non-integer weights use the same rule on the cumulative weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+QUANTILES: tuple[int, ...] = (50, 90, 95, 99)
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def latency_stats(prefix: str, values: npt.ArrayLike) -> dict[str, float]:
+    """`<prefix>_mean_s` and `<prefix>_p<q>_s` of a sample, ignoring NaN; NaN when empty."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    out = {f"{prefix}_mean_s": float(arr.mean()) if arr.size else math.nan}
+    qs = np.percentile(arr, QUANTILES) if arr.size else [math.nan] * len(QUANTILES)
+    for q, v in zip(QUANTILES, qs, strict=True):
+        out[f"{prefix}_p{q}_s"] = float(v)
+    return out
+
+
+def weighted_percentiles(
+    values: npt.ArrayLike, weights: npt.ArrayLike, qs: Sequence[float]
+) -> list[float]:
+    """Percentiles `qs` (0..100) of `values` repeated `weights` times; NaN for an empty sample."""
+    vals = np.asarray(values, dtype=float)
+    wts = np.asarray(weights, dtype=float)
+    if vals.shape != wts.shape:
+        raise ValueError(f"values {vals.shape} and weights {wts.shape} differ in shape")
+    keep = (wts > 0) & ~np.isnan(vals)
+    vals, wts = vals[keep], wts[keep]
+    if vals.size == 0:
+        return [math.nan] * len(qs)
+    order = np.argsort(vals, kind="stable")
+    vals = vals[order]
+    # cum[i] = number of expanded elements up to and including value i
+    cum = np.cumsum(wts[order])
+    positions = np.asarray(qs, dtype=float) / 100.0 * (cum[-1] - 1.0)
+    lower = np.floor(positions)
+    frac = positions - lower
+    # the element at expanded index k is the first value whose cumulative count exceeds k
+    last = vals.size - 1
+    lo_idx = np.minimum(np.searchsorted(cum, lower, side="right"), last)
+    hi_idx = np.minimum(np.searchsorted(cum, lower + 1.0, side="right"), last)
+    result = vals[lo_idx] + frac * (vals[hi_idx] - vals[lo_idx])
+    return [float(r) for r in result]
+
+
+def weighted_percentile(values: npt.ArrayLike, weights: npt.ArrayLike, q: float) -> float:
+    """One percentile of a weighted sample; see `weighted_percentiles`."""
+    return weighted_percentiles(values, weights, [q])[0]
+
+
+def weighted_stats(prefix: str, values: npt.ArrayLike, weights: npt.ArrayLike) -> dict[str, float]:
+    """Mean and `QUANTILES` of a weighted sample, keyed like `latency_stats`."""
+    vals = np.asarray(values, dtype=float)
+    wts = np.asarray(weights, dtype=float)
+    keep = (wts > 0) & ~np.isnan(vals)
+    total = float(wts[keep].sum())
+    mean = float((vals[keep] * wts[keep]).sum() / total) if total > 0 else math.nan
+    out = {f"{prefix}_mean_s": mean}
+    for q, v in zip(QUANTILES, weighted_percentiles(vals, wts, QUANTILES), strict=True):
+        out[f"{prefix}_p{q}_s"] = v
+    return out

@@ -1,0 +1,147 @@
+"""Per-instance event records and the one token-accounting rule, applied once for every policy.
+
+`StepTimes` gives the end time of each step of a run from its first duration and the constant
+increment per step (attention reads one more token per slot each decode step), in closed form, so
+a run of k steps costs O(batch), not O(batch * k).
+
+`advance` applies a planned run to its requests (computed tokens, emitted tokens, first-token,
+finish and inter-token times) and records the pooled inter-token gaps; `Recorder` keeps flat rows
+that become the per-step and ITL tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.plan import StepPlan
+from sim.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimes:
+    start_s: float
+    first_duration_s: float
+    increment_s: float
+
+    def end(self, j: int) -> float:
+        """End time of the j-th step of the run (1-based)."""
+        return self.start_s + j * self.first_duration_s + self.increment_s * (j * (j - 1) // 2)
+
+    def duration(self, j: int) -> float:
+        """Duration of the j-th step (1-based)."""
+        return self.first_duration_s + (j - 1) * self.increment_s
+
+
+@dataclass
+class Recorder:
+    """Flat, append-only rows; converted to DataFrames once at the end of a run."""
+
+    instance: int = 0
+    steps: list[tuple[float | int, ...]] = field(default_factory=list)
+    itl_gap_s: list[float] = field(default_factory=list)
+    itl_count: list[int] = field(default_factory=list)
+
+    def gap(self, gap_s: float, count: int) -> None:
+        if count > 0:
+            self.itl_gap_s.append(gap_s)
+            self.itl_count.append(count)
+
+    def step(
+        self,
+        plan: StepPlan,
+        num_steps: int,
+        times: StepTimes,
+        *,
+        num_active_seqs: int,
+        kv_blocks_used: int,
+        num_waiting: int,
+        num_running: int,
+    ) -> None:
+        self.steps.append(
+            (
+                self.instance,
+                times.start_s,
+                times.end(num_steps),
+                num_steps,
+                times.first_duration_s,
+                times.increment_s,
+                plan.num_seqs,
+                num_active_seqs,
+                plan.num_tokens,
+                plan.num_prefill_tokens,
+                plan.num_decode_tokens,
+                plan.sum_context_tokens,
+                plan.context_growth_per_step,
+                kv_blocks_used,
+                num_waiting,
+                num_running,
+                len(plan.preempted),
+            )
+        )
+
+
+STEP_COLUMNS = (
+    "instance",
+    "start_s",
+    "end_s",
+    "num_steps",
+    "duration_s",
+    "duration_increment_s",
+    "num_seqs",
+    "num_active_seqs",
+    "num_tokens",
+    "num_prefill_tokens",
+    "num_decode_tokens",
+    "sum_context_tokens",
+    "context_growth_per_step",
+    "kv_blocks_used",
+    "num_waiting",
+    "num_running",
+    "num_preempted",
+)
+
+
+def advance(plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> list[Request]:
+    """Apply `num_steps` steps of `plan` to its requests; return those that finished.
+
+    Only the last step of a run may finish a request (the policy cuts runs at the first finish),
+    and only single steps carry prefill, so a request emits either once (prefill completing, or a
+    single decode) or once per step of a decode run.
+    """
+    finished: list[Request] = []
+    start_s = times.start_s
+    end_1 = times.end(1)
+    end_k = times.end(num_steps) if num_steps > 1 else end_1
+    last_duration = times.duration(num_steps)
+    regular = 0  # emitters whose previous token came at the end of the step just before
+    emitting = 0
+    for req, n in plan.scheduled.items():
+        if n < req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens:
+            req.num_computed_tokens += n  # a prefill chunk: no token yet
+            continue
+        emitting += 1
+        if req.num_output_tokens:
+            gap = end_1 - req.last_token_s
+            if req.last_token_s == start_s:
+                regular += 1
+            else:
+                rec.gap(gap, 1)
+            longest = gap if last_duration < gap else last_duration
+            if longest > req.max_itl_s:
+                req.max_itl_s = longest
+        else:
+            req.first_token_s = end_1
+        req.num_computed_tokens += n * num_steps  # n == 1 whenever num_steps > 1
+        req.num_output_tokens += num_steps
+        req.last_token_s = end_k
+        if req.num_output_tokens >= req.max_output_tokens:
+            req.finish_s = end_k
+            finished.append(req)
+    rec.gap(times.first_duration_s, regular)
+    if num_steps > 1 and emitting:
+        if times.increment_s == 0.0:
+            rec.gap(times.first_duration_s, emitting * (num_steps - 1))
+        else:
+            for j in range(2, num_steps + 1):
+                rec.gap(times.duration(j), emitting)
+    return finished

@@ -1,0 +1,143 @@
+"""Step-table metrics: batch size, slot and KV utilization, busy time, MFU and bandwidth use.
+
+The engine records *step groups*: `num_steps` consecutive decode steps with identical batches,
+where step `j` (0-based) of a group lasts `duration_s + j * duration_increment_s` and attention
+reads `sum_context_tokens + j * context_growth_per_step` KV tokens. Sums over a group are
+therefore arithmetic series, `k * first + increment * k * (k - 1) / 2`, and every metric here is
+computed per group in closed form, so a run of a million decode steps costs one row.
+`expand_steps` is the slow, explicit view (one row per step) for plots and cross-checks.
+
+Conventions:
+
+* "step-weighted" means each step counts once (a group counts `num_steps` times); "time-weighted"
+  weights each step by its duration.
+* `kv_blocks_used` is recorded at a group's end; within a group it is taken as constant, which can
+  overstate KV use by at most the blocks a decode run appends (one per slot every `block_size`).
+* MFU counts only the linear-layer FLOPs, `flops_per_token * (prefill + decode tokens)`;
+  attention FLOPs are excluded, and padded slots of static batching count as wasted, not useful.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+if TYPE_CHECKING:
+    from sim.metrics import SummaryContext
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def _col(steps: pd.DataFrame, name: str, default: float = 0.0) -> FloatArray:
+    # the per-step growth columns are optional so that plain one-row-per-step tables also work
+    if name not in steps.columns:
+        return np.full(len(steps), default, dtype=float)
+    return steps[name].to_numpy(dtype=float)
+
+
+def _series_sum(k: FloatArray, first: FloatArray, increment: FloatArray) -> FloatArray:
+    """Sum of `first + j * increment` for j in 0..k-1, per group."""
+    return k * first + increment * k * (k - 1.0) / 2.0
+
+
+def group_durations(steps: pd.DataFrame) -> FloatArray:
+    """Total busy time of each step group, in seconds."""
+    k = _col(steps, "num_steps", 1.0)
+    return _series_sum(k, _col(steps, "duration_s"), _col(steps, "duration_increment_s"))
+
+
+def expand_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per step: the returned table is a valid steps table with every `num_steps == 1`.
+
+    `start_s`, `end_s`, `duration_s` and `sum_context_tokens` follow the group's progressions;
+    the growth columns become 0 and every other column is repeated.
+    """
+    k = _col(steps, "num_steps", 1.0).astype(np.int64)
+    out = steps.loc[steps.index.repeat(k)].reset_index(drop=True)
+    offsets = np.repeat(np.cumsum(k) - k, k)
+    j = (np.arange(int(k.sum())) - offsets).astype(float)
+    d0 = np.repeat(_col(steps, "duration_s"), k)
+    inc = np.repeat(_col(steps, "duration_increment_s"), k)
+    start = np.repeat(_col(steps, "start_s"), k) + j * d0 + inc * j * (j - 1.0) / 2.0
+    duration = d0 + j * inc
+    out["start_s"] = start
+    out["duration_s"] = duration
+    out["end_s"] = start + duration
+    context = np.repeat(_col(steps, "sum_context_tokens"), k)
+    context += j * np.repeat(_col(steps, "context_growth_per_step"), k)
+    out["sum_context_tokens"] = context
+    out["num_steps"] = 1
+    out["duration_increment_s"] = 0.0
+    out["context_growth_per_step"] = 0
+    return out
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else math.nan
+
+
+def step_summary(
+    steps: pd.DataFrame, ctx: SummaryContext, first_arrival_s: float
+) -> dict[str, float]:
+    """Metrics of the step table; `first_arrival_s` starts the span for `busy_fraction`."""
+    k = _col(steps, "num_steps", 1.0)
+    time = group_durations(steps)
+    num_steps = float(k.sum())
+    busy_s = float(time.sum())
+    seqs = _col(steps, "num_seqs")
+    useful_tokens = float(
+        (k * (_col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens"))).sum()
+    )
+    context_tokens = float(
+        _series_sum(
+            k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
+        ).sum()
+    )
+    bytes_moved = ctx.weight_bytes * num_steps + ctx.kv_bytes_per_token * context_tokens
+
+    kv_used = _col(steps, "kv_blocks_used")
+    kv_mean = math.nan
+    if len(steps) and ctx.kv_blocks_total > 0:
+        # time-weighted per instance first, so a busy instance does not outweigh an idle one
+        codes, _ = (
+            pd.factorize(steps["instance"])
+            if "instance" in steps.columns
+            else (np.zeros(len(steps), dtype=np.int64), None)
+        )
+        inst_time = np.bincount(codes, weights=time)
+        inst_kv = np.bincount(codes, weights=kv_used * time)
+        valid = inst_time > 0
+        if valid.any():
+            kv_mean = float((inst_kv[valid] / inst_time[valid]).mean() / ctx.kv_blocks_total)
+
+    span_end = float(_col(steps, "end_s").max()) if len(steps) else math.nan
+    span_start = first_arrival_s
+    if math.isnan(span_start) and len(steps):
+        span_start = float(_col(steps, "start_s").min())
+    span_s = span_end - span_start
+    return {
+        "num_steps": int(num_steps),
+        "busy_s": busy_s,
+        "mean_batch_size": _ratio(float((k * seqs).sum()), num_steps),
+        "mean_batch_size_time_weighted": _ratio(float((time * seqs).sum()), busy_s),
+        "max_batch_size": int(seqs.max()) if len(steps) else 0,
+        "slot_utilization": _ratio(
+            float((k * _col(steps, "num_active_seqs")).sum()), float((k * seqs).sum())
+        ),
+        "kv_utilization_mean": kv_mean,
+        "kv_utilization_peak": (
+            float(kv_used.max()) / ctx.kv_blocks_total
+            if len(steps) and ctx.kv_blocks_total > 0
+            else math.nan
+        ),
+        "busy_fraction": (
+            _ratio(busy_s, ctx.num_instances * span_s) if not math.isnan(span_s) else math.nan
+        ),
+        "mfu": _ratio(ctx.flops_per_token * useful_tokens, busy_s * ctx.peak_flops),
+        "bandwidth_utilization": _ratio(bytes_moved, busy_s * ctx.hbm_bandwidth_bytes_per_s),
+        "mean_queue_length": _ratio(float((k * _col(steps, "num_waiting")).sum()), num_steps),
+    }

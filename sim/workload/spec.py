@@ -1,0 +1,184 @@
+"""Workload specification: the `workload:` section of a scenario file as pydantic models.
+
+A workload is either synthetic (an arrival process plus prompt/output length distributions, or a
+weighted `mix` of request classes each with its own lengths) or a replayed `trace` file. Every
+model forbids unknown keys, and the two tagged unions are discriminated by a literal field
+(`process` for arrivals, `dist` for lengths) so that pydantic reports errors against the one
+variant the user meant instead of listing every alternative.
+
+Cross-field rules (exclusivity of trace/synthetic fields, a stop condition for synthetic
+arrivals, ordered bounds) live in `model_validator`s and raise `ValueError`; pydantic attaches
+the key path and the scenario loader turns it into a `ScenarioError`. Paths stay strings here:
+they resolve against the scenario file's folder only at generation time, so a spec can be built
+and validated without touching the file system.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TraceFormat = Literal["azure", "csv"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- length distributions (token counts are ints >= 1) ---------------------------------------
+
+
+class FixedLength(_Strict):
+    """Every request gets exactly `value` tokens."""
+
+    dist: Literal["fixed"]
+    value: int = Field(ge=1)
+
+
+class UniformLength(_Strict):
+    """Integers drawn uniformly from `low..high`, both ends inclusive."""
+
+    dist: Literal["uniform"]
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
+class LognormalLength(_Strict):
+    """`exp(N(ln median, sigma))`, rounded to the nearest integer and clipped to [min, max]."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+    min: int = Field(default=1, ge=1)
+    max: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class EmpiricalLength(_Strict):
+    """Resample with replacement from one column of a trace file."""
+
+    dist: Literal["empirical"]
+    path: str = Field(min_length=1)
+    format: TraceFormat = "csv"
+    column: Literal["prompt", "output"]
+
+
+LengthDist = Annotated[
+    FixedLength | UniformLength | LognormalLength | EmpiricalLength,
+    Field(discriminator="dist"),
+]
+
+
+# --- arrival processes (rate in requests per second) ----------------------------------------
+
+
+class PoissonArrival(_Strict):
+    """Exponential inter-arrival times with mean `1 / rate`."""
+
+    process: Literal["poisson"]
+    rate: float = Field(gt=0)
+
+
+class GammaArrival(_Strict):
+    """Gamma inter-arrival times with mean `1 / rate` and coefficient of variation `cv`.
+
+    `cv = 1` is a Poisson process; larger values give bursts separated by lulls.
+    """
+
+    process: Literal["gamma"]
+    rate: float = Field(gt=0)
+    cv: float = Field(gt=0)
+
+
+class ConstantArrival(_Strict):
+    """Evenly spaced arrivals `1 / rate` apart, the first at t = 0."""
+
+    process: Literal["constant"]
+    rate: float = Field(gt=0)
+
+
+ArrivalSpec = Annotated[
+    PoissonArrival | GammaArrival | ConstantArrival,
+    Field(discriminator="process"),
+]
+
+
+# --- workload --------------------------------------------------------------------------------
+
+
+class MixClass(_Strict):
+    """One request class of a mix; `weight`s are relative and need not sum to 1."""
+
+    name: str = Field(min_length=1)
+    weight: float = Field(gt=0)
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+
+
+class TraceSpec(_Strict):
+    """Replay a trace file. Window bounds are in trace seconds, before `rate_scale` applies."""
+
+    path: str = Field(min_length=1)
+    format: TraceFormat = "csv"
+    rate_scale: float = Field(default=1.0, gt=0)
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = Field(default=None, gt=0)
+    max_rows: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> TraceSpec:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"end_s ({self.end_s}) must be > start_s ({self.start_s})")
+        return self
+
+
+class WorkloadSpec(_Strict):
+    """The `workload:` section. `num_requests` and `duration_s` cap synthetic and trace alike."""
+
+    num_requests: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0)
+    arrival: ArrivalSpec | None = None
+    prompt_tokens: LengthDist | None = None
+    output_tokens: LengthDist | None = None
+    mix: list[MixClass] | None = Field(default=None, min_length=1)
+    trace: TraceSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadSpec:
+        synthetic = {
+            "arrival": self.arrival,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "mix": self.mix,
+        }
+        if self.trace is not None:
+            given = [key for key, value in synthetic.items() if value is not None]
+            if given:
+                raise ValueError(f"'trace' cannot be combined with {', '.join(given)}")
+            return self
+        if self.arrival is None:
+            raise ValueError("a synthetic workload needs 'arrival' (or give 'trace')")
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("a synthetic workload needs 'num_requests' and/or 'duration_s'")
+        if self.mix is not None:
+            if self.prompt_tokens is not None or self.output_tokens is not None:
+                raise ValueError("'mix' cannot be combined with top-level prompt/output_tokens")
+            names = [cls.name for cls in self.mix]
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise ValueError(f"mix class names must be unique: {', '.join(duplicates)}")
+        elif self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError("give both 'prompt_tokens' and 'output_tokens', or a 'mix'")
+        return self

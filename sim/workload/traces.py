@@ -1,0 +1,160 @@
+"""Trace readers: turn an arrival trace file into arrays of arrival times and token counts.
+
+Two formats are understood:
+
+* ``azure`` - the Azure LLM inference traces (Splitwise, 2023): header
+  ``TIMESTAMP,ContextTokens,GeneratedTokens`` with wall-clock timestamps such as
+  ``2023-11-16 18:15:46.6805900`` (seven fractional digits, which plain ``%f`` rejects, hence
+  ISO 8601 parsing with nanosecond resolution).
+* ``csv`` - batchsim's own: header ``arrival_s,prompt_tokens,output_tokens`` in seconds.
+
+pandas parses everything as strings first so that each check can be vectorized and still point
+at the offending line: data row ``i`` (0-based) sits on file line ``i + 2`` because the header is
+line 1 and blank lines are kept as rows (then dropped) rather than skipped, which would shift the
+numbering. Any bad row raises a `ScenarioError` naming the first bad line and the number of bad
+rows. A row with zero output tokens is kept with output 1: the model emitted end-of-sequence as
+its first token, which still costs a prefill and one emitted token.
+
+Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import ScenarioError
+
+# Per format: (time column, prompt column, output column).
+COLUMNS: dict[str, tuple[str, str, str]] = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "csv": ("arrival_s", "prompt_tokens", "output_tokens"),
+}
+
+
+@dataclass(frozen=True)
+class TraceData:
+    """A parsed trace, rows in file order."""
+
+    arrival_s: np.ndarray  # float64 seconds after the first row (first is 0.0)
+    prompt_tokens: np.ndarray  # int64 >= 1
+    output_tokens: np.ndarray  # int64 >= 1 (zero outputs raised to 1)
+    num_zero_output: int  # rows whose output was 0 in the file
+
+
+def resolve_path(path: str, base_dir: Path) -> Path:
+    """A path from a scenario file: relative paths resolve against the scenario's folder."""
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def read_trace(path: Path, fmt: Literal["azure", "csv"]) -> TraceData:
+    """Read and validate a trace file; raise `ScenarioError` (file, 'line N') on bad input."""
+    file = str(path)
+    if not path.is_file():
+        raise ScenarioError("trace file not found", file=file)
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+    except pd.errors.EmptyDataError:
+        raise ScenarioError("trace file is empty", file=file) from None
+    except pd.errors.ParserError as exc:
+        # pandas words this as "Expected 3 fields in line 7, saw 4" with a 1-based line number.
+        raise ScenarioError(f"malformed CSV: {str(exc).strip()}", file=file) from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"not a text file: {exc.reason}", file=file) from None
+
+    time_col, prompt_col, output_col = COLUMNS[fmt]
+    _check_header(frame, (time_col, prompt_col, output_col), fmt, file)
+
+    frame = frame.fillna("")  # short rows come back as NaN even with keep_default_na=False
+    blank = (frame[[time_col, prompt_col, output_col]].apply(lambda c: c.str.strip()) == "").all(
+        axis=1
+    )
+    lines = np.arange(len(frame), dtype=np.int64)[~blank.to_numpy()] + 2
+    frame = frame[~blank.to_numpy()]
+    if len(frame) == 0:
+        raise ScenarioError("trace has a header but no rows", file=file, path="line 1")
+
+    times_raw = frame[time_col].str.strip()
+    if fmt == "azure":
+        stamps = pd.to_datetime(times_raw, format="ISO8601", errors="coerce")
+        valid_time = stamps.notna().to_numpy()
+        nanos = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        first = nanos[0] if valid_time[0] else 0
+        # Integer nanoseconds first, then float: keeps sub-microsecond spacing exact enough.
+        seconds = (nanos - first).astype(np.float64) / 1e9
+    else:
+        seconds = pd.to_numeric(times_raw, errors="coerce").to_numpy(dtype=np.float64)
+        valid_time = np.isfinite(seconds)
+        seconds = seconds - (seconds[0] if valid_time[0] else 0.0)
+    seconds = np.where(valid_time, seconds, np.nan)
+
+    prompt, prompt_ok = _tokens(frame[prompt_col])
+    output, output_ok = _tokens(frame[output_col])
+    # A row counts as out of order when it is earlier than the row before it; NaN comparisons
+    # are False, so an unparsable neighbour does not produce a second, misleading complaint.
+    backwards = np.zeros(len(seconds), dtype=bool)
+    backwards[1:] = seconds[1:] < seconds[:-1]
+
+    checks: list[tuple[np.ndarray, str, pd.Series]] = [
+        (~valid_time, f"unparsable {time_col} {{!r}}", times_raw),
+        (
+            backwards,
+            f"{time_col} {{!r}} is earlier than the previous row (out of order)",
+            times_raw,
+        ),
+        (~prompt_ok, f"{prompt_col} {{!r}} is not a non-negative integer", frame[prompt_col]),
+        (
+            prompt_ok & (prompt == 0),
+            f"{prompt_col} is 0 (a request needs >= 1 prompt token)",
+            frame[prompt_col],
+        ),
+        (~output_ok, f"{output_col} {{!r}} is not a non-negative integer", frame[output_col]),
+    ]
+    bad = np.zeros(len(frame), dtype=bool)
+    for mask, _, _ in checks:
+        bad |= mask
+    if bad.any():
+        row = int(np.argmax(bad))
+        mask, template, values = next(check for check in checks if check[0][row])
+        reason = template.format(values.iloc[row])
+        num_bad = int(bad.sum())
+        if num_bad > 1:
+            reason += f" ({num_bad} bad rows in total)"
+        raise ScenarioError(reason, file=file, path=f"line {lines[row]}")
+
+    zero_output = output == 0
+    return TraceData(
+        arrival_s=seconds,
+        prompt_tokens=prompt,
+        output_tokens=np.where(zero_output, 1, output),
+        num_zero_output=int(zero_output.sum()),
+    )
+
+
+def _check_header(frame: pd.DataFrame, expected: tuple[str, ...], fmt: str, file: str) -> None:
+    """Exactly the expected columns, in any order; whitespace around names is forgiven."""
+    frame.columns = [str(name).strip() for name in frame.columns]
+    found = list(frame.columns)
+    missing = [name for name in expected if name not in found]
+    extra = [name for name in found if name not in expected]
+    problems = []
+    if missing:
+        problems.append(f"missing column(s) {', '.join(missing)}")
+    if extra:
+        problems.append(f"unexpected column(s) {', '.join(extra)}")
+    if problems:
+        reason = "; ".join(problems) + f" (format {fmt!r} expects {','.join(expected)})"
+        raise ScenarioError(reason, file=file, path="line 1")
+
+
+def _tokens(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a token column: int64 values (0 where bad) and a mask of valid entries."""
+    values = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+    # Accept "12.0" (some exporters write floats) but not 12.5, negatives, NaN or infinity.
+    ok = np.isfinite(values) & (values >= 0) & (values < 2.0**53) & (np.floor(values) == values)
+    return np.where(ok, values, 0).astype(np.int64), ok

@@ -1,0 +1,122 @@
+"""Results folders: complete content, atomic replacement, no temporary folders left behind."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_metrics import make_context, make_itl, make_requests, make_steps
+from test_plots import make_results
+
+import sim.output
+from sim.output import format_summary, write_results
+from sim.results import VariantResult
+
+EXPECTED = {"scenario.yaml", "summary.json", "summary.csv", "requests.csv", "steps.csv",
+            "itl.csv", "latency_cdf.png", "timeline.png"}  # fmt: skip
+
+
+def siblings(out_dir: Path) -> list[str]:
+    return sorted(p.name for p in out_dir.parent.iterdir())
+
+
+def test_writes_every_file(tmp_path: Path) -> None:
+    out = write_results(make_results(), tmp_path / "tiny", "name: tiny\n")
+    assert out == tmp_path / "tiny"
+    assert {p.name for p in out.iterdir()} == EXPECTED
+    assert (out / "scenario.yaml").read_text() == "name: tiny\n"
+    requests = pd.read_csv(out / "requests.csv")
+    assert len(requests) == 10 and set(requests["variant"]) == {"continuous", "static"}
+    assert set(pd.read_csv(out / "steps.csv")["variant"]) == {"continuous", "static"}
+    assert len(pd.read_csv(out / "itl.csv")) == 8
+    summary = pd.read_csv(out / "summary.csv", index_col="variant")
+    assert list(summary.index) == ["continuous", "static"]
+    assert summary.at["continuous", "num_finished"] == 4
+    assert siblings(out) == ["tiny"]
+
+
+def test_summary_json_parses_with_nan_as_null(tmp_path: Path) -> None:
+    results = make_results()
+    results.variants["empty"] = VariantResult(
+        "empty", make_requests([]), make_steps().iloc[:0], make_itl().iloc[:0], make_context()
+    )
+    out = write_results(results, tmp_path / "tiny", "name: tiny\n", plots=False)
+    # json.loads would accept a bare NaN; parse_constant makes any non-standard token fail
+    text = (out / "summary.json").read_text()
+    document = json.loads(text, parse_constant=lambda token: pytest.fail(token))
+    assert document["scenario"] == "tiny"
+    assert list(document["variants"]) == ["continuous", "static", "empty"]
+    assert document["variants"]["empty"]["ttft_p50_s"] is None
+    assert document["variants"]["empty"]["num_requests"] == 0
+    assert document["variants"]["continuous"]["ttft_p50_s"] == pytest.approx(0.35)
+    assert not (out / "latency_cdf.png").exists()
+
+
+def test_rewrite_replaces_old_folder(tmp_path: Path) -> None:
+    out = tmp_path / "tiny"
+    write_results(make_results(), out, "version: 1\n", plots=False)
+    (out / "stale.txt").write_text("from an older run")
+    write_results(make_results(), out, "version: 2\n", plots=False)
+    assert (out / "scenario.yaml").read_text() == "version: 2\n"
+    assert not (out / "stale.txt").exists()
+    assert siblings(out) == ["tiny"]
+
+
+def test_failure_while_writing_keeps_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "tiny"
+    write_results(make_results(), out, "version: 1\n", plots=False)
+    real_write_csv = sim.output._write_csv
+
+    def failing_write_csv(frame: pd.DataFrame, path: Path, *, index: bool = False) -> None:
+        if path.name == "steps.csv":
+            raise OSError("disk full")
+        real_write_csv(frame, path, index=index)
+
+    monkeypatch.setattr(sim.output, "_write_csv", failing_write_csv)
+    with pytest.raises(OSError, match="disk full"):
+        write_results(make_results(), out, "version: 2\n", plots=False)
+    assert (out / "scenario.yaml").read_text() == "version: 1\n"
+    assert (out / "steps.csv").is_file()
+    assert siblings(out) == ["tiny"]
+
+
+def test_failed_swap_restores_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "tiny"
+    write_results(make_results(), out, "version: 1\n", plots=False)
+    real_rename = Path.rename
+
+    def rename(self: Path, target: Path) -> Path:
+        if ".tmp-" in self.name:
+            raise OSError("rename failed")
+        return real_rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", rename)
+    with pytest.raises(OSError, match="rename failed"):
+        write_results(make_results(), out, "version: 2\n", plots=False)
+    assert (out / "scenario.yaml").read_text() == "version: 1\n"
+    assert siblings(out) == ["tiny"]
+
+
+def test_format_summary_table() -> None:
+    summary = make_results().summary()
+    summary.loc["static", "goodput_rps"] = math.nan
+    table = format_summary(summary)
+    lines = table.splitlines()
+    assert lines[0].split() == ["metric", "continuous", "static"]
+    assert len({len(line) for line in lines}) == 1  # every column aligned to one width
+    # labels contain single spaces; columns are separated by at least two
+    rows = {cells[0]: cells[1:] for cells in (re.split(r"\s{2,}", line) for line in lines[2:])}
+    assert rows["TTFT p50 ms"] == ["350.0", "1050.0"]
+    assert rows["requests finished"] == ["4", "4"]
+    assert rows["SLO attainment %"] == ["80.0", "80.0"]
+    assert rows["slot util %"] == ["77.8", "77.8"]
+    assert rows["goodput req/s"][1] == "-"
+    assert 15 <= len(rows) <= 20
