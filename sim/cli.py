@@ -22,16 +22,25 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a scenario and write results/<name>/")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a field by its dotted path, e.g. policy.max_num_seqs=64")
-    run.add_argument("--out", type=Path, default=Path("results"),
-                     help="parent folder of the results (default: results)")
+    run.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field by its dotted path, e.g. policy.max_num_seqs=64",
+    )
+    run.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results"),
+        help="parent folder of the results (default: results)",
+    )
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     check = sub.add_parser("validate", help="check a scenario and print it fully resolved")
     check.add_argument("scenario", type=Path)
-    check.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="KEY=VALUE")
+    check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     return parser
 
 
@@ -45,12 +54,15 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     results = simulate(scenario, progress=lambda msg: say(f"simulating {msg}"))
     elapsed = time.perf_counter() - started
-    out_dir = write_results(results, args.out / scenario.name, scenario.dump(),
-                            plots=not args.no_plots)
+    out_dir = write_results(
+        results, args.out / scenario.name, scenario.dump(), plots=not args.no_plots
+    )
     if not args.quiet:
         print(format_summary(results.summary()))
-        print(f"\n{sum(len(v.requests) for v in results.variants.values())} requests simulated "
-              f"in {elapsed:.2f} s; results in {out_dir}/")
+        print(
+            f"\n{sum(len(v.requests) for v in results.variants.values())} requests simulated "
+            f"in {elapsed:.2f} s; results in {out_dir}/"
+        )
     return 0
 
 

@@ -14,7 +14,8 @@ Tables (column names are part of the public contract):
   `duration_increment_s` (each later step is this much longer, as attention reads one more token
   per slot), `num_seqs, num_active_seqs, num_tokens, num_prefill_tokens, num_decode_tokens,
   sum_context_tokens` (first step), `context_growth_per_step, kv_blocks_used` (at the group's
-  end), `num_waiting, num_running, num_preempted`. `sim.metrics.expand_steps` gives one row per step.
+  end), `num_waiting, num_running, num_preempted`. `sim.metrics.expand_steps` gives one row per
+  step.
 * itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
 """
 

@@ -108,11 +108,15 @@ class ScenarioSet:
     def dump(self) -> str:
         """The resolved scenario as YAML: every variant with all defaults filled in."""
         doc = {
-            v.variant: {**v.spec.model_dump(mode="json"), "profile": v.profile.model_dump(mode="json")}
+            v.variant: {
+                **v.spec.model_dump(mode="json"),
+                "profile": v.profile.model_dump(mode="json"),
+            }
             for v in self.variants
         }
-        return yaml.safe_dump({"scenario": self.name, "source": self.file, "variants": doc},
-                              sort_keys=False)
+        return yaml.safe_dump(
+            {"scenario": self.name, "source": self.file, "variants": doc}, sort_keys=False
+        )
 
 
 def parse_set(assignment: str) -> tuple[list[str], Any]:
@@ -163,8 +167,20 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
-_TAGS = {"static", "continuous", "poisson", "gamma", "constant", "fixed", "uniform",
-         "lognormal", "empirical", "str", "dict[str,any]", "function-after[_check_heads(), ModelSpec]"}
+_TAGS = {
+    "static",
+    "continuous",
+    "poisson",
+    "gamma",
+    "constant",
+    "fixed",
+    "uniform",
+    "lognormal",
+    "empirical",
+    "str",
+    "dict[str,any]",
+    "function-after[_check_heads(), ModelSpec]",
+}
 
 
 def _where(path: str, variant: str | None, override: dict[str, Any]) -> tuple[str, str]:
@@ -179,8 +195,9 @@ def _where(path: str, variant: str | None, override: dict[str, Any]) -> tuple[st
     return f"variants.{variant}.{path}", ""
 
 
-def _validate(raw: dict[str, Any], file: str, variant: str | None,
-              override: dict[str, Any]) -> Scenario:
+def _validate(
+    raw: dict[str, Any], file: str, variant: str | None, override: dict[str, Any]
+) -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
@@ -210,8 +227,9 @@ def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
         raise ScenarioError(f"not valid YAML: {exc}", file=file) from None
     if not isinstance(raw, dict):
         raise ScenarioError("a scenario must be a YAML mapping", file=file)
-    return load_scenario_dict(raw, file=file, base_dir=Path(path).resolve().parent,
-                              overrides=overrides)
+    return load_scenario_dict(
+        raw, file=file, base_dir=Path(path).resolve().parent, overrides=overrides
+    )
 
 
 def load_scenario_dict(
@@ -227,15 +245,17 @@ def load_scenario_dict(
     base_dir = base_dir or Path.cwd()
     variants_raw = raw.pop("variants", None) or {}
     if not isinstance(variants_raw, dict):
-        raise ScenarioError("must map variant names to override mappings", file=file,
-                            path="variants")
+        raise ScenarioError(
+            "must map variant names to override mappings", file=file, path="variants"
+        )
     resolved = []
     if not variants_raw:
         resolved.append(_resolve("default", None, raw, {}, file, base_dir))
     for name, override in variants_raw.items():
         if override is not None and not isinstance(override, dict):
-            raise ScenarioError("a variant must be a mapping of overrides", file=file,
-                                path=f"variants.{name}")
+            raise ScenarioError(
+                "a variant must be a mapping of overrides", file=file, path=f"variants.{name}"
+            )
         merged = merge(raw, override or {})
         if "variants" in merged:
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")

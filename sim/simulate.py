@@ -20,6 +20,7 @@ import simpy
 from sim.catalog import kv_capacity_blocks, kv_capacity_tokens
 from sim.cost_model import CostModel
 from sim.engine import Instance, Source
+from sim.errors import ScenarioError
 from sim.kv_cache import BlockManager
 from sim.metrics import SummaryContext
 from sim.policies import make_policy
@@ -47,11 +48,16 @@ def simulate(
     variants: dict[str, VariantResult] = {}
     for resolved in scenario.variants:
         spec = resolved.spec
-        key = json.dumps([spec.seed, spec.workload.model_dump(mode="json"),
-                          str(resolved.base_dir)], sort_keys=True)
+        key = json.dumps(
+            [spec.seed, spec.workload.model_dump(mode="json"), str(resolved.base_dir)],
+            sort_keys=True,
+        )
         if key not in workloads:
             rng = np.random.default_rng(spec.seed)
-            workloads[key] = generate_requests(spec.workload, rng, resolved.base_dir)
+            try:
+                workloads[key] = generate_requests(spec.workload, rng, resolved.base_dir)
+            except ScenarioError as exc:
+                raise exc.with_file(scenario.file) from None
         if progress:
             progress(f"{resolved.variant}: {len(workloads[key])} requests")
         variants[resolved.variant] = run_variant(resolved, workloads[key])
@@ -89,8 +95,9 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
         instance.submit(req)
 
     source = Source(env, arrival, make_request, dispatch)
-    instance = Instance(env, 0, policy, cost, source.next_arrival_s,
-                        coalesce=spec.engine.coalesce_decode_steps)
+    instance = Instance(
+        env, 0, policy, cost, source.next_arrival_s, coalesce=spec.engine.coalesce_decode_steps
+    )
     env.run()
     unfinished = [r for r in made if not r.rejected and math.isnan(r.finish_s)]
     if unfinished or len(made) != len(requests):  # the loop only stops when the queue drains
@@ -115,29 +122,35 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
         name=resolved.variant,
         requests=requests_table(made),
         steps=pd.DataFrame.from_records(rec.steps, columns=list(STEP_COLUMNS)),
-        itl=pd.DataFrame({"gap_s": np.asarray(rec.itl_gap_s, dtype=float),
-                          "count": np.asarray(rec.itl_count, dtype=np.int64)}),
+        itl=pd.DataFrame(
+            {
+                "gap_s": np.asarray(rec.itl_gap_s, dtype=float),
+                "count": np.asarray(rec.itl_count, dtype=np.int64),
+            }
+        ),
         context=context,
         scenario=resolved.spec.model_dump(mode="json"),
     )
 
 
 def requests_table(made: list[Request]) -> pd.DataFrame:
-    df = pd.DataFrame({
-        "id": [r.id for r in made],
-        "instance": [r.instance for r in made],
-        "arrival_s": [r.arrival_s for r in made],
-        "num_prompt_tokens": [r.num_prompt_tokens for r in made],
-        "max_output_tokens": [r.max_output_tokens for r in made],
-        "num_output_tokens": [r.num_output_tokens for r in made],
-        "first_scheduled_s": [r.first_scheduled_s for r in made],
-        "first_token_s": [r.first_token_s for r in made],
-        "finish_s": [r.finish_s for r in made],
-        "max_itl_s": [r.max_itl_s for r in made],
-        "num_preemptions": [r.num_preemptions for r in made],
-        "num_recomputed_tokens": [r.num_recomputed_tokens for r in made],
-        "rejected": [r.rejected for r in made],
-    })
+    df = pd.DataFrame(
+        {
+            "id": [r.id for r in made],
+            "instance": [r.instance for r in made],
+            "arrival_s": [r.arrival_s for r in made],
+            "num_prompt_tokens": [r.num_prompt_tokens for r in made],
+            "max_output_tokens": [r.max_output_tokens for r in made],
+            "num_output_tokens": [r.num_output_tokens for r in made],
+            "first_scheduled_s": [r.first_scheduled_s for r in made],
+            "first_token_s": [r.first_token_s for r in made],
+            "finish_s": [r.finish_s for r in made],
+            "max_itl_s": [r.max_itl_s for r in made],
+            "num_preemptions": [r.num_preemptions for r in made],
+            "num_recomputed_tokens": [r.num_recomputed_tokens for r in made],
+            "rejected": [r.rejected for r in made],
+        }
+    )
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]

@@ -17,8 +17,13 @@ def make_requests(*specs: tuple[int, int], arrival_s: float = 0.0) -> list[Reque
 
 
 def make_continuous(num_blocks: int = 1000, block_size: int = 16, **kw: Any) -> ContinuousPolicy:
-    args: dict[str, Any] = dict(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=10_000,
-                                mode="prefill_first", watermark=0.0)
+    args: dict[str, Any] = dict(
+        max_num_seqs=8,
+        max_num_batched_tokens=64,
+        max_model_len=10_000,
+        mode="prefill_first",
+        watermark=0.0,
+    )
     args.update(kw)
     return ContinuousPolicy(BlockManager(num_blocks, block_size), **args)
 
@@ -29,8 +34,13 @@ def make_static(capacity_tokens: int = 10_000, **kw: Any) -> StaticPolicy:
     return StaticPolicy(BlockManager(capacity_tokens, 1), **args)
 
 
-def step(policy: Any, now: float, duration: float = 1.0, rec: Recorder | None = None,
-         num_steps: int | None = None) -> StepPlan | None:
+def step(
+    policy: Any,
+    now: float,
+    duration: float = 1.0,
+    rec: Recorder | None = None,
+    num_steps: int | None = None,
+) -> StepPlan | None:
     """Plan one step (or the plan's whole run) at `now`, apply it, return the plan."""
     plan = policy.schedule(now)
     if plan is None:

@@ -20,8 +20,9 @@ def trace_file(tmp_path: Path, rows: list[tuple[float, int, int]], name: str = "
     return path
 
 
-def scenario(tmp_path: Path, rows: list[tuple[float, int, int]], policy: dict[str, Any],
-             **extra: Any) -> dict[str, Any]:
+def scenario(
+    tmp_path: Path, rows: list[tuple[float, int, int]], policy: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": "t",
         "workload": {"trace": {"path": str(trace_file(tmp_path, rows)), "format": "csv"}},

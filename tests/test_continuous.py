@@ -71,8 +71,9 @@ def test_recompute_preemption_of_the_most_recent_request() -> None:
 
 
 def test_requests_that_can_never_complete_are_rejected() -> None:
-    policy = make_continuous(num_blocks=4, block_size=4, max_num_batched_tokens=32,
-                             max_model_len=100)
+    policy = make_continuous(
+        num_blocks=4, block_size=4, max_num_batched_tokens=32, max_model_len=100
+    )
     assert not policy.add_request(Request(0, 0.0, 10, 7), 0.0)  # 17 tokens > 16 in the pool
     assert not policy.add_request(Request(1, 0.0, 40, 1), 0.0)  # prompt over the token budget
     assert policy.add_request(Request(2, 0.0, 10, 6), 0.0)

@@ -231,7 +231,7 @@ def test_closed_form_group_sums_equal_expanded_sums(seed: int) -> None:
             "num_active_seqs": rng.integers(1, 64, n),
             "num_prefill_tokens": rng.integers(0, 9, n),
             "num_decode_tokens": rng.integers(0, 64, n),
-            "sum_context_tokens": rng.integers(0, 1e5, n),
+            "sum_context_tokens": rng.integers(0, 100_000, n),
             "context_growth_per_step": rng.integers(0, 64, n),
             "kv_blocks_used": rng.integers(0, 10, n),
             "num_waiting": rng.integers(0, 20, n),

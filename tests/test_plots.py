@@ -55,9 +55,11 @@ def test_latency_cdf_axes_and_lines() -> None:
     assert [ax.get_xlabel() for ax in axes] == ["TTFT (s)", "TPOT (s)", "E2E latency (s)"]
     assert all(ax.get_ylabel() == "fraction of requests" for ax in axes)
     ttft = axes[0]
-    assert [t.get_text() for t in ttft.get_legend().get_texts()] == ["continuous", "static"]
+    legend = ttft.get_legend()
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == ["continuous", "static"]
     # the CDF of the 4 served requests ends at 1 at their largest TTFT
-    x, y = ttft.get_lines()[0].get_data()
+    x, y = (np.asarray(a, dtype=float) for a in ttft.get_lines()[0].get_data())
     assert y[-1] == pytest.approx(1.0) and x[-1] == pytest.approx(1.0)
     assert ttft.get_xscale() == "log"  # .1 s to 3 s spans more than a decade
 

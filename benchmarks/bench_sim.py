@@ -1,0 +1,111 @@
+"""Simulator speed and memory: wall time, simulated requests per second and peak RSS.
+
+Workload: Azure-conversation-like lengths (lognormal fits of the 2023 Azure LLM conversation
+trace: prompt median 1020 / mean 1155 tokens, output median 129 / mean 211), Llama-2-7B on one
+A100-80GB (roofline profile), continuous batching (vLLM defaults), Poisson arrivals at 80 % of the
+saturation throughput, which the script measures first with every request arriving at once.
+Each size runs in a fresh process, so peak RSS belongs to that run alone.
+
+    python benchmarks/bench_sim.py                  # 10k and 100k requests
+    python benchmarks/bench_sim.py --sizes 1000000  # any sizes
+    python benchmarks/bench_sim.py --policy static  # the other policy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+BASE: dict[str, Any] = {
+    "name": "bench",
+    "seed": 7,
+    "workload": {
+        "num_requests": 10_000,
+        "arrival": {"process": "poisson", "rate": 1.0},
+        "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.5, "max": 3000},
+        "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 0.99, "max": 1000},
+    },
+    "model": "llama-2-7b",
+    "hardware": "a100-80g",
+    "profile": "roofline",
+    "policy": {"name": "continuous"},
+}
+POLICIES = {
+    "continuous": {"name": "continuous"},
+    "mixed": {"name": "continuous", "mode": "mixed"},
+    "static": {"name": "static", "max_batch_size": 32},
+}
+
+
+def one_run(num_requests: int, rate: float, policy: str) -> dict[str, Any]:
+    from sim import load_scenario_dict, simulate
+
+    raw = json.loads(json.dumps(BASE))
+    raw["workload"]["num_requests"] = num_requests
+    raw["workload"]["arrival"]["rate"] = rate
+    raw["policy"] = POLICIES[policy]
+    scenario = load_scenario_dict(raw)
+    start = time.perf_counter()
+    results = simulate(scenario)
+    wall = time.perf_counter() - start
+    summary = results["default"].summary()
+    return {
+        "requests": num_requests,
+        "wall_s": wall,
+        "sim_req_per_s": num_requests / wall,
+        "steps": int(summary["num_steps"]),
+        "step_groups": len(results["default"].steps),
+        "throughput_rps": summary["requests_per_s"],
+        "mean_batch": summary["mean_batch_size"],
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def in_subprocess(num_requests: int, rate: float, policy: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(num_requests), str(rate), policy],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="continuous")
+    parser.add_argument("--load", type=float, default=0.8, help="fraction of saturation")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one_run(int(args.child[0]), float(args.child[1]), args.child[2])))
+        return
+    saturation = in_subprocess(5_000, 1e6, args.policy)["throughput_rps"]
+    rate = args.load * saturation
+    print(
+        f"policy {args.policy}: saturation {saturation:.2f} req/s; "
+        f"arrivals at {args.load:.0%} = {rate:.2f} req/s"
+    )
+    header = (
+        f"{'requests':>9} {'wall s':>8} {'sim req/s':>10} {'steps':>10} {'groups':>9} "
+        f"{'mean batch':>10} {'peak RSS MB':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for n in args.sizes:
+        r = in_subprocess(n, rate, args.policy)
+        print(
+            f"{r['requests']:>9} {r['wall_s']:>8.2f} {r['sim_req_per_s']:>10.0f} "
+            f"{r['steps']:>10} {r['step_groups']:>9} {r['mean_batch']:>10.1f} "
+            f"{r['peak_rss_mb']:>11.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
