@@ -38,9 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    run.set_defaults(handler=_run)
     check = sub.add_parser("validate", help="check a scenario and print it fully resolved")
     check.add_argument("scenario", type=Path)
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    check.set_defaults(handler=_validate)
+    # further commands live in their own modules: `register(sub)` adds a parser with a `handler`
     return parser
 
 
@@ -66,15 +69,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from sim.scenario import load_scenario
+
+    print(load_scenario(args.scenario, args.overrides).dump(), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
-            return _run(args)
-        from sim.scenario import load_scenario
-
-        print(load_scenario(args.scenario, args.overrides).dump(), end="")
-        return 0
+        code: int = args.handler(args)
+        return code
     except ScenarioError as exc:
         print(f"batchsim: error: {exc.message()}", file=sys.stderr)
         return 2
