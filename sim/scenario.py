@@ -278,6 +278,10 @@ def _resolve(
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
+    if isinstance(spec.profile, str) and spec.profile != "roofline":
+        target = Path(spec.profile) if Path(spec.profile).is_absolute() else base_dir / spec.profile
+        if not target.is_file():
+            raise ScenarioError(f"profile file not found: {target}{note}", file=file, path=path)
     try:
         profile = resolve_profile(spec.profile, spec.model, spec.hardware, base_dir, key=path)
     except ScenarioError as exc:

@@ -1,0 +1,138 @@
+"""Shared builders for the theory, property and determinism tests (scenario dicts, tiny specs).
+
+Scenarios are built as plain dicts and loaded with `load_scenario_dict`, exactly as a YAML file
+would be. `run_arrays` runs one variant on hand-made request arrays (arbitrary arrival times,
+ties included), which the synthetic workload generator cannot produce.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+from sim.results import VariantResult
+from sim.scenario import load_scenario_dict
+from sim.simulate import run_variant, simulate
+from sim.workload import RequestArrays
+
+# step time = t_mem + t_flop * tokens + t_kv * context + t_attn * prefill attention term
+COEFFS: dict[str, float] = {
+    "t_mem_s": 0.01,
+    "t_flop_s_per_token": 1e-5,
+    "t_kv_s_per_token": 1e-7,
+    "t_attn_s_per_token2": 1e-9,
+}
+
+
+def scenario(
+    *,
+    policy: dict[str, Any],
+    workload: dict[str, Any] | None = None,
+    seed: int = 1,
+    coefficients: dict[str, float] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A raw scenario mapping with an inline profile; `extra` adds top-level keys."""
+    raw: dict[str, Any] = {
+        "name": "t",
+        "seed": seed,
+        "workload": workload
+        or {
+            "num_requests": 100,
+            "arrival": {"process": "poisson", "rate": 5.0},
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
+        "model": "llama-2-7b",
+        "hardware": "a100-80g",
+        "profile": {"coefficients": dict(coefficients or COEFFS)},
+        "policy": policy,
+    }
+    raw.update(copy.deepcopy(extra))
+    return raw
+
+
+def run(raw: dict[str, Any]) -> VariantResult:
+    """Simulate a single-variant scenario mapping."""
+    res = simulate(load_scenario_dict(raw))
+    return res[next(iter(res.variants))]
+
+
+def service_time_batch1(
+    prompt: np.ndarray | float, output: np.ndarray | float, c: dict[str, float] = COEFFS
+) -> np.ndarray:
+    """Exact service time of one request served alone: prefill(P) + (O-1) decode steps.
+
+    Prefill: t_mem + t_flop*P + t_kv*P + t_attn*P*P. Decode step j (1..O-1) computes one token
+    over a context of P + j tokens: t_mem + t_flop + t_kv*(P + j).
+    """
+    p = np.asarray(prompt, dtype=float)
+    o = np.asarray(output, dtype=float)
+    prefill = c["t_mem_s"] + (c["t_flop_s_per_token"] + c["t_kv_s_per_token"]) * p
+    prefill = prefill + c["t_attn_s_per_token2"] * p * p
+    d = o - 1.0
+    decode = d * (c["t_mem_s"] + c["t_flop_s_per_token"])
+    decode = decode + c["t_kv_s_per_token"] * (d * p + d * o / 2.0)
+    return prefill + decode
+
+
+# --- tiny model and GPU with a KV pool of a chosen number of tokens --------------------------
+
+TINY_WEIGHT_BYTES = 1000  # num_parameters 1000 at dtype_bytes 1
+TINY_KV_BYTES_PER_TOKEN = 2  # 2 * 1 layer * 1 kv head * head_dim 1 * 1 byte
+
+
+def tiny_model(max_model_len: int = 100_000) -> dict[str, Any]:
+    return {
+        "name": "tiny",
+        "num_parameters": 1000,
+        "num_layers": 1,
+        "hidden_size": 1,
+        "num_attention_heads": 1,
+        "num_kv_heads": 1,
+        "head_dim": 1,
+        "dtype_bytes": 1.0,
+        "max_model_len": max_model_len,
+    }
+
+
+def tiny_hardware(kv_tokens: int) -> dict[str, Any]:
+    """A GPU whose KV pool holds exactly `kv_tokens` tokens of `tiny_model`."""
+    return {
+        "name": "tiny-gpu",
+        "memory_bytes": TINY_WEIGHT_BYTES + TINY_KV_BYTES_PER_TOKEN * kv_tokens,
+        "hbm_bandwidth_bytes_per_s": 1e12,
+        "peak_flops": 1e14,
+        "activation_reserve_bytes": 0,
+        "gpu_memory_utilization": 1.0,
+    }
+
+
+def tiny_scenario(
+    policy: dict[str, Any], kv_tokens: int, *, coalesce: bool = True, **extra: Any
+) -> dict[str, Any]:
+    return scenario(
+        policy=policy,
+        model=tiny_model(),
+        hardware=tiny_hardware(kv_tokens),
+        engine={"coalesce_decode_steps": coalesce},
+        **extra,
+    )
+
+
+def run_arrays(
+    raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
+) -> VariantResult:
+    """Run the scenario's (single) variant on the given requests instead of its workload."""
+    resolved = load_scenario_dict(raw).variants[0]
+    n = len(arrival_s)
+    arrays = RequestArrays(
+        arrival_s=np.asarray(arrival_s, dtype=float),
+        prompt_tokens=np.asarray(prompt, dtype=np.int64),
+        output_tokens=np.asarray(output, dtype=np.int64),
+        class_index=np.zeros(n, dtype=np.int64),
+        class_names=("default",),
+    )
+    return run_variant(resolved, arrays)
