@@ -112,13 +112,14 @@ class Instance:
             if num_steps > 1 and plan.arrivals_can_join:
                 num_steps = steps_before(times, num_steps, self.next_arrival_s())
             yield env.timeout(times.end(num_steps) - now)
-            policy.apply(plan, num_steps, times, rec)
+            kv_held, kv_block_seconds = policy.apply(plan, num_steps, times, rec)
             rec.step(
                 plan,
                 num_steps,
                 times,
                 num_active_seqs=policy.num_active_seqs(plan),
-                kv_blocks_used=policy.kv.num_used,
+                kv_blocks_used=kv_held,
+                kv_block_seconds=kv_block_seconds,
                 num_waiting=policy.num_waiting,
                 num_running=policy.num_running,
             )

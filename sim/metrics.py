@@ -154,6 +154,14 @@ def summarize(
     out["itl_max_s"] = float(stalls.max()) if stalls.size else math.nan
     first_arrival = float(_floats(requests, "arrival_s").min()) if len(requests) else math.nan
     out.update(step_summary(steps, ctx, first_arrival))
+    # time-average number of requests waiting for their first schedule (Little's law on the
+    # queue): exact, unlike a per-step sample, whatever the grouping of steps
+    served = requests[~requests["rejected"].to_numpy(dtype=bool)]
+    waits = _floats(served, "queue_s")
+    waits = waits[~np.isnan(waits)]
+    last = float(_floats(served, "finish_s").max()) if len(served) else math.nan
+    span = last - first_arrival
+    out["mean_queue_length"] = float(waits.sum() / span) if waits.size and span > 0 else math.nan
     # plain Python scalars so that json.dumps and YAML need no numpy awareness
     return {
         key: (int(v) if isinstance(v, (int, np.integer)) else float(v)) for key, v in out.items()

@@ -32,6 +32,33 @@ class StepTimes:
         return self.first_duration_s + (j - 1) * self.increment_s
 
 
+def _block_sum(n: int, bs: int) -> int:
+    """sum of ceil(t / bs) for t = 1..n."""
+    q, r = divmod(n, bs)
+    return bs * q * (q + 1) // 2 + r * (q + 1)
+
+
+def _weighted_block_sum(n: int, bs: int) -> int:
+    """sum of t * ceil(t / bs) for t = 1..n."""
+    q, r = divmod(n, bs)
+    full = bs * bs * (q - 1) * q * (q + 1) // 3 + bs * (bs + 1) * q * (q + 1) // 4
+    return full + (q + 1) * (r * q * bs + r * (r + 1) // 2)
+
+
+def decode_block_seconds(computed: int, num_steps: int, bs: int, times: StepTimes) -> float:
+    """Block-seconds a request holds over a decode run that starts with `computed` tokens.
+
+    During step j (1-based) it holds ceil((computed + j) / bs) blocks for d0 + (j - 1) * inc
+    seconds; with t = computed + j both sums are closed forms in integers, so this is O(1).
+    """
+    end = computed + num_steps
+    blocks = _block_sum(end, bs) - _block_sum(computed, bs)
+    # sum of (j - 1) * ceil(t / bs) = sum of (t - computed - 1) * ceil(t / bs)
+    weighted = _weighted_block_sum(end, bs) - _weighted_block_sum(computed, bs)
+    shifted = weighted - (computed + 1) * blocks
+    return times.first_duration_s * blocks + times.increment_s * shifted
+
+
 @dataclass
 class Recorder:
     """Flat, append-only rows; converted to DataFrames once at the end of a run."""
@@ -54,6 +81,7 @@ class Recorder:
         *,
         num_active_seqs: int,
         kv_blocks_used: int,
+        kv_block_seconds: float,
         num_waiting: int,
         num_running: int,
     ) -> None:
@@ -73,6 +101,7 @@ class Recorder:
                 plan.sum_context_tokens,
                 plan.context_growth_per_step,
                 kv_blocks_used,
+                kv_block_seconds,
                 num_waiting,
                 num_running,
                 len(plan.preempted),
@@ -95,6 +124,7 @@ STEP_COLUMNS = (
     "sum_context_tokens",
     "context_growth_per_step",
     "kv_blocks_used",
+    "kv_block_seconds",
     "num_waiting",
     "num_running",
     "num_preempted",

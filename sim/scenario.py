@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.catalog import HardwareSpec, ModelSpec, check_fits
 from sim.errors import ScenarioError
@@ -53,8 +53,43 @@ class ContinuousPolicySpec(_Strict):
     watermark: float = Field(default=0.01, ge=0, lt=1)
     preemption: Literal["recompute"] = "recompute"
 
+    @model_validator(mode="after")
+    def _budget_holds_every_decode(self) -> ContinuousPolicySpec:
+        if self.mode == "mixed" and self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({self.max_num_seqs}) in mixed mode: every running request "
+                "decodes each step"
+            )
+        return self
 
-PolicySpec = Annotated[StaticPolicySpec | ContinuousPolicySpec, Field(discriminator="name")]
+
+class ChunkedPolicySpec(_Strict):
+    """Sarathi-Serve: decodes first, then prompt chunks fill the rest of the token budget."""
+
+    name: Literal["chunked"]
+    max_num_seqs: int = Field(default=256, gt=0)
+    # the per-step token budget that decodes and prompt chunks share
+    max_num_batched_tokens: int = Field(default=2048, gt=0)
+    # prompts that may get a chunk in one step (None: as many as the budget allows)
+    max_prefill_seqs: int | None = Field(default=None, gt=0)
+    block_size: int = Field(default=16, gt=0)
+    watermark: float = Field(default=0.01, ge=0, lt=1)
+    preemption: Literal["recompute"] = "recompute"
+
+    @model_validator(mode="after")
+    def _budget_holds_every_decode(self) -> ChunkedPolicySpec:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                f"max_num_seqs ({self.max_num_seqs}): every running request decodes each step"
+            )
+        return self
+
+
+PolicySpec = Annotated[
+    StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec, Field(discriminator="name")
+]
 
 
 class SLOSpec(_Strict):

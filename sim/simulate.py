@@ -67,8 +67,11 @@ def simulate(
 def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantResult:
     spec = resolved.spec
     model, hw, policy_spec = spec.model, spec.hardware, spec.policy
-    block_size = policy_spec.block_size if policy_spec.name == "continuous" else 1
-    if policy_spec.name == "continuous":
+    if policy_spec.name == "static":
+        block_size = 1
+    else:
+        block_size = policy_spec.block_size
+    if policy_spec.name != "static":
         num_blocks = kv_capacity_blocks(model, hw, block_size)
     else:  # contiguous reservation: a pool of one-token blocks
         num_blocks = kv_capacity_tokens(model, hw)

@@ -11,8 +11,10 @@ Conventions:
 
 * "step-weighted" means each step counts once (a group counts `num_steps` times); "time-weighted"
   weights each step by its duration.
-* `kv_blocks_used` is recorded at a group's end; within a group it is taken as constant, which can
-  overstate KV use by at most the blocks a decode run appends (one per slot every `block_size`).
+* `kv_block_seconds` is the exact integral of KV blocks held over a group, so the time-weighted KV
+  utilization does not depend on how steps are grouped; `kv_blocks_used` (the blocks held in the
+  group's last step) serves the peak. Tables without `kv_block_seconds` fall back to
+  `kv_blocks_used * duration`.
 * MFU counts only the linear-layer FLOPs, `flops_per_token * (prefill + decode tokens)`;
   attention FLOPs are excluded, and padded slots of static batching count as wasted, not useful.
 """
@@ -109,7 +111,12 @@ def step_summary(
             else (np.zeros(len(steps), dtype=np.int64), None)
         )
         inst_time = np.bincount(codes, weights=time)
-        inst_kv = np.bincount(codes, weights=kv_used * time)
+        held = (
+            _col(steps, "kv_block_seconds")
+            if "kv_block_seconds" in steps.columns
+            else kv_used * time
+        )
+        inst_kv = np.bincount(codes, weights=held)
         valid = inst_time > 0
         if valid.any():
             kv_mean = float((inst_kv[valid] / inst_time[valid]).mean() / ctx.kv_blocks_total)
@@ -139,5 +146,4 @@ def step_summary(
         ),
         "mfu": _ratio(ctx.flops_per_token * useful_tokens, busy_s * ctx.peak_flops),
         "bandwidth_utilization": _ratio(bytes_moved, busy_s * ctx.hbm_bandwidth_bytes_per_s),
-        "mean_queue_length": _ratio(float((k * _col(steps, "num_waiting")).sum()), num_steps),
     }

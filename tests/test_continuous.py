@@ -106,3 +106,37 @@ def test_watermark_keeps_blocks_free_at_admission() -> None:
     tight.add_request(a, 0.0)
     tight.add_request(b, 0.0)
     assert tokens(step(tight, 0.0, num_steps=1)) == {0: 16}  # 3 left, under the 4 reserved
+
+
+def test_chunked_schedule_budget_8_prompts_20_and_3_with_two_decodes() -> None:
+    policy = make_continuous(max_num_batched_tokens=8, block_size=4, mode="chunked")
+    d0, d1, a, b = make_requests((4, 50), (4, 50), (20, 3), (3, 2))
+    for r in (d0, d1):
+        policy.add_request(r, 0.0)
+    step(policy, 0.0, num_steps=1)  # both prompts in one step: now both decode
+    policy.add_request(a, 1.0)
+    policy.add_request(b, 1.0)
+    assert tokens(step(policy, 1.0, num_steps=1)) == {0: 1, 1: 1, 2: 6}
+    assert tokens(step(policy, 2.0, num_steps=1)) == {0: 1, 1: 1, 2: 6}
+    assert tokens(step(policy, 3.0, num_steps=1)) == {0: 1, 1: 1, 2: 6}
+    assert a.num_output_tokens == 0 and a.num_computed_tokens == 18
+    plan = step(policy, 4.0, num_steps=1)
+    assert tokens(plan) == {0: 1, 1: 1, 2: 2, 3: 3}  # a's last chunk, then b whole
+    assert plan is not None and plan.num_prefill_tokens == 5 and plan.num_decode_tokens == 2
+    # attention of each chunk reads the prompt computed so far: 2*(18+2) + 3*3
+    assert plan.prefill_attention_term == 2 * 20 + 3 * 3
+    assert a.first_token_s == 5.0 and b.first_token_s == 5.0
+    # the decodes never stalled: one token every step
+    assert d0.max_itl_s == 1.0 and d0.num_output_tokens == 5
+
+
+def test_chunked_limits_prompts_per_step_and_accepts_prompts_over_the_budget() -> None:
+    policy = make_continuous(max_num_batched_tokens=8, mode="chunked", max_prefill_seqs=1)
+    a, b = make_requests((30, 2), (3, 2))
+    assert policy.add_request(a, 0.0)  # 30 > 8 is fine when prompts are chunked
+    policy.add_request(b, 0.0)
+    assert tokens(step(policy, 0.0, num_steps=1)) == {0: 8}
+    assert tokens(step(policy, 1.0, num_steps=1)) == {0: 8}
+    assert tokens(step(policy, 2.0, num_steps=1)) == {0: 8}
+    assert tokens(step(policy, 3.0, num_steps=1)) == {0: 6}  # b waits: one prompt per step
+    assert tokens(step(policy, 4.0, num_steps=1)) == {0: 1, 1: 3}

@@ -186,7 +186,8 @@ def test_step_metrics_hand_computed() -> None:
     assert s["mfu"] == pytest.approx(2.0 * (30 + 4 * 3) / (busy * 1000.0))
     traffic = 100.0 * 5 + 2.0 * (30 + 40 + 43 + 46 + 49)
     assert s["bandwidth_utilization"] == pytest.approx(traffic / (busy * 10000.0))
-    assert s["mean_queue_length"] == pytest.approx(7 / 5)
+    # time-average queue: 0.7 queued request-seconds over the 6 s from first arrival to last finish
+    assert s["mean_queue_length"] == pytest.approx(0.7 / 6.0)
     assert run(num_instances=2)["busy_fraction"] == pytest.approx(busy / 1.0)
 
 

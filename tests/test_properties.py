@@ -19,7 +19,7 @@ prefill tokens exceed the prompt by `recomputed + 1` and the decode tokens drop 
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
@@ -141,10 +141,10 @@ def run_case(policy, kv_tokens, max_model_len, coalesce, arrival, prompt, output
     return run_arrays(raw, arrival, prompt, output)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=st.one_of(static_policies, continuous_policies),
-    kv_tokens=st.integers(16, 240),
+    kv_tokens=st.integers(16, 320),
     max_model_len=st.sampled_from([70, 100_000]),
     coalesce=st.booleans(),
     workload=workloads(),
@@ -155,6 +155,9 @@ def test_run_invariants(policy, kv_tokens, max_model_len, coalesce, workload):
     arrival, prompt, output = workload
     res = run_case(policy, kv_tokens, max_model_len, coalesce, arrival, prompt, output)
     check_run(res, policy, prompt, output, kv_tokens, max_model_len)
+    req = res.requests
+    event(f"{policy['name']}: rejections {'yes' if req['rejected'].any() else 'no'}")
+    event(f"{policy['name']}: preemptions {'yes' if req['num_preemptions'].any() else 'no'}")
 
 
 def test_example_with_rejections_and_preemptions():

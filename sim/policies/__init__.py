@@ -6,13 +6,16 @@ from sim.kv_cache import BlockManager
 from sim.policies.base import Policy
 from sim.policies.continuous import ContinuousPolicy
 from sim.policies.static import StaticPolicy
-from sim.scenario import ContinuousPolicySpec, StaticPolicySpec
+from sim.scenario import ChunkedPolicySpec, ContinuousPolicySpec, StaticPolicySpec
 
 __all__ = ["ContinuousPolicy", "Policy", "StaticPolicy", "make_policy"]
 
 
 def make_policy(
-    spec: StaticPolicySpec | ContinuousPolicySpec, kv: BlockManager, *, max_model_len: int
+    spec: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    kv: BlockManager,
+    *,
+    max_model_len: int,
 ) -> Policy:
     if isinstance(spec, StaticPolicySpec):
         return StaticPolicy(
@@ -22,6 +25,16 @@ def make_policy(
             max_model_len=max_model_len,
             kv_reservation=spec.kv_reservation,
             pad_prompts=spec.pad_prompts,
+        )
+    if isinstance(spec, ChunkedPolicySpec):
+        return ContinuousPolicy(
+            kv,
+            max_num_seqs=spec.max_num_seqs,
+            max_num_batched_tokens=spec.max_num_batched_tokens,
+            max_model_len=max_model_len,
+            mode="chunked",
+            watermark=spec.watermark,
+            max_prefill_seqs=spec.max_prefill_seqs,
         )
     return ContinuousPolicy(
         kv,

@@ -30,7 +30,13 @@ class Policy(Protocol):
 
     def schedule(self, now: float) -> StepPlan | None: ...
 
-    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> None: ...
+    def apply(
+        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
+    ) -> tuple[int, float]:
+        """Apply a run of `num_steps` steps; return the KV blocks held during its last step
+        (before the requests it finished release theirs) and the block-seconds held over the
+        whole run (exact, so KV utilization does not depend on how steps are grouped)."""
+        ...
 
     def next_wakeup_s(self, now: float) -> float | None: ...
 

@@ -1,21 +1,25 @@
-"""Continuous (iteration-level) batching with a paged KV cache: Orca and vLLM.
+"""Continuous (iteration-level) batching with a paged KV cache: Orca, vLLM and Sarathi-Serve.
 
 Every step, finished requests have already left (their blocks freed), running requests get one
 decode token each, and waiting requests join, first come first served, while `max_num_seqs`,
-`max_num_batched_tokens` and free KV blocks allow (keeping a `watermark` fraction of blocks free
-at admission, as vLLM does). Prompts are prefilled whole; chunking them is the `chunked` policy.
+`max_num_batched_tokens` (the per-step token budget) and free KV blocks allow, keeping a
+`watermark` fraction of blocks free at admission as vLLM does.
 
-Two modes say whether a step may mix prefill and decode:
+Three modes say how prefills and decodes share a step:
 * `prefill_first` (vLLM before chunked prefill): if any waiting request can be admitted, the step
-  runs only prefills and every running request stalls for it;
-* `mixed` (Orca's selective batching): decodes first, then prefills fill the rest of the token
-  budget in the same step.
+  runs only whole-prompt prefills and every running request stalls for it;
+* `mixed` (Orca's selective batching): decodes first, then whole prompts fill the rest of the
+  budget in the same step;
+* `chunked` (Sarathi-Serve, policy name `chunked`): decodes first, then prompts are cut into
+  chunks that fill what is left of the budget: first the prompts already in progress, then new
+  ones, at most `max_prefill_seqs` prompts per step. A long prompt spreads over several steps, so
+  running decodes never wait for it.
 
-KV blocks are allocated on demand. When a running request needs a block and none is free, the most
-recently admitted running request is preempted by recompute: its blocks are freed and it goes back
-to the front of the queue, to prefill its prompt and the tokens it has generated again. A request
-whose prompt exceeds the token budget, or whose whole sequence exceeds `max_model_len` or the KV
-pool, is rejected on arrival: no schedule could complete it.
+KV blocks are allocated on demand. When a decoding request needs a block and none is free, the
+most recently admitted running request is preempted by recompute: its blocks are freed and it
+goes back to the front of the queue, to prefill its prompt and the tokens it has generated again.
+A request no schedule could complete (longer than `max_model_len` or the whole KV pool, or, without
+chunking, a prompt over the token budget) is rejected on arrival.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from typing import Literal
 from sim.kv_cache import BlockManager
 from sim.plan import StepPlan
 from sim.policies.base import never_fits
-from sim.recorder import Recorder, StepTimes, advance
+from sim.recorder import Recorder, StepTimes, advance, decode_block_seconds
 from sim.request import Request
+
+Mode = Literal["prefill_first", "mixed", "chunked"]
 
 
 class ContinuousPolicy:
@@ -38,14 +44,17 @@ class ContinuousPolicy:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_model_len: int,
-        mode: Literal["prefill_first", "mixed"] = "prefill_first",
+        mode: Mode = "prefill_first",
         watermark: float = 0.01,
+        max_prefill_seqs: int | None = None,
     ) -> None:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.mode = mode
+        self.chunked = mode == "chunked"
+        self.max_prefill_seqs = max_prefill_seqs or max_num_seqs
         self.watermark_blocks = int(watermark * kv.num_total)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # in admission order: the last is preempted first
@@ -59,7 +68,8 @@ class ContinuousPolicy:
         return len(self.running)
 
     def add_request(self, req: Request, now: float) -> bool:
-        if req.num_prompt_tokens > self.max_num_batched_tokens or never_fits(
+        too_long = not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens
+        if too_long or never_fits(
             req, max_model_len=self.max_model_len, kv_capacity_tokens=self.kv.capacity_tokens
         ):
             return False
@@ -76,25 +86,36 @@ class ContinuousPolicy:
 
     def schedule(self, now: float) -> StepPlan | None:
         preempted: list[Request] = []
+        budget = self.max_num_batched_tokens
         if self.mode == "prefill_first":
-            admitted = self._admit(now, self.max_num_batched_tokens, 0)
-            if admitted:
-                return self._plan({}, admitted, preempted)
+            prefills = self._admit(now, budget, {}, 0)
+            if prefills:
+                return self._plan({}, prefills, preempted)
             decodes = self._schedule_decodes(preempted)
         else:
             decodes = self._schedule_decodes(preempted)
-            admitted = self._admit(now, self.max_num_batched_tokens - len(decodes), len(decodes))
-        if not decodes and not admitted:
+            prefills = self._continue_prefills(budget - len(decodes))
+            used = len(decodes) + sum(prefills.values())
+            prefills = self._admit(now, budget - used, prefills, len(decodes))
+        if not decodes and not prefills:
             return None
-        return self._plan(decodes, admitted, preempted)
+        return self._plan(decodes, prefills, preempted)
 
     def _schedule_decodes(self, preempted: list[Request]) -> dict[Request, int]:
-        """One token for each running request, preempting from the back when blocks run out."""
+        """One token for each decoding request, preempting from the back when blocks run out."""
         decodes: dict[Request, int] = {}
         running = self.running
+        bs = self.kv.block_size
         i = 0
         while i < len(running):
             req = running[i]
+            if not req.num_output_tokens or req.num_remaining != 1:
+                i += 1  # a prompt still being prefilled in chunks
+                continue
+            if req.kv_blocks * bs > req.num_computed_tokens:  # room in its last block
+                decodes[req] = 1
+                i += 1
+                continue
             while self.kv.allocate(req, req.num_computed_tokens + 1) is None:
                 victim = running[-1]
                 self._preempt(victim, preempted)
@@ -114,16 +135,37 @@ class ContinuousPolicy:
         self.waiting.appendleft(victim)
         preempted.append(victim)
 
-    def _admit(self, now: float, token_budget: int, num_scheduled: int) -> list[Request]:
+    def _continue_prefills(self, budget: int) -> dict[Request, int]:
+        """Next chunks of prompts already running (chunked mode only), oldest first."""
+        chunks: dict[Request, int] = {}
+        for req in self.running:
+            if budget <= 0 or len(chunks) >= self.max_prefill_seqs:
+                break
+            remaining = req.num_remaining
+            if remaining == 1 and req.num_output_tokens:
+                continue  # decoding
+            n = min(remaining, budget)
+            if self.kv.allocate(req, req.num_computed_tokens + n) is None:
+                break  # no blocks: it waits, holding what it has, until decodes free some
+            chunks[req] = n
+            budget -= n
+        return chunks
+
+    def _admit(
+        self, now: float, budget: int, prefills: dict[Request, int], num_decodes: int
+    ) -> dict[Request, int]:
         """Move waiting requests to running, first come first served, while limits allow."""
-        admitted: list[Request] = []
         seats = self.max_num_seqs - len(self.running)
-        while self.waiting and len(admitted) < seats:
+        admitted: list[Request] = []
+        while self.waiting and len(admitted) < seats and len(prefills) < self.max_prefill_seqs:
             req = self.waiting[0]
             tokens = req.num_remaining
+            if self.chunked:
+                tokens = min(tokens, budget)
+                if tokens <= 0:
+                    break
             # a recompute longer than the budget may run alone, else it could never resume
-            alone = not admitted and num_scheduled == 0
-            if tokens > token_budget and not alone:
+            elif tokens > budget and (prefills or num_decodes):
                 break
             need = self.kv.blocks_needed(req, tokens)
             # the watermark keeps room for running decodes; with none running it would only
@@ -131,17 +173,18 @@ class ContinuousPolicy:
             reserve = self.watermark_blocks if self.running or admitted else 0
             if not self.kv.can_allocate(need, reserve):
                 break
-            self.kv.allocate(req, tokens)
+            self.kv.allocate(req, req.num_computed_tokens + tokens)
             self.waiting.popleft()
             if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first time scheduled
                 req.first_scheduled_s = now
             admitted.append(req)
-            token_budget -= tokens
+            prefills[req] = tokens
+            budget -= tokens
         self.running.extend(admitted)
-        return admitted
+        return prefills
 
     def _plan(
-        self, decodes: dict[Request, int], admitted: list[Request], preempted: list[Request]
+        self, decodes: dict[Request, int], prefills: dict[Request, int], preempted: list[Request]
     ) -> StepPlan:
         scheduled = dict(decodes)
         prefill_tokens = 0
@@ -149,17 +192,20 @@ class ContinuousPolicy:
         context = len(decodes)
         for req in decodes:
             context += req.num_computed_tokens
-        for req in admitted:
-            n = req.num_remaining
+        for req, n in prefills.items():
             scheduled[req] = n
             prefill_tokens += n
-            attention += n * (req.num_computed_tokens + n)
+            attention += n * (req.num_computed_tokens + n)  # a chunk attends to its context
             context += req.num_computed_tokens + n
         num_steps = 1
         can_join = True
-        if not admitted:
-            num_steps = self._decode_horizon()
-            can_join = not self.waiting and len(self.running) < self.max_num_seqs
+        if not prefills:
+            num_steps = self._decode_horizon(decodes)
+            can_join = (
+                not self.waiting
+                and len(self.running) < self.max_num_seqs
+                and len(decodes) < self.max_num_batched_tokens
+            )
         return StepPlan(
             scheduled=scheduled,
             num_seqs=len(scheduled),
@@ -174,34 +220,55 @@ class ContinuousPolicy:
             preempted=tuple(preempted),
         )
 
-    def _decode_horizon(self) -> int:
+    def _decode_horizon(self, decodes: dict[Request, int]) -> int:
         """Decode steps that can follow the first with nothing but token counts changing.
 
-        Waiting requests could not be admitted now, and decoding only consumes blocks, so they
-        stay blocked until a request finishes. The run ends at the first finish and before the
-        free blocks could run out (a bound that is exact when blocks are scarce).
+        No prompt got tokens in this step: waiting requests could not be admitted and prompts in
+        progress could not continue, and since decoding only consumes blocks and the budget stays
+        the same, that holds until a request finishes. The run ends at the first finish and
+        before the free blocks could run out (a bound that is exact when blocks are scarce).
         """
-        running = self.running
-        steps = min(r.max_output_tokens - r.num_output_tokens for r in running)
+        if not decodes:
+            return 1
+        steps = min(r.max_output_tokens - r.num_output_tokens for r in decodes)
+        if steps <= 1:
+            return 1
         free = self.kv.num_free
-        size = len(running)
+        size = len(decodes)
         bs = self.kv.block_size
         if free >= size:
             extra = bs * (free // size)
         else:  # the (free+1)-th request to cross a block boundary would need a preemption
-            slack = sorted(r.kv_blocks * bs - r.num_computed_tokens - 1 for r in running)
+            slack = sorted(r.kv_blocks * bs - r.num_computed_tokens - 1 for r in decodes)
             extra = slack[free]
         return max(1, min(steps, 1 + extra))
 
     # -- applying -----------------------------------------------------------------------------
 
-    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> None:
+    def apply(
+        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
+    ) -> tuple[int, float]:
         finished = advance(plan, num_steps, times, rec)
-        if num_steps > 1:  # blocks for the run's later tokens; the horizon guaranteed them
+        if num_steps == 1:
+            held = self.kv.num_used
+            block_seconds = held * times.first_duration_s
+        else:  # blocks for the run's later tokens (the horizon guaranteed them), integrated
+            bs = self.kv.block_size
+            growing = 0.0
+            growing_blocks = 0
             for req in plan.scheduled:
-                if self.kv.allocate(req, req.num_computed_tokens) is None:
+                if req.kv_blocks * bs < req.num_computed_tokens and (
+                    self.kv.allocate(req, req.num_computed_tokens) is None
+                ):
                     raise AssertionError("decode run outgrew the KV pool")
+                start = req.num_computed_tokens - num_steps
+                growing += decode_block_seconds(start, num_steps, bs, times)
+                growing_blocks += req.kv_blocks
+            held = self.kv.num_used
+            span = times.end(num_steps) - times.start_s
+            block_seconds = growing + (held - growing_blocks) * span  # the rest hold still
         if finished:
             for req in finished:
                 self.kv.free(req)
             self.running = [r for r in self.running if r.num_output_tokens < r.max_output_tokens]
+        return held, block_seconds

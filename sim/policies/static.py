@@ -136,13 +136,18 @@ class StaticPolicy:
             arrivals_can_join=False,
         )
 
-    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> None:
+    def apply(
+        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
+    ) -> tuple[int, float]:
         if plan.num_decode_tokens:
             self.decode_steps_done += num_steps
         finished = advance(plan, num_steps, times, rec)
         if finished:
             self.active = [r for r in self.active if r.num_output_tokens < r.max_output_tokens]
+        held = self.kv.num_used  # reservations are fixed for the whole batch
+        block_seconds = held * (times.end(num_steps) - times.start_s)
         if not self.active:  # the batch drains at once: release every reservation
             for req in self.batch:
                 self.kv.free(req)
             self.batch = []
+        return held, block_seconds

@@ -1,0 +1,254 @@
+"""Parameter sweeps: one scenario run over the product of value grids, as one tidy table.
+
+A grid is `a.b.c=v1,v2,v3`: a dotted scenario path (the semantics of `--set`, so any field,
+variants included) and a comma-separated list of values, each parsed as a YAML scalar. Several
+grids make a Cartesian product; each *point* of it runs every variant of the scenario. A point's
+id is a hash of its overrides (keys sorted), so it does not depend on the order of the grids.
+
+Every point is validated before anything runs: each grid value alone first (an error names that
+`--grid` and value), then every combination (an error names the point).
+
+The table has one row per (point, variant): `point_id`, one column per grid key (named by its
+dotted path), `variant`, then every summary metric. Rows follow the grid expansion order and the
+scenario's variant order, never the order in which points finish, so that the same seed gives the
+same table whatever the backend and number of workers (each point is itself deterministic).
+
+On disk (`out`, optional from Python, `results/<name>-sweep/` from the CLI) each point's summary
+is written atomically to `points/<id>.json` as soon as it finishes; a rerun reads them back and
+runs only the missing points (resume). A point file also records a fingerprint of the base
+scenario (YAML mapping after `--set`), and is reused only when that still matches, so editing the
+scenario between runs recomputes instead of mixing old and new rows. The fingerprint does not
+cover files the scenario refers to (traces, profiles): pass `resume=False` after changing those.
+The final table goes to `sweep.parquet` and `sweep.csv`, each written to a temporary file first.
+Tables are always built from the JSON form of the summaries (NaN as null), so that a resumed
+sweep and a fresh one give identical frames.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import yaml
+
+from sim.errors import ScenarioError
+from sim.output import summary_document
+from sim.scenario import ScenarioSet, load_scenario_dict, parse_set, set_path
+from sim.simulate import simulate
+from sim.sweep_backends import Progress, default_workers, run_local, run_ray
+
+Summaries = dict[str, dict[str, Any]]  # variant -> metric -> value (None for NaN)
+
+
+@dataclass(frozen=True)
+class PointTask:
+    """Everything a worker needs to run one point; plain data so that it pickles cheaply."""
+
+    point_id: str
+    point: dict[str, Any]  # dotted path -> value
+    raw: dict[str, Any]  # the base scenario mapping, `--set` overrides already applied
+    file: str
+    base_dir: str
+
+
+def parse_grid(text: str) -> tuple[str, list[Any]]:
+    """`a.b=1,2,4` -> ("a.b", [1, 2, 4]); each item is a YAML scalar, as with `--set`."""
+    if "=" not in text:
+        raise ScenarioError(f"--grid {text!r}: expected KEY.PATH=V1,V2,...")
+    key, _, values = text.partition("=")
+    items = values.split(",")
+    if not values.strip() or any(not item.strip() for item in items):
+        raise ScenarioError(f"--grid {text!r}: empty value in the list")
+    parsed = [parse_set(f"{key}={item}") for item in items]
+    return ".".join(parsed[0][0]), [value for _, value in parsed]
+
+
+def _as_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, list[Any]]:
+    pairs = [parse_grid(g) for g in grid] if not isinstance(grid, Mapping) else grid.items()
+    out: dict[str, list[Any]] = {}
+    for key, values in pairs:
+        if key in out:
+            raise ScenarioError(f"--grid {key}: given twice; list all its values in one --grid")
+        if isinstance(values, str) or not list(values):
+            raise ScenarioError(f"--grid {key}: needs a non-empty list of values")
+        out[key] = list(values)
+    return out
+
+
+def expand(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """The Cartesian product of the grids, the last grid varying fastest."""
+    keys = list(grid)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def _digest(obj: Any) -> str:
+    text = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def point_id(point: Mapping[str, Any]) -> str:
+    return _digest(sorted(point.items()))[:12]
+
+
+def _describe(point: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
+def point_scenario(task: PointTask) -> ScenarioSet:
+    raw = copy.deepcopy(task.raw)
+    for key, value in task.point.items():
+        set_path(raw, key.split("."), copy.deepcopy(value))
+    return load_scenario_dict(raw, file=task.file, base_dir=Path(task.base_dir))
+
+
+def run_point(task: PointTask) -> Summaries:
+    """Simulate one point (all its variants); the summaries in their JSON form."""
+    results = simulate(point_scenario(task))
+    document = summary_document(results.scenario_name, results.summary())
+    variants: Summaries = json.loads(json.dumps(document["variants"], allow_nan=False))
+    return variants
+
+
+def _validate(tasks: list[PointTask], grid: dict[str, list[Any]], base: PointTask) -> None:
+    for key, values in grid.items():  # one key at a time, so an error names its --grid
+        for value in values:
+            single = PointTask("", {key: value}, base.raw, base.file, base.base_dir)
+            try:
+                point_scenario(single)
+            except ScenarioError as exc:
+                raise ScenarioError(f"--grid {key}={value}: {exc.message()}") from None
+    for task in tasks:
+        try:
+            point_scenario(task)
+        except ScenarioError as exc:
+            raise ScenarioError(f"--grid point {_describe(task.point)}: {exc.message()}") from None
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _load_done(points_dir: Path, tasks: list[PointTask], base: str) -> dict[str, Summaries]:
+    done: dict[str, Summaries] = {}
+    for task in tasks:
+        path = points_dir / f"{task.point_id}.json"
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # absent or unreadable: run it again
+        if record.get("base") == base and record.get("point") == task.point:
+            done[task.point_id] = record["variants"]
+    return done
+
+
+def table(tasks: list[PointTask], grid_keys: list[str], done: dict[str, Summaries]) -> pd.DataFrame:
+    rows = []
+    for task in tasks:
+        for variant, metrics in done[task.point_id].items():
+            values = {k: math.nan if v is None else v for k, v in metrics.items()}
+            rows.append({"point_id": task.point_id, **task.point, "variant": variant, **values})
+    frame = pd.DataFrame(rows)
+    for key in grid_keys:  # Parquet needs one type per column: mixed grids become strings
+        if frame[key].dtype == object and len({type(v) for v in frame[key]}) > 1:
+            frame[key] = frame[key].map(str)
+    return frame
+
+
+def write_table(frame: pd.DataFrame, out: Path) -> None:
+    _write_atomic(out / "sweep.csv", lambda p: frame.to_csv(p, index=False))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ScenarioError(
+            f"writing {out}/sweep.parquet needs pyarrow (pip install pyarrow); "
+            f"{out}/sweep.csv was written"
+        ) from None
+    _write_atomic(out / "sweep.parquet", lambda p: frame.to_parquet(p, index=False))
+
+
+def sweep(
+    scenario: str | Path,
+    grid: Mapping[str, Sequence[Any]] | Sequence[str],
+    *,
+    overrides: Sequence[str] = (),
+    backend: Literal["local", "ray"] = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = True,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Run `scenario` at every point of `grid` (`{"a.b": [1, 2]}` or `["a.b=1,2"]`).
+
+    Returns the tidy table (see the module docstring); writes files only when `out` is given.
+    """
+    try:
+        raw = yaml.safe_load(Path(scenario).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(scenario)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"not valid YAML: {exc}", file=str(scenario)) from None
+    if not isinstance(raw, dict):
+        raise ScenarioError("a scenario must be a YAML mapping", file=str(scenario))
+    for assignment in overrides:
+        set_path(raw, *parse_set(assignment))
+    grids = _as_grid(grid)
+    clash = [k for k in grids if k in ("point_id", "variant")]
+    if clash:
+        raise ScenarioError(f"--grid {clash[0]}: that name is reserved for a table column")
+    file, base_dir = str(scenario), str(Path(scenario).resolve().parent)
+    base = PointTask("", {}, raw, file, base_dir)
+    tasks = [PointTask(point_id(p), p, raw, file, base_dir) for p in expand(grids)]
+    _validate(tasks, grids, base)
+    fingerprint = _digest(raw)
+
+    points_dir = Path(out) / "points" if out is not None else None
+    done = _load_done(points_dir, tasks, fingerprint) if points_dir and resume else {}
+    todo = [t for t in tasks if t.point_id not in done]
+    if points_dir:
+        points_dir.mkdir(parents=True, exist_ok=True)
+    bar = Progress(len(tasks), initial=len(tasks) - len(todo), enabled=progress)
+
+    def finished(task: PointTask, variants: Summaries) -> None:
+        done[task.point_id] = variants
+        if points_dir:
+            record = {
+                "id": task.point_id,
+                "point": task.point,
+                "base": fingerprint,
+                "variants": variants,
+            }
+            text = json.dumps(record, indent=1, allow_nan=False, default=str)
+            _write_atomic(points_dir / f"{task.point_id}.json", lambda p: p.write_text(text))
+        bar.tick()
+
+    count = min(workers or default_workers(), max(len(todo), 1))
+    # looked up at call time so that tests can substitute the runner on the in-process path
+    runner = run_point
+    try:
+        if backend == "ray":
+            run_ray(todo, runner, count, address, finished)
+        elif backend == "local":
+            run_local(todo, runner, count, finished)
+        else:
+            raise ScenarioError(f"--backend {backend!r}: expected 'local' or 'ray'")
+    finally:
+        bar.close()
+    frame = table(tasks, list(grids), done)
+    if out is not None:
+        write_table(frame, Path(out))
+    return frame
