@@ -14,9 +14,9 @@ Tables (column names are part of the public contract):
   `duration_increment_s` (each later step is this much longer, as attention reads one more token
   per slot), `num_seqs, num_active_seqs, num_tokens, num_prefill_tokens, num_decode_tokens,
   sum_context_tokens` (first step), `context_growth_per_step, kv_blocks_used` (held during the
-  group's last step, before the requests it finished release theirs: within a run of decode steps
-  an upper bound, by at most one block per running request), `num_waiting, num_running, num_preempted`. `sim.metrics.expand_steps` gives one row per
-  step.
+  group's last step, before the requests it finished release theirs), `kv_block_seconds` (blocks
+  held integrated over the group, exact), `num_waiting, num_running, num_preempted`.
+  `sim.metrics.expand_steps` gives one row per step.
 * itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
 """
 

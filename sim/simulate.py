@@ -67,10 +67,7 @@ def simulate(
 def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantResult:
     spec = resolved.spec
     model, hw, policy_spec = spec.model, spec.hardware, spec.policy
-    if policy_spec.name == "static":
-        block_size = 1
-    else:
-        block_size = policy_spec.block_size
+    block_size = 1 if policy_spec.name == "static" else policy_spec.block_size
     if policy_spec.name != "static":
         num_blocks = kv_capacity_blocks(model, hw, block_size)
     else:  # contiguous reservation: a pool of one-token blocks

@@ -133,7 +133,7 @@ def _validate(tasks: list[PointTask], grid: dict[str, list[Any]], base: PointTas
             raise ScenarioError(f"--grid point {_describe(task.point)}: {exc.message()}") from None
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(tmp)

@@ -8,10 +8,13 @@ ties included), which the synthetic workload generator cannot produce.
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
+from sim.policies import make_policy
 from sim.results import VariantResult
 from sim.scenario import load_scenario_dict
 from sim.simulate import run_variant, simulate
@@ -126,6 +129,19 @@ def run_arrays(
     raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
 ) -> VariantResult:
     """Run the scenario's (single) variant on the given requests instead of its workload."""
+    return run_arrays_with_policy(raw, arrival_s, prompt, output)[0]
+
+
+def run_arrays_with_policy(
+    raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
+) -> tuple[VariantResult, Any]:
+    """`run_arrays`, also returning the policy object the run used (to inspect its end state)."""
+    made: list[Any] = []
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        made.append(make_policy(*args, **kwargs))
+        return made[-1]
+
     resolved = load_scenario_dict(raw).variants[0]
     n = len(arrival_s)
     arrays = RequestArrays(
@@ -135,4 +151,9 @@ def run_arrays(
         class_index=np.zeros(n, dtype=np.int64),
         class_names=("default",),
     )
-    return run_variant(resolved, arrays)
+    # `sim.simulate` the attribute is the function (sim/__init__ re-exports it): fetch the module
+    module = importlib.import_module("sim.simulate")
+    with mock.patch.object(module, "make_policy", capture):
+        res = run_variant(resolved, arrays)
+    assert len(made) == 1
+    return res, made[0]

@@ -1,0 +1,107 @@
+"""The `batchsim calibrate` and `batchsim fit` subcommands.
+
+`register(sub)` adds both parsers to the `batchsim` CLI. This module must not import torch: the
+CLI imports it to build its parser on every run, and torch is an optional extra. The benchmark is
+imported inside the `calibrate` handler, and a missing torch is a one-line user error.
+
+    batchsim calibrate --model llama-3-8b --device cuda --out calibration/profiles/measured/x
+    batchsim fit raw.csv --out calibration/profiles/mine [--filter model=llama-2-7b]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+
+TORCH_MISSING = "torch is not installed: pip install 'batchsim[calibration]'"
+
+
+def register(sub: Any) -> None:
+    """Add `calibrate` and `fit` to the `batchsim` subparsers."""
+    cal = sub.add_parser(
+        "calibrate", help="benchmark decode/prefill steps with PyTorch and fit a profile"
+    )
+    cal.add_argument("--model", required=True, help="catalog model, or llama-56m-example")
+    cal.add_argument("--device", default="cuda", help="cuda, cuda:1 or cpu (default: cuda)")
+    cal.add_argument("--out", type=Path, required=True, help="output folder of the profile")
+    cal.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="default bf16, fp32 on cpu")
+    cal.add_argument(
+        "--grid", choices=("full", "cpu", "tiny"), help="grid preset (default full, cpu on cpu)"
+    )
+    cal.add_argument("--layers", type=int, help="layers to build and time (scaled to full depth)")
+    cal.add_argument("--repeats", type=int, help="timed repeats per point")
+    cal.add_argument("--no-cuda-graphs", action="store_true", help="time decode eagerly")
+    cal.add_argument("--name", help="profile name (default: the output folder's name)")
+    cal.set_defaults(handler=_calibrate)
+
+    fit = sub.add_parser("fit", help="fit a profile to step timings in a CSV")
+    fit.add_argument("csv", type=Path, help="raw CSV of `calibrate`, or external step timings")
+    fit.add_argument("--out", type=Path, required=True, help="output folder of the profile")
+    fit.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep only rows with this value, e.g. model=llama-2-7b (repeatable)",
+    )
+    fit.add_argument("--model", help="catalog model the timings are of (recorded in provenance)")
+    fit.add_argument("--device-name", help="device the timings were measured on (provenance)")
+    fit.add_argument("--origin", help="where the timings come from (provenance)")
+    fit.add_argument(
+        "--source",
+        choices=("measured", "imported"),
+        default="measured",
+        help="measured: your own runs; imported: published timings",
+    )
+    fit.add_argument("--name", help="profile name (default: the output folder's name)")
+    fit.add_argument("--no-plot", action="store_true", help="skip fit.png")
+    fit.set_defaults(handler=_fit)
+
+
+def _fit(args: argparse.Namespace) -> int:
+    from calibration.report import fit_timings, format_outcome
+
+    extra: dict[str, Any] = {}
+    if args.device_name:
+        extra["device"] = {"name": args.device_name}
+    if args.origin:
+        extra["origin"] = args.origin
+    outcome = fit_timings(
+        args.csv,
+        args.out,
+        name=args.name,
+        source=args.source,
+        filters=tuple(args.filters),
+        model=args.model,
+        extra=extra,
+        plot=not args.no_plot,
+    )
+    print(format_outcome(outcome))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    try:
+        from calibration.calibrate import run_calibration
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == "torch":
+            raise ScenarioError(TORCH_MISSING) from None
+        raise
+    from calibration.grid import preset
+    from calibration.report import format_outcome
+
+    cpu = args.device == "cpu"
+    grid = preset(
+        args.grid or ("cpu" if cpu else "full"),
+        layers_timed=args.layers,
+        repeats=args.repeats,
+        cuda_graphs=False if args.no_cuda_graphs else None,
+    )
+    dtype = args.dtype or ("fp32" if cpu else "bf16")
+    outcome = run_calibration(args.model, args.device, dtype, grid, args.out, name=args.name)
+    print(format_outcome(outcome))
+    return 0
