@@ -37,7 +37,7 @@ def progress(items: list[T], desc: str) -> Iterable[T]:
         from tqdm import tqdm
     except ImportError:
         return _line_progress(items, desc)
-    return tqdm(items, desc=desc, file=sys.stderr)  # type: ignore[no-any-return]
+    return tqdm(items, desc=desc, file=sys.stderr)
 
 
 def _line_progress(items: list[T], desc: str) -> Iterator[T]:
@@ -130,7 +130,7 @@ def run_calibration(
         "grid": grid.describe(),
         "skipped_points": skipped,
         "benchmark_s": round(time.perf_counter() - started, 1),
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     raw_path = out_dir / "raw.csv"
     write_raw(raw_path, rows, meta)

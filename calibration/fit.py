@@ -28,9 +28,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from calibration.raw import FloatArray, StepTable
 from sim.profile import Coefficients
+
+BoolArray = npt.NDArray[np.bool_]
 
 FORMS = ("seed", "extended", "two_regime")  # simplest first: ties go to the simpler form
 MARGIN = 0.1  # a richer form must cut the held-out worst relative error by more than 10 %
@@ -136,7 +139,7 @@ def predict(c: Coefficients, table: StepTable) -> FloatArray:
     )
 
 
-def _solve(table: StepTable, form: str, rows: FloatArray, ridge: float | None) -> FloatArray:
+def _solve(table: StepTable, form: str, rows: BoolArray, ridge: float | None) -> FloatArray:
     a = design(table, form, ridge)[rows]
     y = table.step_s[rows]
     return nnls(a / y[:, None], np.ones_like(y))
@@ -149,7 +152,7 @@ def _ridges(table: StepTable) -> list[float]:
     return sorted({float(t) for t in np.concatenate([inner, mids])})
 
 
-def fit_form(table: StepTable, form: str, rows: FloatArray) -> Coefficients:
+def fit_form(table: StepTable, form: str, rows: BoolArray) -> Coefficients:
     """Best non-negative coefficients of `form` on the selected rows (a boolean mask)."""
     if form != "two_regime":
         return _coefficients(form, _solve(table, form, rows, None), None)
@@ -174,13 +177,18 @@ def r_squared(c: Coefficients, table: StepTable) -> float:
     return 1.0 - residual / total if total > 0 else 1.0
 
 
-def heldout_mask(table: StepTable) -> FloatArray:
+def heldout_mask(table: StepTable) -> npt.NDArray[np.bool_]:
     """True for rows held out of the selection fit: every fifth row in shape order."""
     mask = np.zeros(len(table), dtype=bool)
     if len(table) < MIN_POINTS_FOR_HOLDOUT:
         return mask
     order = np.lexsort(
-        (table.prefill_attention_term, table.sum_context_tokens, table.num_tokens, table.kind)
+        (
+            table.prefill_attention_term,
+            table.sum_context_tokens,
+            table.num_tokens,
+            np.asarray(table.kind),
+        )
     )
     mask[order[HOLDOUT_EVERY // 2 :: HOLDOUT_EVERY]] = True
     return mask

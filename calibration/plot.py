@@ -81,9 +81,9 @@ def fit_figure(table: StepTable, profile: Profile) -> Figure:
     fitted = predict(c, table) * 1e3
     measured = table.step_s * 1e3
     for kind, marker in (("decode", "o"), ("prefill", "s"), ("mixed", "^")):
-        rows = np.array([k == kind for k in table.kind])
-        if rows.any():
-            parity_ax.plot(measured[rows], fitted[rows], marker, label=kind, alpha=0.7)
+        of_kind = np.array([k == kind for k in table.kind])
+        if of_kind.any():
+            parity_ax.plot(measured[of_kind], fitted[of_kind], marker, label=kind, alpha=0.7)
     low, high = float(min(measured.min(), fitted.min())), float(max(measured.max(), fitted.max()))
     parity_ax.plot([low, high], [low, high], "k--", linewidth=0.8)
     parity_ax.set(

@@ -162,9 +162,9 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
             raise ScenarioError(
                 f"step_s must be > 0, got {row['step_s']}", file=file, path=f"line {line}"
             )
-        values = _features(row, reference, file, line)
-        kinds.append(str(values.pop("kind")))
-        for key, value in values.items():
+        features = _features(row, reference, file, line)
+        kinds.append(str(features.pop("kind")))
+        for key, value in features.items():
             cols[key].append(float(value))
         cols["step_s"].append(step_s)
     if not kinds:

@@ -71,14 +71,14 @@ def fit_timings(
         "rows_used": len(table),
         "notes": list(table.notes),
         "seed_by_context": report.seed_by_context,
-        "fit_date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "fit_date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
     }
     chosen: Coefficients = report.fits[report.form].coefficients
     profile = Profile(
         schema_version=1,
         name=name or out_dir.name,
         source=source,
-        model_form=report.form,  # type: ignore[arg-type]
+        model_form=report.form,
         coefficients=chosen,
         provenance=provenance,
         fit=FitSummary.model_validate(fit_block(report)),

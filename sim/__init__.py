@@ -4,18 +4,22 @@
 `load_scenario(path, overrides)` validates one without running it.
 """
 
+from sim.capacity import capacity_search
 from sim.errors import ScenarioError
 from sim.results import Results, VariantResult
 from sim.scenario import ScenarioSet, load_scenario, load_scenario_dict
 from sim.simulate import simulate
+from sim.sweep import sweep
 
 __all__ = [
     "Results",
     "ScenarioError",
     "ScenarioSet",
     "VariantResult",
+    "capacity_search",
     "load_scenario",
     "load_scenario_dict",
     "simulate",
+    "sweep",
 ]
 __version__ = "0.1.0"

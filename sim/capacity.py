@@ -142,10 +142,16 @@ class _Search:
                 lo, hi = (mid, hi) if self.passes(mid, confirm=near) else (lo, mid)
             if lo in self.confirmed or self.passes(lo, confirm=True):
                 break
-            # another seed fails at lo: step down, doubling the step, until every seed passes
+            # another seed fails at lo: step down, squaring the factor, until every seed passes
             hi, step = lo, 1.0 + 2 * tolerance
-            while not self.passes(hi / step, confirm=True):
+            for _ in range(MAX_DOUBLINGS):
+                if self.passes(hi / step, confirm=True):
+                    break
                 step *= step
+            else:
+                res.capacity_rps, res.failing_rps = 0.0, hi
+                res.note = "no rate tried meets the SLOs for every seed"
+                return res
             lo = hi / step
         res.capacity_rps, res.failing_rps = lo, hi
         return res

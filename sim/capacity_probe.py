@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from sim.errors import ScenarioError
 from sim.metrics import SummaryContext, summarize
-from sim.scenario import ScenarioSet, load_scenario_dict, parse_set, set_path
+from sim.scenario import ScenarioSet, load_scenario_dict, set_path
 from sim.simulate import simulate
+from sim.sweep import read_raw
 
 
 @functools.cache
@@ -34,17 +34,7 @@ def metric_names() -> frozenset[str]:
 class Prober:
     def __init__(self, scenario: str | Path, overrides: Sequence[str], rate_key: str) -> None:
         self.file = str(scenario)
-        try:
-            raw = yaml.safe_load(Path(scenario).read_text())
-        except OSError as exc:
-            raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=self.file) from None
-        except yaml.YAMLError as exc:
-            raise ScenarioError(f"not valid YAML: {exc}", file=self.file) from None
-        if not isinstance(raw, dict):
-            raise ScenarioError("a scenario must be a YAML mapping", file=self.file)
-        for assignment in overrides:
-            set_path(raw, *parse_set(assignment))
-        self.raw = raw
+        self.raw = raw = read_raw(scenario, overrides)
         self.base_dir = Path(scenario).resolve().parent
         self.rate_path = rate_key.split(".")
         loaded = self._load(raw)

@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     check.set_defaults(handler=_validate)
     # further commands live in their own modules: `register(sub)` adds a parser with a `handler`
+    from sim.cli_whatif import register as register_whatif
+    register_whatif(sub)
     from calibration.cli import register
 
     register(sub)

@@ -8,8 +8,8 @@ has nothing to run, the instance sleeps until an arrival wakes it or the policy'
 Same-time order (tested): arrival events carry SimPy's URGENT priority and step ends NORMAL, so
 requests arriving at time t are queued before any instance plans the step that starts at t: an
 arrival at t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
-order. A planned run of identical decode steps ends at the first step boundary at or after the
-next arrival when that arrival could join, so coalescing steps never changes a schedule.
+order. A planned run of identical decode steps that a newcomer could join is cut at the first
+step boundary at or after the newcomer's arrival, so coalescing steps never changes a schedule.
 """
 
 from __future__ import annotations
@@ -60,7 +60,14 @@ def steps_before(times: StepTimes, max_steps: int, at_s: float) -> int:
 
 
 class Instance:
-    """One serving instance: a policy, a cost model and the step loop."""
+    """One serving instance: a policy, a cost model and the step loop.
+
+    `submit` queues an arriving request; `wake` tells the instance that something it plans on
+    changed (a request arrived, KV blocks were freed elsewhere). An idle instance starts at once;
+    one in the middle of a run of identical decode steps that a newcomer could join cuts the run
+    at the first step boundary at or after now, exactly where a step-by-step loop would first
+    have seen the newcomer. `on_step` (if set) runs after each applied run, for cluster hooks.
+    """
 
     def __init__(
         self,
@@ -68,29 +75,44 @@ class Instance:
         index: int,
         policy: Policy,
         cost: CostModel,
-        next_arrival_s: Callable[[], float],
         *,
         coalesce: bool = True,
+        on_step: Callable[[Instance], None] | None = None,
     ) -> None:
         self.env = env
         self.index = index
         self.policy = policy
         self.cost = cost
-        self.next_arrival_s = next_arrival_s
         self.coalesce = coalesce
+        self.on_step = on_step
         self.recorder = Recorder(instance=index)
         self.rejected: list[Request] = []
         self._idle: Event | None = None
+        self._run: tuple[StepTimes, int] | None = None  # a run that newcomers may cut
+        self._cut_steps = 0
         self.process = env.process(self._loop())
 
-    def submit(self, req: Request) -> None:
+    def submit(self, req: Request) -> bool:
+        """Queue an arriving request; False (and counted) when it can never be served here."""
         req.instance = self.index
         if not self.policy.add_request(req, self.env.now):
             req.rejected = True
             self.rejected.append(req)
-            return
-        if self._idle is not None and not self._idle.triggered:
-            self._idle.succeed()
+            return False
+        self.wake()
+        return True
+
+    def wake(self) -> None:
+        if self._idle is not None:
+            if not self._idle.triggered:
+                self._idle.succeed()
+        elif self._run is not None:
+            times, num_steps = self._run
+            cut = steps_before(times, num_steps, self.env.now)
+            if cut < num_steps:
+                self._run = None
+                self._cut_steps = cut
+                self.process.interrupt()
 
     def _loop(self) -> Generator[Event, Any, None]:
         env, policy, cost, rec = self.env, self.policy, self.cost, self.recorder
@@ -110,8 +132,13 @@ class Instance:
             times = StepTimes(now, cost.plan_time(plan), t_kv * plan.context_growth_per_step)
             num_steps = plan.num_steps if self.coalesce else 1
             if num_steps > 1 and plan.arrivals_can_join:
-                num_steps = steps_before(times, num_steps, self.next_arrival_s())
-            yield env.timeout(times.end(num_steps) - now)
+                self._run = (times, num_steps)
+            try:
+                yield env.timeout(times.end(num_steps) - now)
+            except simpy.Interrupt:
+                num_steps = self._cut_steps
+                yield env.timeout(max(0.0, times.end(num_steps) - env.now))
+            self._run = None
             kv_held, kv_block_seconds = policy.apply(plan, num_steps, times, rec)
             rec.step(
                 plan,
@@ -123,6 +150,8 @@ class Instance:
                 num_waiting=policy.num_waiting,
                 num_running=policy.num_running,
             )
+            if self.on_step is not None:
+                self.on_step(self)
 
 
 class Source:
@@ -139,17 +168,11 @@ class Source:
         self.arrival_s = arrival_s.tolist()
         self.make_request = make_request
         self.dispatch = dispatch
-        self.next_index = 0
         self.process = env.process(self._feed())
-
-    def next_arrival_s(self) -> float:
-        i = self.next_index
-        return self.arrival_s[i] if i < len(self.arrival_s) else math.inf
 
     def _feed(self) -> Generator[Event, Any, None]:
         env = self.env
         for i, t in enumerate(self.arrival_s):
             if t > env.now:
                 yield UrgentTimeout(env, t - env.now)
-            self.next_index = i + 1
             self.dispatch(self.make_request(i))

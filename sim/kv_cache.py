@@ -54,6 +54,19 @@ class BlockManager:
         req.kv_blocks += need
         return need
 
+    def reserve(self, num_blocks: int) -> bool:
+        """Set blocks aside for a request that is not here yet (a KV transfer in flight)."""
+        if num_blocks > self.num_free:
+            return False
+        self.num_free -= num_blocks
+        return True
+
+    def attach(self, req: Request, num_blocks: int) -> None:
+        """Hand reserved blocks to the request they were reserved for."""
+        if req.kv_blocks:
+            raise AssertionError(f"request {req.id} already holds blocks in this pool")
+        req.kv_blocks = num_blocks
+
     def free(self, req: Request) -> int:
         """Return all of `req`'s blocks to the pool; the number freed."""
         held = req.kv_blocks

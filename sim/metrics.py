@@ -53,6 +53,10 @@ class SummaryContext:
     kv_blocks_total: int  # per instance; contiguous allocators use block_size 1 token
     block_size: int
     num_instances: int = 1
+    # heterogeneous clusters: per instance index, (kv_blocks_total, peak_flops, hbm bandwidth);
+    # empty means every instance has the values above
+    instances: tuple[tuple[int, float, float], ...] = ()
+    num_links: int = 0  # KV-transfer links of a disaggregated cluster
 
 
 REQUEST_COLUMNS = (

@@ -37,7 +37,12 @@ class Request:
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0  # tokens prefilled again after preemptions
     rejected: bool = False
-    instance: int = 0
+    instance: int = 0  # the instance that took it (the prefill instance when disaggregated)
+    # disaggregated serving: the prompt's KV moves to a decode instance over a link
+    decode_instance: int = -1
+    handoff_s: float = NAN  # prompt done, KV waiting for a link and a decode instance
+    transfer_start_s: float = NAN
+    transfer_end_s: float = NAN
 
     @property
     def num_known_tokens(self) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.cluster_metrics import instance_summary, stall_summary, transfer_summary
 from sim.metrics import SummaryContext, summarize
 
 
@@ -39,9 +40,18 @@ class VariantResult:
     context: SummaryContext
     # resolved scenario of this variant (plain data, ready to dump as YAML)
     scenario: dict[str, Any] = field(default_factory=dict)
+    # one row per instance: index, role (serve|prefill|decode), group, hardware, KV blocks, ...
+    instances: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def summary(self) -> dict[str, float]:
-        return summarize(self.requests, self.steps, self.itl, self.context)
+        out = summarize(self.requests, self.steps, self.itl, self.context)
+        out.update(stall_summary(self.requests))
+        out.update(transfer_summary(self.requests, self.context))
+        return out
+
+    def instance_summary(self) -> pd.DataFrame:
+        """One row per instance: role, group, hardware, requests taken and step metrics."""
+        return instance_summary(self.requests, self.steps, self.instances, self.context)
 
 
 @dataclass
@@ -63,6 +73,11 @@ class Results:
     @property
     def steps(self) -> pd.DataFrame:
         return self._concat("steps")
+
+    def instance_summary(self) -> pd.DataFrame:
+        """Per-instance metrics of every variant, with a `variant` column."""
+        frames = [v.instance_summary().assign(variant=n) for n, v in self.variants.items()]
+        return pd.concat(frames, ignore_index=True)
 
     def summary(self) -> pd.DataFrame:
         """One row per variant, one column per metric."""

@@ -108,6 +108,44 @@ class EngineSpec(_Strict):
     coalesce_decode_steps: bool = True
 
 
+Role = Literal["serve", "prefill", "decode"]
+RouterName = Literal[
+    "round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"
+]
+
+
+class InstanceGroupSpec(_Strict):
+    """`count` identical instances; unset fields take the scenario's top-level values."""
+
+    name: str | None = None
+    count: int = Field(default=1, gt=0)
+    hardware: HardwareSpec | None = None
+    policy: PolicySpec | None = None
+    profile: str | dict[str, Any] | None = None
+
+
+class ClusterSpec(_Strict):
+    router: RouterName = "least_outstanding_requests"
+    instances: list[InstanceGroupSpec] = Field(min_length=1)
+
+
+class LinkSpec(_Strict):
+    # KV transfer: bytes / bandwidth + latency; transfers queue FIFO over `num_links` links
+    bandwidth_gb_per_s: float = Field(default=25.0, gt=0)  # GB/s (1e9 bytes), per link
+    latency_s: float = Field(default=0.0, ge=0)
+    num_links: int = Field(default=1, gt=0)
+
+
+class PoolSpec(InstanceGroupSpec):
+    router: RouterName = "least_outstanding_requests"
+
+
+class DisaggregationSpec(_Strict):
+    prefill: PoolSpec
+    decode: PoolSpec = PoolSpec(router="least_kv")
+    link: LinkSpec = LinkSpec()
+
+
 class Scenario(_Strict):
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -121,6 +159,45 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     metrics: MetricsSpec = MetricsSpec()
     engine: EngineSpec = EngineSpec()
+    # several colocated instances behind a router (default: one instance)
+    cluster: ClusterSpec | None = None
+    # prefill and decode on separate pools joined by a KV link (exclusive with `cluster`)
+    disaggregation: DisaggregationSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> Scenario:
+        if self.cluster is not None and self.disaggregation is not None:
+            raise ValueError("give either cluster or disaggregation, not both")
+        if self.disaggregation is not None:
+            for pool in ("prefill", "decode"):
+                policy = getattr(self.disaggregation, pool).policy or self.policy
+                if policy.name == "static":
+                    raise ValueError(f"disaggregation.{pool}: static batching cannot be split")
+        return self
+
+    def groups(self) -> list[tuple[Role, str, InstanceGroupSpec]]:
+        """(role, group name, spec) for each instance group; role is serve|prefill|decode."""
+        if self.disaggregation is not None:
+            d = self.disaggregation
+            return [("prefill", d.prefill.name or "prefill", d.prefill),
+                    ("decode", d.decode.name or "decode", d.decode)]
+        if self.cluster is not None:
+            return [
+                ("serve", g.name or f"group{i}", g) for i, g in enumerate(self.cluster.instances)
+            ]
+        return [("serve", "default", InstanceGroupSpec())]
+
+
+@dataclass(frozen=True)
+class ResolvedGroup:
+    """One instance group with its own hardware, policy and profile resolved."""
+
+    role: Role
+    name: str
+    count: int
+    hardware: HardwareSpec
+    policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
+    profile: Profile
 
 
 @dataclass(frozen=True)
@@ -132,6 +209,11 @@ class ResolvedScenario:
     profile: Profile
     base_dir: Path
     raw: dict[str, Any]  # the merged YAML mapping this variant was validated from
+    groups: tuple[ResolvedGroup, ...] = ()
+
+    @property
+    def num_instances(self) -> int:
+        return sum(g.count for g in self.groups)
 
 
 @dataclass(frozen=True)
@@ -323,4 +405,29 @@ def _resolve(
         if exc.file is None:
             raise ScenarioError(exc.reason + note, file=file, path=exc.path or path) from None
         raise
-    return ResolvedScenario(variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw)
+    groups = []
+    for i, (role, group_name, g) in enumerate(spec.groups()):
+        key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
+        hw = g.hardware or spec.hardware
+        if g.hardware is not None:
+            try:
+                check_fits(spec.model, hw)
+            except ValueError as exc:
+                where, note = _where(f"{key}.hardware", variant, override)
+                raise ScenarioError(str(exc) + note, file=file, path=where) from None
+        group_profile = profile
+        if g.profile is not None or (g.hardware is not None and spec.profile == "roofline"):
+            where, note = _where(f"{key}.profile", variant, override)
+            raw_profile = g.profile if g.profile is not None else spec.profile
+            try:
+                group_profile = resolve_profile(raw_profile, spec.model, hw, base_dir, key=where)
+            except ScenarioError as exc:
+                if exc.file is None:
+                    raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
+                raise
+        groups.append(
+            ResolvedGroup(role, group_name, g.count, hw, g.policy or spec.policy, group_profile)
+        )
+    return ResolvedScenario(
+        variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
+    )

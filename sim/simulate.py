@@ -17,13 +17,10 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.catalog import kv_capacity_blocks, kv_capacity_tokens
-from sim.cost_model import CostModel
-from sim.engine import Instance, Source
+from sim.cluster import build_cluster
+from sim.engine import Source
 from sim.errors import ScenarioError
-from sim.kv_cache import BlockManager
 from sim.metrics import SummaryContext
-from sim.policies import make_policy
 from sim.recorder import STEP_COLUMNS
 from sim.request import Request
 from sim.results import Results, VariantResult
@@ -66,21 +63,13 @@ def simulate(
 
 def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantResult:
     spec = resolved.spec
-    model, hw, policy_spec = spec.model, spec.hardware, spec.policy
-    block_size = 1 if policy_spec.name == "static" else policy_spec.block_size
-    if policy_spec.name != "static":
-        num_blocks = kv_capacity_blocks(model, hw, block_size)
-    else:  # contiguous reservation: a pool of one-token blocks
-        num_blocks = kv_capacity_tokens(model, hw)
-    kv = BlockManager(num_blocks, block_size)
-    policy = make_policy(policy_spec, kv, max_model_len=model.max_model_len)
-    cost = CostModel(resolved.profile)
-
+    model = spec.model
     env = simpy.Environment()
-    arrival = requests.arrival_s
+    routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
+    cluster = build_cluster(env, resolved, routing_rng)
     prompt = requests.prompt_tokens.tolist()
     output = requests.output_tokens.tolist()
-    arrival_list = arrival.tolist()
+    arrival_list = requests.arrival_s.tolist()
     made: list[Request] = []
 
     def make_request(i: int) -> Request:
@@ -88,21 +77,13 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
         made.append(req)
         return req
 
-    instance: Instance | None = None
-
-    def dispatch(req: Request) -> None:
-        assert instance is not None
-        instance.submit(req)
-
-    source = Source(env, arrival, make_request, dispatch)
-    instance = Instance(
-        env, 0, policy, cost, source.next_arrival_s, coalesce=spec.engine.coalesce_decode_steps
-    )
+    Source(env, requests.arrival_s, make_request, cluster.dispatch)
     env.run()
     unfinished = [r for r in made if not r.rejected and math.isnan(r.finish_s)]
-    if unfinished or len(made) != len(requests):  # the loop only stops when the queue drains
+    if unfinished or len(made) != len(requests):  # the loop only stops when the queues drain
         raise AssertionError(f"{len(unfinished)} requests never finished in {resolved.variant}")
 
+    first = cluster.info[0]
     context = SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
         slo_tpot_s=spec.slo.tpot_s,
@@ -111,25 +92,32 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
         flops_per_token=model.flops_per_token,
         weight_bytes=model.weight_bytes,
         kv_bytes_per_token=model.kv_bytes_per_token,
-        peak_flops=hw.peak_flops,
-        hbm_bandwidth_bytes_per_s=hw.hbm_bandwidth_bytes_per_s,
-        kv_blocks_total=num_blocks,
-        block_size=block_size,
-        num_instances=1,
+        peak_flops=first.peak_flops,
+        hbm_bandwidth_bytes_per_s=first.hbm_bandwidth_bytes_per_s,
+        kv_blocks_total=first.kv_blocks_total,
+        block_size=first.block_size,
+        num_instances=len(cluster.instances),
+        instances=tuple(
+            (i.kv_blocks_total, i.peak_flops, i.hbm_bandwidth_bytes_per_s) for i in cluster.info
+        ),
+        num_links=cluster.link.num_links if cluster.link is not None else 0,
     )
-    rec = instance.recorder
+    step_rows = [row for inst in cluster.instances for row in inst.recorder.steps]
+    gaps = [g for inst in cluster.instances for g in inst.recorder.itl_gap_s]
+    counts = [c for inst in cluster.instances for c in inst.recorder.itl_count]
+    steps = pd.DataFrame.from_records(step_rows, columns=list(STEP_COLUMNS))
+    if len(cluster.instances) > 1:
+        steps = steps.sort_values(["start_s", "instance"], kind="stable", ignore_index=True)
     return VariantResult(
         name=resolved.variant,
         requests=requests_table(made),
-        steps=pd.DataFrame.from_records(rec.steps, columns=list(STEP_COLUMNS)),
+        steps=steps,
         itl=pd.DataFrame(
-            {
-                "gap_s": np.asarray(rec.itl_gap_s, dtype=float),
-                "count": np.asarray(rec.itl_count, dtype=np.int64),
-            }
+            {"gap_s": np.asarray(gaps, dtype=float), "count": np.asarray(counts, dtype=np.int64)}
         ),
         context=context,
         scenario=resolved.spec.model_dump(mode="json"),
+        instances=pd.DataFrame([vars(i) for i in cluster.info]),
     )
 
 
@@ -149,6 +137,10 @@ def requests_table(made: list[Request]) -> pd.DataFrame:
             "num_preemptions": [r.num_preemptions for r in made],
             "num_recomputed_tokens": [r.num_recomputed_tokens for r in made],
             "rejected": [r.rejected for r in made],
+            "decode_instance": [r.decode_instance for r in made],
+            "handoff_s": [r.handoff_s for r in made],
+            "transfer_start_s": [r.transfer_start_s for r in made],
+            "transfer_end_s": [r.transfer_end_s for r in made],
         }
     )
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
@@ -156,4 +148,6 @@ def requests_table(made: list[Request]) -> pd.DataFrame:
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
     decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] >= 2)
     df["tpot_s"] = (df["finish_s"] - df["first_token_s"]) / decode_tokens
+    df["transfer_queue_s"] = df["transfer_start_s"] - df["handoff_s"]
+    df["transfer_s"] = df["transfer_end_s"] - df["transfer_start_s"]
     return df.sort_values("id", ignore_index=True)

@@ -91,25 +91,32 @@ def step_summary(
     num_steps = float(k.sum())
     busy_s = float(time.sum())
     seqs = _col(steps, "num_seqs")
-    useful_tokens = float(
-        (k * (_col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens"))).sum()
+    # per-row hardware figures, so that heterogeneous clusters weigh each instance by its own
+    if "instance" in steps.columns:
+        codes, found = pd.factorize(steps["instance"])
+        uniques = np.asarray(found)
+    else:
+        codes, uniques = np.zeros(len(steps), dtype=np.int64), np.zeros(1, dtype=np.int64)
+    table = {i: (kv, peak, bw) for i, (kv, peak, bw) in enumerate(ctx.instances)}
+    default = (ctx.kv_blocks_total, ctx.peak_flops, ctx.hbm_bandwidth_bytes_per_s)
+    per_instance = np.array([table.get(int(u), default) for u in uniques], dtype=float)
+    per_instance = per_instance.reshape(-1, 3)
+    kv_total = per_instance[codes, 0] if len(steps) else np.zeros(0)
+    peak = per_instance[codes, 1] if len(steps) else np.zeros(0)
+    bandwidth = per_instance[codes, 2] if len(steps) else np.zeros(0)
+    step_tokens = k * (_col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens"))
+    step_context = _series_sum(
+        k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
     )
-    context_tokens = float(
-        _series_sum(
-            k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
-        ).sum()
-    )
-    bytes_moved = ctx.weight_bytes * num_steps + ctx.kv_bytes_per_token * context_tokens
+    step_bytes = ctx.weight_bytes * k + ctx.kv_bytes_per_token * step_context
+    flops_capacity = float((time * peak).sum())
+    bytes_capacity = float((time * bandwidth).sum())
 
     kv_used = _col(steps, "kv_blocks_used")
     kv_mean = math.nan
-    if len(steps) and ctx.kv_blocks_total > 0:
+    kv_peak = math.nan
+    if len(steps) and (per_instance[:, 0] > 0).all():
         # time-weighted per instance first, so a busy instance does not outweigh an idle one
-        codes, _ = (
-            pd.factorize(steps["instance"])
-            if "instance" in steps.columns
-            else (np.zeros(len(steps), dtype=np.int64), None)
-        )
         inst_time = np.bincount(codes, weights=time)
         held = (
             _col(steps, "kv_block_seconds")
@@ -119,7 +126,8 @@ def step_summary(
         inst_kv = np.bincount(codes, weights=held)
         valid = inst_time > 0
         if valid.any():
-            kv_mean = float((inst_kv[valid] / inst_time[valid]).mean() / ctx.kv_blocks_total)
+            kv_mean = float((inst_kv[valid] / inst_time[valid] / per_instance[valid, 0]).mean())
+        kv_peak = float((kv_used / kv_total).max())
 
     span_end = float(_col(steps, "end_s").max()) if len(steps) else math.nan
     span_start = first_arrival_s
@@ -136,14 +144,10 @@ def step_summary(
             float((k * _col(steps, "num_active_seqs")).sum()), float((k * seqs).sum())
         ),
         "kv_utilization_mean": kv_mean,
-        "kv_utilization_peak": (
-            float(kv_used.max()) / ctx.kv_blocks_total
-            if len(steps) and ctx.kv_blocks_total > 0
-            else math.nan
-        ),
+        "kv_utilization_peak": kv_peak,
         "busy_fraction": (
             _ratio(busy_s, ctx.num_instances * span_s) if not math.isnan(span_s) else math.nan
         ),
-        "mfu": _ratio(ctx.flops_per_token * useful_tokens, busy_s * ctx.peak_flops),
-        "bandwidth_utilization": _ratio(bytes_moved, busy_s * ctx.hbm_bandwidth_bytes_per_s),
+        "mfu": _ratio(ctx.flops_per_token * float(step_tokens.sum()), flops_capacity),
+        "bandwidth_utilization": _ratio(float(step_bytes.sum()), bytes_capacity),
     }

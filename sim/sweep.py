@@ -19,9 +19,8 @@ runs only the missing points (resume). A point file also records a fingerprint o
 scenario (YAML mapping after `--set`), and is reused only when that still matches, so editing the
 scenario between runs recomputes instead of mixing old and new rows. The fingerprint does not
 cover files the scenario refers to (traces, profiles): pass `resume=False` after changing those.
-The final table goes to `sweep.parquet` and `sweep.csv`, each written to a temporary file first.
-Tables are always built from the JSON form of the summaries (NaN as null), so that a resumed
-sweep and a fresh one give identical frames.
+The final table goes to `sweep.parquet` and `sweep.csv`, each written to a temporary file first
+(`sim.sweep_store`).
 """
 
 from __future__ import annotations
@@ -30,10 +29,7 @@ import copy
 import hashlib
 import itertools
 import json
-import math
-import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,19 +41,9 @@ from sim.output import summary_document
 from sim.scenario import ScenarioSet, load_scenario_dict, parse_set, set_path
 from sim.simulate import simulate
 from sim.sweep_backends import Progress, default_workers, run_local, run_ray
+from sim.sweep_store import PointTask, Summaries, load_points, save_point, table, write_table
 
-Summaries = dict[str, dict[str, Any]]  # variant -> metric -> value (None for NaN)
-
-
-@dataclass(frozen=True)
-class PointTask:
-    """Everything a worker needs to run one point; plain data so that it pickles cheaply."""
-
-    point_id: str
-    point: dict[str, Any]  # dotted path -> value
-    raw: dict[str, Any]  # the base scenario mapping, `--set` overrides already applied
-    file: str
-    base_dir: str
+__all__ = ["PointTask", "expand", "parse_grid", "point_id", "run_point", "sweep"]
 
 
 def parse_grid(text: str) -> tuple[str, list[Any]]:
@@ -70,6 +56,21 @@ def parse_grid(text: str) -> tuple[str, list[Any]]:
         raise ScenarioError(f"--grid {text!r}: empty value in the list")
     parsed = [parse_set(f"{key}={item}") for item in items]
     return ".".join(parsed[0][0]), [value for _, value in parsed]
+
+
+def read_raw(scenario: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
+    """The scenario's YAML mapping with `--set` overrides applied, not yet validated."""
+    try:
+        raw = yaml.safe_load(Path(scenario).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(scenario)) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"not valid YAML: {exc}", file=str(scenario)) from None
+    if not isinstance(raw, dict):
+        raise ScenarioError("a scenario must be a YAML mapping", file=str(scenario))
+    for assignment in overrides:
+        set_path(raw, *parse_set(assignment))
+    return raw
 
 
 def _as_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, list[Any]]:
@@ -96,6 +97,7 @@ def _digest(obj: Any) -> str:
 
 
 def point_id(point: Mapping[str, Any]) -> str:
+    """12 hex digits of a hash of the overrides, independent of the order of the grids."""
     return _digest(sorted(point.items()))[:12]
 
 
@@ -133,53 +135,6 @@ def _validate(tasks: list[PointTask], grid: dict[str, list[Any]], base: PointTas
             raise ScenarioError(f"--grid point {_describe(task.point)}: {exc.message()}") from None
 
 
-def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _load_done(points_dir: Path, tasks: list[PointTask], base: str) -> dict[str, Summaries]:
-    done: dict[str, Summaries] = {}
-    for task in tasks:
-        path = points_dir / f"{task.point_id}.json"
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue  # absent or unreadable: run it again
-        if record.get("base") == base and record.get("point") == task.point:
-            done[task.point_id] = record["variants"]
-    return done
-
-
-def table(tasks: list[PointTask], grid_keys: list[str], done: dict[str, Summaries]) -> pd.DataFrame:
-    rows = []
-    for task in tasks:
-        for variant, metrics in done[task.point_id].items():
-            values = {k: math.nan if v is None else v for k, v in metrics.items()}
-            rows.append({"point_id": task.point_id, **task.point, "variant": variant, **values})
-    frame = pd.DataFrame(rows)
-    for key in grid_keys:  # Parquet needs one type per column: mixed grids become strings
-        if frame[key].dtype == object and len({type(v) for v in frame[key]}) > 1:
-            frame[key] = frame[key].map(str)
-    return frame
-
-
-def write_table(frame: pd.DataFrame, out: Path) -> None:
-    _write_atomic(out / "sweep.csv", lambda p: frame.to_csv(p, index=False))
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise ScenarioError(
-            f"writing {out}/sweep.parquet needs pyarrow (pip install pyarrow); "
-            f"{out}/sweep.csv was written"
-        ) from None
-    _write_atomic(out / "sweep.parquet", lambda p: frame.to_parquet(p, index=False))
-
-
 def sweep(
     scenario: str | Path,
     grid: Mapping[str, Sequence[Any]] | Sequence[str],
@@ -196,16 +151,7 @@ def sweep(
 
     Returns the tidy table (see the module docstring); writes files only when `out` is given.
     """
-    try:
-        raw = yaml.safe_load(Path(scenario).read_text())
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(scenario)) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML: {exc}", file=str(scenario)) from None
-    if not isinstance(raw, dict):
-        raise ScenarioError("a scenario must be a YAML mapping", file=str(scenario))
-    for assignment in overrides:
-        set_path(raw, *parse_set(assignment))
+    raw = read_raw(scenario, overrides)
     grids = _as_grid(grid)
     clash = [k for k in grids if k in ("point_id", "variant")]
     if clash:
@@ -217,7 +163,7 @@ def sweep(
     fingerprint = _digest(raw)
 
     points_dir = Path(out) / "points" if out is not None else None
-    done = _load_done(points_dir, tasks, fingerprint) if points_dir and resume else {}
+    done = load_points(points_dir, tasks, fingerprint) if points_dir and resume else {}
     todo = [t for t in tasks if t.point_id not in done]
     if points_dir:
         points_dir.mkdir(parents=True, exist_ok=True)
@@ -226,14 +172,7 @@ def sweep(
     def finished(task: PointTask, variants: Summaries) -> None:
         done[task.point_id] = variants
         if points_dir:
-            record = {
-                "id": task.point_id,
-                "point": task.point,
-                "base": fingerprint,
-                "variants": variants,
-            }
-            text = json.dumps(record, indent=1, allow_nan=False, default=str)
-            _write_atomic(points_dir / f"{task.point_id}.json", lambda p: p.write_text(text))
+            save_point(points_dir, task, fingerprint, variants)
         bar.tick()
 
     count = min(workers or default_workers(), max(len(todo), 1))

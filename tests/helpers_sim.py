@@ -14,7 +14,6 @@ from unittest import mock
 
 import numpy as np
 
-from sim.policies import make_policy
 from sim.results import VariantResult
 from sim.scenario import load_scenario_dict
 from sim.simulate import run_variant, simulate
@@ -135,11 +134,18 @@ def run_arrays(
 def run_arrays_with_policy(
     raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
 ) -> tuple[VariantResult, Any]:
-    """`run_arrays`, also returning the policy object the run used (to inspect its end state)."""
+    """`run_arrays`, also returning the policy object the run used (to inspect its end state).
+
+    The policy is taken from the cluster `run_variant` builds (`sim.simulate.build_cluster`);
+    the scenarios here have a single instance.
+    """
     made: list[Any] = []
+    # `sim.simulate` the attribute is the function (sim/__init__ re-exports it): fetch the module
+    module = importlib.import_module("sim.simulate")
+    build = module.build_cluster
 
     def capture(*args: Any, **kwargs: Any) -> Any:
-        made.append(make_policy(*args, **kwargs))
+        made.append(build(*args, **kwargs))
         return made[-1]
 
     resolved = load_scenario_dict(raw).variants[0]
@@ -151,9 +157,7 @@ def run_arrays_with_policy(
         class_index=np.zeros(n, dtype=np.int64),
         class_names=("default",),
     )
-    # `sim.simulate` the attribute is the function (sim/__init__ re-exports it): fetch the module
-    module = importlib.import_module("sim.simulate")
-    with mock.patch.object(module, "make_policy", capture):
+    with mock.patch.object(module, "build_cluster", capture):
         res = run_variant(resolved, arrays)
-    assert len(made) == 1
-    return res, made[0]
+    assert len(made) == 1 and len(made[0].instances) == 1
+    return res, made[0].instances[0].policy

@@ -10,14 +10,18 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-
 from helpers_sim import scenario, tiny_hardware, tiny_model
+
 from sim.metrics import expand_steps, weighted_percentile
 from sim.scenario import load_scenario_dict
 from sim.simulate import simulate
 
-COEFFS = {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-4, "t_kv_s_per_token": 1e-5,
-          "t_attn_s_per_token2": 1e-7}
+COEFFS = {
+    "t_mem_s": 0.01,
+    "t_flop_s_per_token": 1e-4,
+    "t_kv_s_per_token": 1e-5,
+    "t_attn_s_per_token2": 1e-7,
+}
 WORKLOAD = {
     "num_requests": 300,
     "arrival": {"process": "poisson", "rate": 12.0},
@@ -26,17 +30,34 @@ WORKLOAD = {
 }
 POLICIES = {
     "static": {"name": "static", "max_batch_size": 6, "max_wait_s": 0.02},
-    "prefill_first": {"name": "continuous", "max_num_seqs": 12, "block_size": 8,
-                      "max_num_batched_tokens": 512, "mode": "prefill_first"},
-    "mixed": {"name": "continuous", "max_num_seqs": 12, "block_size": 8,
-              "max_num_batched_tokens": 512, "mode": "mixed"},
+    "prefill_first": {
+        "name": "continuous",
+        "max_num_seqs": 12,
+        "block_size": 8,
+        "max_num_batched_tokens": 512,
+        "mode": "prefill_first",
+    },
+    "mixed": {
+        "name": "continuous",
+        "max_num_seqs": 12,
+        "block_size": 8,
+        "max_num_batched_tokens": 512,
+        "mode": "mixed",
+    },
 }
 KV_TOKENS = 1200  # a few requests' worth: continuous batching preempts, static batches shrink
 
 
 def _raw(seed: int = 7, policy: str = "mixed", **extra) -> dict:
-    return scenario(policy=POLICIES[policy], workload=WORKLOAD, seed=seed, coefficients=COEFFS,
-                    model=tiny_model(), hardware=tiny_hardware(KV_TOKENS), **extra)
+    return scenario(
+        policy=POLICIES[policy],
+        workload=WORKLOAD,
+        seed=seed,
+        coefficients=COEFFS,
+        model=tiny_model(),
+        hardware=tiny_hardware(KV_TOKENS),
+        **extra,
+    )
 
 
 def _all_variants(**extra) -> dict:
@@ -86,21 +107,29 @@ def test_the_workload_produces_preemptions_and_batches():
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_stepwise_engine_matches_coalesced_runs(policy):
-    raw = _raw(policy=policy, variants={
-        "coalesced": None, "stepwise": {"engine": {"coalesce_decode_steps": False}}})
+    raw = _raw(
+        policy=policy,
+        variants={"coalesced": None, "stepwise": {"engine": {"coalesce_decode_steps": False}}},
+    )
     res = _sim(raw)
     fast, slow = res["coalesced"], res["stepwise"]
     assert (slow.steps["num_steps"] == 1).all()
     for col in ("first_scheduled_s", "first_token_s", "finish_s", "max_itl_s"):
-        np.testing.assert_allclose(fast.requests[col], slow.requests[col], rtol=1e-9, atol=0,
-                                   err_msg=col)
+        np.testing.assert_allclose(
+            fast.requests[col], slow.requests[col], rtol=1e-9, atol=0, err_msg=col
+        )
     for col in ("num_output_tokens", "num_preemptions", "num_recomputed_tokens", "rejected"):
         assert (fast.requests[col] == slow.requests[col]).all(), col
     # the coalesced step groups expand to exactly the steps run one by one
     expanded = expand_steps(fast.steps)
     assert len(expanded) == len(slow.steps)
-    for col in ("num_seqs", "num_tokens", "num_prefill_tokens", "num_decode_tokens",
-                "sum_context_tokens"):
+    for col in (
+        "num_seqs",
+        "num_tokens",
+        "num_prefill_tokens",
+        "num_decode_tokens",
+        "sum_context_tokens",
+    ):
         assert (expanded[col].to_numpy() == slow.steps[col].to_numpy()).all(), col
     for col in ("start_s", "end_s", "duration_s"):
         np.testing.assert_allclose(expanded[col], slow.steps[col], rtol=1e-9, err_msg=col)
@@ -113,45 +142,31 @@ def test_stepwise_engine_matches_coalesced_runs(policy):
     mean_fast = np.average(fast.itl["gap_s"], weights=fast.itl["count"])
     mean_slow = np.average(slow.itl["gap_s"], weights=slow.itl["count"])
     assert mean_fast == pytest.approx(mean_slow, rel=1e-9)
-    # and so the same summary, up to float rounding (two state-sampled metrics are xfailed below)
+    # and so the same summary, up to float rounding
     sf, ss = fast.summary(), slow.summary()
     assert sf.keys() == ss.keys()
-    for key in sf.keys() - STATE_SAMPLED:
+    for key in sf:
         assert sf[key] == pytest.approx(ss[key], rel=1e-9, nan_ok=True), key
 
 
-# kv_blocks_used and num_waiting are sampled at a step group's end, after `policy.apply` freed
-# the blocks of the requests that finished in it, and step_metrics weights them by the group's
-# whole duration / step count, so these two metrics change when steps are coalesced.
-STATE_SAMPLED = frozenset({"kv_utilization_mean", "mean_queue_length"})
-
-
-@pytest.mark.xfail(strict=True, reason="kv_utilization_mean and mean_queue_length are sampled "
-                   "at a group's end (after finished requests free KV) and weighted over the "
-                   "whole group, so they depend on engine.coalesce_decode_steps")
-@pytest.mark.parametrize("policy", list(POLICIES))
-def test_state_sampled_step_metrics_do_not_depend_on_coalescing(policy):
-    raw = _raw(policy=policy, variants={
-        "coalesced": None, "stepwise": {"engine": {"coalesce_decode_steps": False}}})
-    summary = _sim(raw).summary()
-    for key in sorted(STATE_SAMPLED):
-        assert summary.loc["coalesced", key] == pytest.approx(summary.loc["stepwise", key],
-                                                               rel=1e-6), key
-
-
-@pytest.mark.xfail(strict=True, reason="the last step group of a batch records kv_blocks_used "
-                   "after the batch freed its KV, so a request holding its reservation for its "
-                   "whole service shows a mean KV utilization far below its reservation")
 @pytest.mark.parametrize("coalesce", [True, False], ids=["coalesced", "stepwise"])
 def test_kv_utilization_mean_of_one_request_is_its_reservation(coalesce):
     # static batching reserves prompt + output tokens at admission and frees them when the batch
-    # ends, so KV use is exactly 110 tokens during every busy second
-    raw = scenario(policy={"name": "static", "max_batch_size": 1},
-                   workload={"num_requests": 1, "arrival": {"process": "constant", "rate": 1.0},
-                             "prompt_tokens": {"dist": "fixed", "value": 100},
-                             "output_tokens": {"dist": "fixed", "value": 10}},
-                   coefficients=COEFFS, model=tiny_model(), hardware=tiny_hardware(1000),
-                   engine={"coalesce_decode_steps": coalesce})
+    # ends, so KV use is exactly 110 of 1000 tokens during every busy second, however the steps
+    # are grouped (a group's KV must be counted before its finished requests release theirs)
+    raw = scenario(
+        policy={"name": "static", "max_batch_size": 1},
+        workload={
+            "num_requests": 1,
+            "arrival": {"process": "constant", "rate": 1.0},
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
+        coefficients=COEFFS,
+        model=tiny_model(),
+        hardware=tiny_hardware(1000),
+        engine={"coalesce_decode_steps": coalesce},
+    )
     summary = _sim(raw)["default"].summary()
     assert summary["kv_utilization_peak"] == pytest.approx(0.11)
     assert summary["kv_utilization_mean"] == pytest.approx(0.11)

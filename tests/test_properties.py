@@ -19,41 +19,49 @@ prefill tokens exceed the prompt by `recomputed + 1` and the decode tokens drop 
 from __future__ import annotations
 
 import numpy as np
+from helpers_sim import run_arrays_with_policy, scenario, tiny_hardware, tiny_model
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from helpers_sim import run_arrays_with_policy, scenario, tiny_hardware, tiny_model
 from sim.kv_cache import BlockManager
 from sim.request import Request
 
-COEFFS = {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-4, "t_kv_s_per_token": 1e-5,
-          "t_attn_s_per_token2": 1e-7}
+COEFFS = {
+    "t_mem_s": 0.01,
+    "t_flop_s_per_token": 1e-4,
+    "t_kv_s_per_token": 1e-5,
+    "t_attn_s_per_token2": 1e-7,
+}
 EPS = 1e-9
 
-static_policies = st.fixed_dictionaries({
-    "name": st.just("static"),
-    "max_batch_size": st.integers(1, 5),
-    "max_wait_s": st.sampled_from([0.0, 0.0, 0.005, 0.05, 0.5]),
-})
-continuous_policies = st.fixed_dictionaries({
-    "name": st.just("continuous"),
-    "max_num_seqs": st.integers(1, 6),
-    "max_num_batched_tokens": st.integers(8, 128),
-    "mode": st.sampled_from(["prefill_first", "mixed"]),
-    "block_size": st.sampled_from([1, 2, 4, 8, 16]),
-    "watermark": st.sampled_from([0.0, 0.01, 0.1, 0.3]),
-})
+static_policies = st.fixed_dictionaries(
+    {
+        "name": st.just("static"),
+        "max_batch_size": st.integers(1, 5),
+        "max_wait_s": st.sampled_from([0.0, 0.0, 0.005, 0.05, 0.5]),
+    }
+)
+continuous_policies = st.fixed_dictionaries(
+    {
+        "name": st.just("continuous"),
+        "max_num_seqs": st.integers(1, 6),
+        "max_num_batched_tokens": st.integers(8, 128),
+        "mode": st.sampled_from(["prefill_first", "mixed"]),
+        "block_size": st.sampled_from([1, 2, 4, 8, 16]),
+        "watermark": st.sampled_from([0.0, 0.01, 0.1, 0.3]),
+    }
+)
 
 
 @st.composite
-def workloads(draw):
+def workloads(draw, max_prompt=64, max_output=64, gaps=(0.0, 0.0, 0.001, 0.01, 0.03, 0.2, 1.0)):
     n = draw(st.integers(1, 40))
-    gaps = draw(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.01, 0.03, 0.2, 1.0]),
-                         min_size=n, max_size=n))
-    arrival = np.cumsum(gaps).tolist()
-    prompt = draw(st.lists(st.integers(1, 64), min_size=n, max_size=n))
-    output = draw(st.lists(st.one_of(st.just(1), st.integers(1, 64)), min_size=n, max_size=n))
+    arrival = np.cumsum(draw(st.lists(st.sampled_from(gaps), min_size=n, max_size=n))).tolist()
+    prompt = draw(st.lists(st.integers(1, max_prompt), min_size=n, max_size=n))
+    output = draw(
+        st.lists(st.one_of(st.just(1), st.integers(1, max_output)), min_size=n, max_size=n)
+    )
     return arrival, prompt, output
 
 
@@ -90,6 +98,8 @@ def check_run(res, pol, policy, prompt, output, kv_tokens, max_model_len):
     assert (fin["arrival_s"] <= fin["first_scheduled_s"]).all()
     assert (fin["first_scheduled_s"] < fin["first_token_s"]).all()
     assert (fin["first_token_s"] <= fin["finish_s"]).all()
+    # first come, first served: arrivals (ties in id order) are admitted in id order
+    assert (np.diff(fin["first_scheduled_s"].to_numpy()) >= 0).all()
     one_token = fin["max_output_tokens"] == 1
     assert (fin.loc[one_token, "first_token_s"] == fin.loc[one_token, "finish_s"]).all()
     assert (fin.loc[one_token, "max_itl_s"] == 0.0).all()
@@ -139,13 +149,17 @@ def check_run(res, pol, policy, prompt, output, kv_tokens, max_model_len):
 
 
 def run_case(policy, kv_tokens, max_model_len, coalesce, arrival, prompt, output):
-    raw = scenario(policy=policy, coefficients=COEFFS, model=tiny_model(max_model_len),
-                   hardware=tiny_hardware(kv_tokens),
-                   engine={"coalesce_decode_steps": coalesce})
+    raw = scenario(
+        policy=policy,
+        coefficients=COEFFS,
+        model=tiny_model(max_model_len),
+        hardware=tiny_hardware(kv_tokens),
+        engine={"coalesce_decode_steps": coalesce},
+    )
     return run_arrays_with_policy(raw, arrival, prompt, output)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=st.one_of(static_policies, continuous_policies),
     kv_tokens=st.integers(24, 360),
@@ -164,10 +178,32 @@ def test_run_invariants(policy, kv_tokens, max_model_len, coalesce, workload):
     event(f"{policy['name']}: preemptions {'yes' if req['num_preemptions'].any() else 'no'}")
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=continuous_policies,
+    kv_tokens=st.integers(40, 200),
+    coalesce=st.booleans(),
+    workload=workloads(max_prompt=24, max_output=100, gaps=(0.0, 0.0, 0.001, 0.01, 0.05)),
+)
+def test_run_invariants_under_kv_pressure(policy, kv_tokens, coalesce, workload):
+    """Bursts of long outputs into a small pool: continuous batching preempts often."""
+    assume(kv_tokens >= policy["block_size"])
+    arrival, prompt, output = workload
+    res, pol = run_case(policy, kv_tokens, 100_000, coalesce, arrival, prompt, output)
+    check_run(res, pol, policy, prompt, output, kv_tokens, 100_000)
+    event(f"preemptions {'yes' if res.requests['num_preemptions'].any() else 'no'}")
+
+
 def test_example_with_rejections_and_preemptions():
     """The search space reaches both rejections and preemptions (a pinned example of each)."""
-    policy = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 64,
-              "mode": "mixed", "block_size": 4, "watermark": 0.0}
+    policy = {
+        "name": "continuous",
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "mode": "mixed",
+        "block_size": 4,
+        "watermark": 0.0,
+    }
     arrival = [0.0, 0.0, 0.0, 0.01, 0.01, 0.05]
     prompt = [20, 20, 20, 10, 90, 30]
     output = [30, 30, 30, 5, 5, 1]
@@ -231,5 +267,5 @@ class BlockPool(RuleBasedStateMachine):
         assert self.kv.num_used == sum(self.held.values())
 
 
-BlockPool.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+BlockPool.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestBlockPool = BlockPool.TestCase

@@ -55,7 +55,10 @@ def test_defaults_are_filled_and_the_roofline_profile_resolves() -> None:
     "edit, expected",
     [
         ({"policy": {"name": "continuous", "max_num_sqs": 4}}, "policy.max_num_sqs: unknown key"),
-        ({"policy": {"name": "continuous", "max_num_seqs": 0}}, "policy.max_num_seqs: Input should"),
+        (
+            {"policy": {"name": "continuous", "max_num_seqs": 0}},
+            "policy.max_num_seqs: Input should",
+        ),
         ({"policy": {"name": "dynamic"}}, "policy: "),
         ({"model": "llama-9"}, "unknown model 'llama-9'"),
         ({"seed": "abc"}, "seed: "),
@@ -94,7 +97,7 @@ def test_set_overrides_any_field_and_rejects_bad_paths(tmp_path: Path) -> None:
     spec = scenario.variants[0].spec
     assert spec.policy.max_num_seqs == 4  # type: ignore[union-attr]
     assert spec.workload.arrival.rate == 0.5  # type: ignore[union-attr]
-    with pytest.raises(ScenarioError, match="expected KEY.PATH=VALUE"):
+    with pytest.raises(ScenarioError, match=r"expected KEY\.PATH=VALUE"):
         load_scenario(path, ["policy.max_num_seqs"])
     with pytest.raises(ScenarioError, match="seed is not a mapping"):
         load_scenario(path, ["seed.x=1"])

@@ -1,14 +1,31 @@
-"""Batching policies, looked up by the `name` of a scenario's `policy` mapping."""
+"""Batching policies, built from the `policy` mapping of a scenario (or a cluster group)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from sim.kv_cache import BlockManager
 from sim.policies.base import Policy
 from sim.policies.continuous import ContinuousPolicy
+from sim.policies.disaggregated import DecodeOnlyPolicy, PrefillOnlyPolicy
 from sim.policies.static import StaticPolicy
 from sim.scenario import ChunkedPolicySpec, ContinuousPolicySpec, StaticPolicySpec
 
-__all__ = ["ContinuousPolicy", "Policy", "StaticPolicy", "make_policy"]
+__all__ = [
+    "ContinuousPolicy",
+    "DecodeOnlyPolicy",
+    "Policy",
+    "PrefillOnlyPolicy",
+    "StaticPolicy",
+    "make_policy",
+]
+
+# in a disaggregated cluster the same limits drive a prefill-only or a decode-only instance
+_ROLES: dict[str, type[ContinuousPolicy]] = {
+    "serve": ContinuousPolicy,
+    "prefill": PrefillOnlyPolicy,
+    "decode": DecodeOnlyPolicy,
+}
 
 
 def make_policy(
@@ -16,8 +33,11 @@ def make_policy(
     kv: BlockManager,
     *,
     max_model_len: int,
+    role: Literal["serve", "prefill", "decode"] = "serve",
 ) -> Policy:
     if isinstance(spec, StaticPolicySpec):
+        if role != "serve":
+            raise ValueError("static batching cannot be split into prefill and decode pools")
         return StaticPolicy(
             kv,
             max_batch_size=spec.max_batch_size,
@@ -26,8 +46,9 @@ def make_policy(
             kv_reservation=spec.kv_reservation,
             pad_prompts=spec.pad_prompts,
         )
+    cls = _ROLES[role]
     if isinstance(spec, ChunkedPolicySpec):
-        return ContinuousPolicy(
+        return cls(
             kv,
             max_num_seqs=spec.max_num_seqs,
             max_num_batched_tokens=spec.max_num_batched_tokens,
@@ -36,7 +57,7 @@ def make_policy(
             watermark=spec.watermark,
             max_prefill_seqs=spec.max_prefill_seqs,
         )
-    return ContinuousPolicy(
+    return cls(
         kv,
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,

@@ -32,6 +32,7 @@ from sim.plan import StepPlan
 from sim.policies.base import never_fits
 from sim.recorder import Recorder, StepTimes, advance, decode_block_seconds
 from sim.request import Request
+from sim.router import remaining_work
 
 Mode = Literal["prefill_first", "mixed", "chunked"]
 
@@ -75,6 +76,10 @@ class ContinuousPolicy:
             return False
         self.waiting.append(req)
         return True
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for every request here (what token-aware routers balance)."""
+        return sum(remaining_work(r) for queue in (self.waiting, self.running) for r in queue)
 
     def next_wakeup_s(self, now: float) -> float | None:
         return None

@@ -20,6 +20,7 @@ from sim.kv_cache import BlockManager
 from sim.plan import StepPlan
 from sim.recorder import Recorder, StepTimes, advance
 from sim.request import Request
+from sim.router import remaining_work
 
 
 class StaticPolicy:
@@ -64,6 +65,10 @@ class StaticPolicy:
             return False
         self.waiting.append(req)
         return True
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for every request here (what token-aware routers balance)."""
+        return sum(remaining_work(r) for queue in (self.waiting, self.active) for r in queue)
 
     def next_wakeup_s(self, now: float) -> float | None:
         if self.batch or not self.waiting:

@@ -1,0 +1,86 @@
+"""Compare fitted profiles with first principles: the roofline profile and the device probes.
+
+For each profile: the fitted T_mem against weight bytes / bandwidth (the probed bandwidth when
+the profile was measured here, else none) and against the roofline profile of the same catalog
+model and GPU; the fitted T_flop against 2 * parameters / FLOP/s the same two ways; T_kv and
+T_attn against the roofline. Ratios above 1 mean the hardware is slower than the estimate.
+
+    python -m calibration.compare PROFILE.yaml... [--hardware a100-80g]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from sim.catalog import HARDWARE, MODELS
+from sim.profile import Profile, load_profile, roofline_profile
+
+# GPU names as `calibrate` slugs them (torch.cuda.get_device_name) -> catalog names
+GPU_SLUGS = {
+    "h200": "h200",
+    "h100": "h100-sxm",
+    "a100-sxm4-80gb": "a100-80g",
+    "a100-80g": "a100-80g",
+}
+
+
+def _hardware(profile: Profile, override: str | None) -> str | None:
+    if override:
+        return override
+    device = profile.provenance.get("device") or {}
+    name = str(device.get("name", "")).lower().replace("nvidia ", "").replace(" ", "-")
+    return next((hw for slug, hw in GPU_SLUGS.items() if name.startswith(slug)), None)
+
+
+def compare(profile: Profile, hardware: str | None) -> list[tuple[str, float, float | None]]:
+    """(what, fitted, estimate) rows; the estimate is None when it cannot be computed."""
+    model_info: dict[str, Any] = profile.provenance.get("model") or {}
+    model = MODELS.get(str(model_info.get("name")))
+    c = profile.coefficients
+    rows: list[tuple[str, float, float | None]] = []
+    probes = (profile.provenance.get("device") or {}).get("probes") or {}
+    if model is not None and probes:
+        rows.append(("t_mem vs weights/probed BW", c.t_mem_s,
+                     model.weight_bytes / (probes["bandwidth_gb_per_s"] * 1e9)))  # fmt: skip
+        rows.append(("t_flop vs 2N/probed FLOP/s", c.t_flop_s_per_token,
+                     model.flops_per_token / (probes["tflop_per_s"] * 1e12)))  # fmt: skip
+    if model is not None and hardware in HARDWARE:
+        roof = roofline_profile(model, HARDWARE[hardware]).coefficients
+        rows += [
+            ("t_mem vs roofline", c.t_mem_s, roof.t_mem_s),
+            ("t_flop vs roofline", c.t_flop_s_per_token, roof.t_flop_s_per_token),
+            ("t_kv vs roofline", c.t_kv_s_per_token, roof.t_kv_s_per_token),
+            ("t_attn vs roofline", c.t_attn_s_per_token2, roof.t_attn_s_per_token2),
+        ]
+        if c.t_flop_high_s_per_token is not None:
+            rows.append(("t_flop_high vs roofline", c.t_flop_high_s_per_token,
+                         roof.t_flop_s_per_token))  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Fitted profiles vs roofline and probes.")
+    parser.add_argument("profiles", nargs="+", type=Path)
+    parser.add_argument("--hardware", choices=sorted(HARDWARE), help="catalog GPU to compare with")
+    args = parser.parse_args(argv)
+    for path in args.profiles:
+        profile = load_profile(path)
+        fit = profile.fit
+        errors = "no fit"
+        if fit is not None:
+            held = fit.heldout_max_rel_error
+            errors = f"R2 {fit.r2:.4f}, max rel err {fit.max_rel_error:.1%}, held-out " + (
+                "-" if held is None else f"{held:.1%}"
+            )
+        print(f"{path}: {profile.model_form} ({errors})")
+        for what, fitted, estimate in compare(profile, _hardware(profile, args.hardware)):
+            ratio = f"{fitted / estimate:7.2f}x" if estimate else "      -"
+            est = f"{estimate:.4g}" if estimate is not None else "-"
+            print(f"  {what:<28} fitted {fitted:<11.4g} estimate {est:<11} {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

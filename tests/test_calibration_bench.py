@@ -1,0 +1,79 @@
+"""The PyTorch microbenchmark on CPU: a tiny model on a tiny grid in seconds, sane timings, model
+dimensions that match the catalog, grid points counted as the simulator counts steps, and
+`batchsim calibrate` end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibration.bench import Bench
+from calibration.bench_model import TINY, dims_for
+from calibration.calibrate import run_calibration
+from calibration.grid import Point, preset
+from calibration.raw import read_meta, read_steps
+from sim.catalog import MODELS
+from sim.cli import main
+from sim.profile import load_profile
+
+
+@pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b"])
+def test_model_dimensions_add_up_to_the_catalog_parameter_count(name: str) -> None:
+    assert dims_for(name).num_parameters() == MODELS[name].num_parameters
+
+
+def test_points_count_features_as_the_simulator_does() -> None:
+    mixed = Point("mixed", num_decodes=4, context=64, chunk=32).features()
+    # the prefill chunk reads its own 32 tokens; each decode reads its cache plus its new token
+    assert mixed["num_seqs"] == 5 and mixed["num_tokens"] == 36
+    assert mixed["sum_context_tokens"] == 4 * 65 + 32
+    assert mixed["prefill_attention_term"] == 32 * 32
+    split = Point("prefill", chunk=256, prompts=4).features()
+    assert split["prefill_attention_term"] == 4 * 64 * 64
+
+
+def test_tiny_model_benchmark_on_cpu(tmp_path: Path) -> None:
+    outcome = run_calibration("llama-tiny-test", "cpu", "fp32", preset("tiny"), tmp_path)
+    table = read_steps(tmp_path / "raw.csv")
+    assert len(table) == len(preset("tiny").points())
+    assert set(table.kind) == {"decode", "prefill", "mixed"}
+    assert (table.step_s > 0).all()
+
+    def decode(b: int, context: int) -> float:
+        rows = (table.num_seqs == b) & (table.context_tokens_per_seq == context)
+        return float(table.step_s[rows & (table.num_prefill_tokens == 0)][0])
+
+    # the corners of the grid differ several-fold (64k KV tokens vs 17), far beyond timing noise
+    # on a busy CI machine; neighbouring points may not, so only corners are compared
+    assert decode(64, 1024) > 2 * decode(1, 16)
+    assert decode(64, 1024) > decode(1, 1024)
+    meta = read_meta(tmp_path / "raw.csv")
+    assert meta["layers_timed"] == 2 and meta["model"]["hidden_size"] == TINY.hidden_size
+    assert meta["device"]["probes"]["bandwidth_gb_per_s"] > 0
+    profile = load_profile(outcome.profile_path)
+    assert profile.source == "measured"
+    assert profile.provenance["torch_version"] == meta["torch_version"]
+    assert (tmp_path / "fit.png").is_file()
+
+
+def test_points_that_cannot_fit_are_reported() -> None:
+    import torch
+
+    bench = Bench(TINY, preset("tiny"), "cpu", torch.float32)
+    # a petabyte of KV cache: no device holds it, so the point is skipped with the sizes
+    reason = bench.skip_reason(Point("decode", num_decodes=256, context=10**12))
+    assert reason is not None and "GiB" in reason
+    assert bench.skip_reason(Point("decode", num_decodes=1, context=16)) is None
+
+
+def test_calibrate_command_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "tiny"
+    args = ["calibrate", "--model", "llama-tiny-test", "--device", "cpu", "--grid", "tiny"]
+    assert main([*args, "--repeats", "2", "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert load_profile(out / "profile.yaml").name == "tiny"
+    assert main(["calibrate", "--model", "gpt-9", "--device", "cpu", "--out", str(out)]) == 2
+    assert "unknown model 'gpt-9'" in capsys.readouterr().err
