@@ -20,8 +20,9 @@ within 2 x tolerance of the boundary) is repeated with `repeats` further seeds (
 passes only if every repeat passes; the final `lo` is always confirmed that way, stepping down if
 a repeat fails. The answer is therefore conservative: it holds for every seed tried.
 
-Capacity per GPU divides by the number of GPUs, 1 while scenarios describe a single instance.
-Searching for the fewest instances needs multi-instance (cluster) scenarios, not supported yet.
+Capacity per GPU divides by the number of GPUs: one per instance, summed over the instance
+groups of a cluster or of both disaggregated pools (one for a plain scenario). Searching for the
+fewest instances for a given rate is not supported yet.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from sim.errors import ScenarioError
 
 RATE_KEY = "workload.arrival.rate"
 MAX_DOUBLINGS = 20  # a factor of about a million either way before giving up on a bracket
-NUM_GPUS = 1  # one instance of one GPU per scenario until clusters exist
 
 
 @dataclass(frozen=True)
@@ -81,14 +81,15 @@ class CapacityResult:
     capacity_rps: float  # largest rate that passed (0 if none did, inf if none failed)
     failing_rps: float  # smallest rate that failed (inf if none did)
     requests_per_probe: int
+    num_gpus: int = 1  # one per instance, prefill and decode pools included
     probes: list[tuple[float, int, bool]] = field(default_factory=list)  # (rate, seed, passed)
     note: str = ""
 
     def row(self) -> dict[str, float | int | str]:
         return {
             "capacity_rps": self.capacity_rps,
-            "capacity_rps_per_gpu": self.capacity_rps / NUM_GPUS,
-            "num_gpus": NUM_GPUS,
+            "capacity_rps_per_gpu": self.capacity_rps / self.num_gpus,
+            "num_gpus": self.num_gpus,
             "failing_rps": self.failing_rps,
             "num_probes": len(self.probes),
             "requests_per_probe": self.requests_per_probe,
@@ -101,7 +102,7 @@ class _Search:
 
     def __init__(self, prober: Prober, variant: str, slos: Sequence[SLO], seeds: list[int]):
         self.prober, self.variant, self.slos, self.seeds = prober, variant, slos, seeds
-        self.result = CapacityResult(variant, math.nan, math.inf, 0)
+        self.result = CapacityResult(variant, math.nan, math.inf, 0, prober.num_gpus[variant])
         self.confirmed: set[float] = set()
         self.cache: dict[tuple[float, int], bool] = {}
 

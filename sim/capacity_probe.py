@@ -53,6 +53,9 @@ class Prober:
         self.start_rate = float(base_rate if base_rate is not None else min(rates))
         self.seed = loaded.variants[0].spec.seed
         self.variants = [v.variant for v in loaded.variants]
+        self.num_gpus = {
+            v.variant: sum(group.count for _, _, group in v.spec.groups()) for v in loaded.variants
+        }
 
     def _load(self, raw: dict[str, Any]) -> ScenarioSet:
         return load_scenario_dict(raw, file=self.file, base_dir=self.base_dir)

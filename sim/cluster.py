@@ -76,7 +76,12 @@ def build_cluster(
             index = len(instances)
             kv, block_size = _make_pool(group, model)
             policy = make_policy(
-                group.policy, kv, max_model_len=model.max_model_len, role=group.role
+                group.policy,
+                kv,
+                max_model_len=model.max_model_len,
+                role=group.role,
+                slo=spec.slo,
+                kv_bytes_per_token=model.kv_bytes_per_token,
             )
             instance = Instance(
                 env,
@@ -93,11 +98,11 @@ def build_cluster(
                     index,
                     group.role,
                     group.name,
-                    hw.name,
+                    hw.name if hw.tensor_parallel == 1 else f"{hw.name}x{hw.tensor_parallel}",
                     kv.num_total,
                     block_size,
-                    hw.peak_flops,
-                    hw.hbm_bandwidth_bytes_per_s,
+                    hw.instance_peak_flops,
+                    hw.instance_hbm_bandwidth_bytes_per_s,
                 )
             )
 
@@ -105,10 +110,9 @@ def build_cluster(
         router_name = spec.cluster.router if spec.cluster is not None else "round_robin"
         router = Router(router_name, rng)
         serve = [instances[i] for i in roles["serve"]]
-        policies = [i.policy for i in serve]
 
         def dispatch(req: Request) -> None:
-            serve[router.pick(policies)].submit(req)  # type: ignore[arg-type]
+            serve[router.pick(len(serve), lambda i: serve[i].load())].submit(req)
 
         return Cluster(instances, info, dispatch)
 
@@ -117,16 +121,16 @@ def build_cluster(
     decode = [instances[i] for i in roles["decode"]]
     link = KVLink(env, d.link, model, decode, Router(d.decode.router, rng))
     prefill_router = Router(d.prefill.router, rng)
-    prefill_policies = [i.policy for i in prefill]
     largest_decode_pool = max(i.policy.kv.capacity_tokens for i in decode)
     cluster = Cluster(instances, info, lambda req: None, link=link)
 
     def dispatch_pd(req: Request) -> None:
         if req.num_prompt_tokens + req.max_output_tokens > largest_decode_pool:
             req.rejected = True  # its KV could never land on any decode instance
+            req.instance = -1
             cluster.rejected.append(req)
             return
-        prefill[prefill_router.pick(prefill_policies)].submit(req)  # type: ignore[arg-type]
+        prefill[prefill_router.pick(len(prefill), lambda i: prefill[i].load())].submit(req)
 
     for instance in prefill:
         instance.on_step = link.collect
@@ -176,16 +180,21 @@ class KVLink:
 
     def start(self) -> None:
         """Start transfers in FIFO order while a link and a decode instance's blocks allow."""
-        policies = [i.policy for i in self.decode]
         while self.pending and self.free_links:
             req, source = self.pending[0]
             tokens = req.num_computed_tokens
-            fits = [i for i, p in enumerate(policies) if p.kv.can_allocate(p.kv.blocks_for(tokens))]
+            loads = [i.load() for i in self.decode]  # mid-run loads, as step by step
+            fits = [
+                i
+                for i, (inst, load) in enumerate(zip(self.decode, loads, strict=True))
+                if inst.policy.kv.blocks_for(tokens) <= load.kv_blocks_total - load.kv_blocks_used
+            ]
             if not fits:
                 return  # backpressure: the head waits on its prefill instance, and so do the rest
-            target = self.decode[self.router.pick(policies, fits)]  # type: ignore[arg-type]
+            target = self.decode[self.router.pick(len(self.decode), loads.__getitem__, fits)]
             blocks = target.policy.kv.blocks_for(tokens)
             target.policy.kv.reserve(blocks)
+            target.cut_run()  # its run horizon counted these blocks as free
             self.pending.popleft()
             self.free_links -= 1
             duration = tokens * self.kv_bytes_per_token / self.bandwidth + self.latency_s

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from simpy.core import URGENT
 from simpy.events import Event
 
 from sim.cost_model import CostModel
+from sim.plan import StepPlan
 from sim.policies.base import Policy
 from sim.recorder import Recorder, StepTimes
 from sim.request import Request
@@ -59,6 +61,17 @@ def steps_before(times: StepTimes, max_steps: int, at_s: float) -> int:
     return j
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """An instance's load at one instant, for routing decisions."""
+
+    num_waiting: int
+    num_running: int
+    outstanding_tokens: int  # prompt tokens not yet prefilled + output tokens not yet generated
+    kv_blocks_used: int
+    kv_blocks_total: int
+
+
 class Instance:
     """One serving instance: a policy, a cost model and the step loop.
 
@@ -88,7 +101,8 @@ class Instance:
         self.recorder = Recorder(instance=index)
         self.rejected: list[Request] = []
         self._idle: Event | None = None
-        self._run: tuple[StepTimes, int] | None = None  # a run that newcomers may cut
+        # the run in flight: its plan, step times, length and whether newcomers may cut it
+        self._run: tuple[StepPlan, StepTimes, int, bool] | None = None
         self._cut_steps = 0
         self.process = env.process(self._loop())
 
@@ -103,16 +117,48 @@ class Instance:
         return True
 
     def wake(self) -> None:
+        """New work arrived: start if idle, or cut a run that the newcomer could join."""
         if self._idle is not None:
             if not self._idle.triggered:
                 self._idle.succeed()
-        elif self._run is not None:
-            times, num_steps = self._run
-            cut = steps_before(times, num_steps, self.env.now)
-            if cut < num_steps:
-                self._run = None
-                self._cut_steps = cut
-                self.process.interrupt()
+        elif self._run is not None and self._run[3]:
+            self.cut_run()
+
+    def cut_run(self) -> None:
+        """End the run in flight at the first step boundary at or after now, whatever it is:
+        for changes made from outside that the policy's run horizon did not foresee (KV
+        reserved in this pool for a transfer)."""
+        if self._run is None:
+            return
+        _plan, times, num_steps, _ = self._run
+        cut = steps_before(times, num_steps, self.env.now)
+        if cut < num_steps:
+            self._run = None
+            self._cut_steps = cut
+            self.process.interrupt()
+
+    def load(self) -> Load:
+        """What routers see now, as a step-by-step loop would show it mid-run.
+
+        A coalesced run applies its tokens and blocks only when it ends; here the steps that
+        ended before now are counted in, and blocks for the step under way are allocated, as
+        they would have been at its start.
+        """
+        policy = self.policy
+        kv = policy.kv
+        tokens = policy.outstanding_tokens()
+        used = kv.num_used
+        if self._run is not None:
+            plan, times, num_steps, _ = self._run
+            done = steps_before(times, num_steps, self.env.now) - 1  # steps ended before now
+            if done > 0:
+                tokens -= done * len(plan.scheduled)
+                bs = kv.block_size
+                for req in plan.scheduled:
+                    need = -(-(req.num_computed_tokens + done + 1) // bs) - req.kv_blocks
+                    if need > 0:
+                        used += need
+        return Load(policy.num_waiting, policy.num_running, tokens, used, kv.num_total)
 
     def _loop(self) -> Generator[Event, Any, None]:
         env, policy, cost, rec = self.env, self.policy, self.cost, self.recorder
@@ -129,24 +175,27 @@ class Instance:
                     yield self._idle | env.timeout(max(0.0, wake - now))
                 self._idle = None
                 continue
-            times = StepTimes(now, cost.plan_time(plan), t_kv * plan.context_growth_per_step)
+            # KV copies to and from host memory (swap preemption) lengthen the step they serve
+            duration = cost.plan_time(plan) + plan.swap_s
+            times = StepTimes(now, duration, t_kv * plan.context_growth_per_step)
             num_steps = plan.num_steps if self.coalesce else 1
-            if num_steps > 1 and plan.arrivals_can_join:
-                self._run = (times, num_steps)
+            self._run = (plan, times, num_steps, num_steps > 1 and plan.arrivals_can_join)
             try:
                 yield env.timeout(times.end(num_steps) - now)
             except simpy.Interrupt:
                 num_steps = self._cut_steps
                 yield env.timeout(max(0.0, times.end(num_steps) - env.now))
             self._run = None
-            kv_held, kv_block_seconds = policy.apply(plan, num_steps, times, rec)
+            usage = policy.apply(plan, num_steps, times, rec)
             rec.step(
                 plan,
                 num_steps,
                 times,
                 num_active_seqs=policy.num_active_seqs(plan),
-                kv_blocks_used=kv_held,
-                kv_block_seconds=kv_block_seconds,
+                kv_blocks_used=usage.blocks_held,
+                kv_block_seconds=usage.block_seconds,
+                kv_stored_token_seconds=usage.stored_token_seconds,
+                kv_fragment_token_seconds=usage.fragment_token_seconds,
                 num_waiting=policy.num_waiting,
                 num_running=policy.num_running,
             )

@@ -33,6 +33,7 @@ import pandas as pd
 
 from sim.percentiles import latency_stats, weighted_percentile, weighted_stats
 from sim.step_metrics import expand_steps, step_summary
+from sim.tier_metrics import TierTargets, meets_slo, slo_targets, tier_summary
 
 __all__ = ["SummaryContext", "expand_steps", "summarize", "weighted_percentile"]
 
@@ -57,6 +58,8 @@ class SummaryContext:
     # empty means every instance has the values above
     instances: tuple[tuple[int, float, float], ...] = ()
     num_links: int = 0  # KV-transfer links of a disaggregated cluster
+    # per-tier SLO targets (tier, ttft_s, tpot_s), defaults already filled in
+    slo_tiers: TierTargets = ()
 
 
 REQUEST_COLUMNS = (
@@ -89,15 +92,9 @@ def _floats(frame: pd.DataFrame, column: str) -> np.ndarray:
 
 
 def _meets_slo(measured: pd.DataFrame, ctx: SummaryContext) -> np.ndarray:
-    """Mask of measured requests that finished and meet every SLO that is set."""
-    ok = ~np.isnan(_floats(measured, "finish_s"))
-    if ctx.slo_ttft_s is not None:
-        ok &= _floats(measured, "ttft_s") <= ctx.slo_ttft_s
-    if ctx.slo_tpot_s is not None:
-        tpot = _floats(measured, "tpot_s")
-        # single-token requests have no TPOT and so cannot violate its target
-        ok &= np.isnan(tpot) | (tpot <= ctx.slo_tpot_s)
-    return ok
+    """Mask of measured requests that finished and meet every SLO of their tier that is set."""
+    ttft, tpot = slo_targets(measured, ctx.slo_ttft_s, ctx.slo_tpot_s, ctx.slo_tiers)
+    return meets_slo(measured, ttft, tpot)
 
 
 def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, float]:
@@ -112,6 +109,8 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
         "num_preemptions": int(requests["num_preemptions"].sum()),
         "num_recomputed_tokens": int(requests["num_recomputed_tokens"].sum()),
     }
+    for column in ("num_swaps", "swapped_bytes"):  # absent from hand-made tables
+        out[column] = int(requests[column].sum()) if column in requests.columns else 0
     if len(requests):
         lo = float(arrival.min()) + ctx.warmup_s
         hi = float(arrival.max()) - ctx.cooldown_s
@@ -128,7 +127,8 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
         duration = float(_floats(done, "finish_s").max() - _floats(measured, "arrival_s").min())
     output_tokens = float(done["num_output_tokens"].sum())
     prompt_tokens = float(done["num_prompt_tokens"].sum())
-    num_good = int(_meets_slo(measured, ctx).sum())
+    good = _meets_slo(measured, ctx)
+    num_good = int(good.sum())
     num_offered = len(measured) + int((in_window & rejected).sum())
 
     def rate(x: float) -> float:
@@ -142,6 +142,9 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
         goodput_rps=rate(float(num_good)),
         slo_attainment=num_good / num_offered if num_offered else math.nan,
     )
+    waits = _floats(measured, "queue_s")
+    out["oldest_wait_s"] = float(np.nanmax(waits)) if (~np.isnan(waits)).any() else math.nan
+    out.update(tier_summary(measured, good))
     return out
 
 

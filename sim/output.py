@@ -10,8 +10,10 @@ a crash exactly there leaves `.<name>.old-<pid>` holding the previous results.
 
 Folder content: `scenario.yaml` (the resolved scenario text), `summary.json` (per variant: metric
 -> value with NaN as null, plus the scenario name), `summary.csv` (variants as rows),
-`requests.csv`, `steps.csv` (step groups) and `itl.csv`, each with a `variant` column, and the
-PNG plots of `sim.plots.save_plots`.
+`requests.csv`, `steps.csv` (step groups) and `itl.csv`, each with a `variant` column, the PNG
+and SVG plots of `sim.plots.save_plots`, `report.html` (`sim.report`) and, when asked for,
+`trace.json` (`sim.trace_export`). The report is built last, from the files already in the
+temporary folder, so it is part of the same atomic swap.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from sim.plots import save_plots
+from sim.report import write_report
+from sim.trace_export import write_trace
 
 if TYPE_CHECKING:
     from sim.results import Results
@@ -55,7 +59,14 @@ def summary_document(scenario_name: str, summary: pd.DataFrame) -> dict[str, Any
     return {"scenario": scenario_name, "variants": variants}
 
 
-def _write_folder(results: Results, folder: Path, scenario_yaml: str, plots: bool) -> None:
+def _write_folder(
+    results: Results,
+    folder: Path,
+    scenario_yaml: str,
+    plots: bool,
+    report: bool,
+    trace_requests: int | None,
+) -> None:
     summary = results.summary()
     _write_text(folder / "scenario.yaml", scenario_yaml)
     document = summary_document(results.scenario_name, summary)
@@ -67,12 +78,26 @@ def _write_folder(results: Results, folder: Path, scenario_yaml: str, plots: boo
     _write_csv(pd.concat(itl, ignore_index=True) if itl else pd.DataFrame(), folder / "itl.csv")
     if plots:
         save_plots(results, folder)
+    if trace_requests is not None:
+        write_trace(results, folder / "trace.json", max_requests=trace_requests)
+    if report:
+        write_report(folder)
 
 
 def write_results(
-    results: Results, out_dir: Path, scenario_yaml: str, *, plots: bool = True
+    results: Results,
+    out_dir: Path,
+    scenario_yaml: str,
+    *,
+    plots: bool = True,
+    report: bool = True,
+    trace_requests: int | None = None,
 ) -> Path:
-    """Write the results folder `out_dir` atomically (see the module docstring); return it."""
+    """Write the results folder `out_dir` atomically (see the module docstring); return it.
+
+    `trace_requests`: write `trace.json` with request tracks for that many requests (None: no
+    trace).
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
@@ -81,7 +106,7 @@ def write_results(
         # leftovers of an earlier crashed run with the same pid must not leak into this one
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        _write_folder(results, tmp, scenario_yaml, plots)
+        _write_folder(results, tmp, scenario_yaml, plots, report, trace_requests)
         if out_dir.exists():
             shutil.rmtree(old, ignore_errors=True)
             out_dir.rename(old)

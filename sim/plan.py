@@ -39,3 +39,6 @@ class StepPlan:
     arrivals_can_join: bool = True
     # requests preempted while planning this step (already requeued by the policy)
     preempted: tuple[Request, ...] = field(default=())
+    # seconds of KV copies between GPU and host memory (swap-outs of this step's victims and
+    # swap-ins of resumed requests) added to the step's duration; only single steps carry them
+    swap_s: float = 0.0

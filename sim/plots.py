@@ -1,5 +1,8 @@
 """Plots of one scenario's results: latency CDFs and batch / queue / KV timelines per variant.
 
+`save_plots` writes them, with the batch-slot chart of `sim.plots_slots`, as PNG and SVG; the
+sweep plots (throughput vs latency, goodput vs rate) are in `sim.plots_sweep`.
+
 Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`), never
 through `pyplot`, so nothing leaks into global state, no GUI backend is touched and plots can be
 made from worker threads; `Figure.savefig` renders PNG with the Agg canvas. The `*_figure`
@@ -25,6 +28,8 @@ import numpy.typing as npt
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from sim.plots_slots import slot_timeline_figure
 
 if TYPE_CHECKING:
     from sim.results import Results
@@ -165,11 +170,33 @@ def plot_timeline(
     timeline_figure(steps, kv_blocks_total).savefig(path, dpi=110)
 
 
-def save_plots(results: Results, out_dir: Path) -> list[Path]:
-    """Write `latency_cdf.png` and `timeline.png` into `out_dir`; return their paths."""
-    cdf_path = out_dir / "latency_cdf.png"
-    timeline_path = out_dir / "timeline.png"
-    plot_latency_cdfs(results.requests, cdf_path)
+PLOT_NAMES = ("latency_cdf", "timeline", "slots")
+
+
+def _is_static(results: Results, name: str) -> bool:
+    policy = results[name].scenario.get("policy") or {}
+    return isinstance(policy, dict) and policy.get("name") == "static"
+
+
+def save_plots(
+    results: Results, out_dir: Path, formats: tuple[str, ...] = ("png", "svg")
+) -> list[Path]:
+    """Write `latency_cdf`, `timeline` and `slots` in every format into `out_dir`.
+
+    Returns the paths, figure by figure in `PLOT_NAMES` order, formats in the given order.
+    """
     capacity = {name: v.context.kv_blocks_total for name, v in results.variants.items()}
-    plot_timeline(results.steps, timeline_path, capacity)
-    return [cdf_path, timeline_path]
+    requests = results.requests
+    static = {name: _is_static(results, name) for name in results.variants}
+    figures = [
+        latency_cdf_figure(requests),
+        timeline_figure(results.steps, capacity),
+        slot_timeline_figure(requests, static),
+    ]
+    paths = []
+    for name, fig in zip(PLOT_NAMES, figures, strict=True):
+        for fmt in formats:
+            path = out_dir / f"{name}.{fmt}"
+            fig.savefig(path, dpi=110)
+            paths.append(path)
+    return paths

@@ -10,8 +10,13 @@ The attention term prices `sum(chunk * context)` (QK^T and PV, 2 FLOPs per multi
 a whole prompt this counts the causally masked half too; the flop efficiency, chosen against real
 A100 step times (`calibration/check_roofline.py`), absorbs that along with kernel inefficiency.
 
+Tensor parallelism, fp8/int4 weights and fp8 KV change the roofline as `roofline_profile` says:
+every term divides by the tp degree, fp8 weights use the GPU's fp8 peak when it has one, and tp > 1
+adds an all-reduce term (per token: bytes over the link; per step: a latency per all-reduce).
+
 `python -m sim.profile roofline calibration/profiles/roofline` regenerates the committed roofline
-files. They carry no date, so regenerating them gives identical bytes.
+files: one per catalog model and GPU at the smallest tensor-parallel degree that fits (see
+`write_roofline_profiles`). They carry no date, so regenerating them gives identical bytes.
 """
 
 from __future__ import annotations
@@ -25,12 +30,30 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, kv_capacity_tokens
+from sim.catalog import (
+    HARDWARE,
+    MODELS,
+    HardwareSpec,
+    ModelSpec,
+    check_parallelism,
+    kv_bytes_per_token_on,
+    min_tensor_parallel,
+)
 from sim.errors import ScenarioError
 
 # Chosen against the A100 reference timings; the justification travels in each file's provenance.
 ROOFLINE_MEM_EFFICIENCY = 0.8
 ROOFLINE_FLOP_EFFICIENCY = 0.7
+# Tensor parallelism only (tp > 1): not calibrated against measurements, stated assumptions.
+ROOFLINE_LINK_EFFICIENCY = 0.8
+ALLREDUCE_LATENCY_S = 5e-6
+ACTIVATION_BYTES = 2  # bf16 activations cross the link, whatever the weight dtype
+_LINK_NOTE = (
+    "Assumed, not measured here: NCCL ring all-reduce reaches about 80% of the one-way NVLink "
+    "bandwidth (half the datasheet's two-way figure) on large messages; each all-reduce also "
+    "costs about 5 us of latency (a small-message all-reduce inside a CUDA graph, as vLLM's "
+    "custom all-reduce achieves on NVLink; plain NCCL is slower). Two all-reduces per layer."
+)
 _EFFICIENCY_NOTE = (
     "Achieved fractions of datasheet HBM bandwidth and dense bf16 FLOP/s, chosen against 61 real "
     "A100-80GB SXM step times of Llama-2-7B and Llama-3-8B (Vidur kernel timings; "
@@ -140,51 +163,117 @@ def save_profile(profile: Profile, path: Path) -> None:
         raise
 
 
+def _compute_flops(model: ModelSpec, hw: HardwareSpec) -> tuple[float, str]:
+    """Per-GPU peak FLOP/s of the linear layers, and which peak it is.
+
+    fp8 weights run fp8 x fp8 GEMMs (W8A8) on GPUs with fp8 tensor cores, else they are
+    dequantized to bf16 (A100: weight-only fp8, as vLLM's Marlin kernels do); int4 weights are
+    weight-only (W4A16), so their GEMMs run at the bf16 rate."""
+    if model.weight_dtype == "fp8" and hw.fp8_peak_flops:
+        return hw.fp8_peak_flops, "fp8"
+    return hw.peak_flops, "bf16"
+
+
 def roofline_profile(
     model: ModelSpec,
     hw: HardwareSpec,
     *,
     mem_efficiency: float = ROOFLINE_MEM_EFFICIENCY,
     flop_efficiency: float = ROOFLINE_FLOP_EFFICIENCY,
+    link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
+    allreduce_latency_s: float = ALLREDUCE_LATENCY_S,
 ) -> Profile:
-    """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size."""
-    bandwidth = hw.hbm_bandwidth_bytes_per_s * mem_efficiency
-    flops = hw.peak_flops * flop_efficiency
+    """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size.
+
+    With `tp = hw.tensor_parallel` GPUs each reads and computes its 1/tp shard at the same time,
+    so every term divides by tp; tp > 1 adds two all-reduces per layer (after the attention output
+    and the MLP down projections) of `num_tokens * hidden_size * 2` bytes (bf16 activations,
+    whatever the weight dtype), priced as a ring: `2 (tp - 1) / tp * bytes` over the one-way link
+    bandwidth (half the datasheet's two-way figure) at `link_efficiency`, which scales with the
+    step's tokens (added to t_flop), plus `allreduce_latency_s` each (added to t_mem)."""
+    check_parallelism(model, hw)
+    tp = hw.tensor_parallel
+    bandwidth = tp * hw.hbm_bandwidth_bytes_per_s * mem_efficiency
+    peak, compute_dtype = _compute_flops(model, hw)
+    flops = tp * peak * flop_efficiency
+    # attention (QK^T, PV) runs in bf16 even with an fp8 KV cache (dequantized on load)
+    attn_flops = tp * hw.peak_flops * flop_efficiency
     attn_flops_per_pair = 4 * model.num_layers * model.num_attention_heads * model.head_dim
+    allreduce_s_per_token = 0.0
+    allreduce_s_per_step = 0.0
+    if tp > 1:
+        assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
+        one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * link_efficiency
+        per_token_bytes = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
+        allreduce_s_per_token = 2 * model.num_layers * per_token_bytes / one_way
+        allreduce_s_per_step = 2 * model.num_layers * allreduce_latency_s
     coefficients = Coefficients(
-        t_mem_s=model.weight_bytes / bandwidth,
-        t_flop_s_per_token=model.flops_per_token / flops,
-        t_kv_s_per_token=model.kv_bytes_per_token / bandwidth,
-        t_attn_s_per_token2=attn_flops_per_pair / flops,
+        t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step,
+        t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
+        t_kv_s_per_token=kv_bytes_per_token_on(model, hw) / bandwidth,
+        t_attn_s_per_token2=attn_flops_per_pair / attn_flops,
     )
-    dtype = {2.0: "bf16", 1.0: "fp8", 4.0: "fp32"}.get(model.dtype_bytes, "unknown")
+    efficiency: dict[str, Any] = {
+        "mem": mem_efficiency,
+        "flop": flop_efficiency,
+        "justification": _EFFICIENCY_NOTE,
+    }
+    params = "num_parameters" if model.num_active_parameters is None else "num_active_parameters"
+    formulas = {
+        "t_mem_s": "weight_bytes / (hbm_bandwidth * mem)",
+        "t_flop_s_per_token": f"2 * {params} / (peak_flops * flop)",
+        "t_kv_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * mem)",
+        "t_attn_s_per_token2": "4 * layers * heads * head_dim / (peak_flops * flop)",
+    }
+    if tp > 1:
+        efficiency |= {"link": link_efficiency, "allreduce_latency_s": allreduce_latency_s,
+                       "link_justification": _LINK_NOTE}  # fmt: skip
+        formulas = {
+            "t_mem_s": "weight_bytes / (tp * hbm_bandwidth * mem) "
+            "+ 2 * layers * allreduce_latency_s",
+            "t_flop_s_per_token": f"2 * {params} / (tp * peak_flops * flop) "
+            "+ 2 * layers * 2 * (tp - 1) / tp * hidden_size * 2 / (interconnect / 2 * link)",
+            "t_kv_s_per_token": "kv_bytes_per_token(tp) / (tp * hbm_bandwidth * mem)",
+            "t_attn_s_per_token2": "4 * layers * heads * head_dim / (tp * peak_flops * flop)",
+        }
     provenance: dict[str, Any] = {
         "generator": "python -m sim.profile roofline (batchsim sim/profile.py)",
-        "device": hw.model_dump(exclude={"gpu_memory_utilization", "activation_reserve_bytes"})
+        "device": hw.model_dump(
+            exclude={"gpu_memory_utilization", "activation_reserve_bytes"}, exclude_none=True
+        )
         | {"source": "vendor datasheet (HBM bandwidth, dense bf16 tensor-core FLOP/s)"},
-        "model": model.model_dump(),
-        "dtype": dtype,
-        "efficiency": {
-            "mem": mem_efficiency,
-            "flop": flop_efficiency,
-            "justification": _EFFICIENCY_NOTE,
-        },
-        "formulas": {
-            "t_mem_s": "weight_bytes / (hbm_bandwidth * mem)",
-            "t_flop_s_per_token": "2 * num_parameters / (peak_flops * flop)",
-            "t_kv_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * mem)",
-            "t_attn_s_per_token2": "4 * layers * heads * head_dim / (peak_flops * flop)",
-        },
+        "model": model.model_dump(exclude_none=True)
+        | {"weight_dtype": model.weight_dtype_name, "kv_dtype": model.kv_dtype_name},
+        "dtype": model.dtype_label,
+        "efficiency": efficiency,
+        "formulas": formulas,
         "date": None,  # deliberately absent: regenerating must give identical bytes
     }
+    if compute_dtype != "bf16":
+        provenance["compute_dtype"] = compute_dtype  # peak_flops above is then fp8_peak_flops
+        formulas["t_flop_s_per_token"] = formulas["t_flop_s_per_token"].replace(
+            "peak_flops", "fp8_peak_flops", 1
+        )
     return Profile(
         schema_version=1,
-        name=f"roofline-{model.name}-{hw.name}",
+        name=f"roofline-{roofline_stem(model, hw)}",
         source="roofline",
         model_form="extended",
         coefficients=coefficients,
         provenance=provenance,
     )
+
+
+def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
+    """`<model>-<hardware>`, plus `-tp<N>`, `-w<dtype>`, `-kv<dtype>` where not the defaults."""
+    stem = f"{model.name}-{hw.name}"
+    if hw.tensor_parallel > 1:
+        stem += f"-tp{hw.tensor_parallel}"
+    if model.weight_dtype_name != "bf16":
+        stem += f"-w{model.weight_dtype_name}"
+    if model.kv_dtype_name != "bf16":
+        stem += f"-kv{model.kv_dtype_name}"
+    return stem
 
 
 def resolve_profile(
@@ -220,14 +309,27 @@ def resolve_profile(
         raise _scenario_error(exc, None, key) from exc
 
 
+def roofline_file_name(model: ModelSpec, hw: HardwareSpec) -> str:
+    """`<model>_<hardware>.yaml`, or `<model>_<hardware>_tp<N>.yaml` for tensor parallelism."""
+    tp = f"_tp{hw.tensor_parallel}" if hw.tensor_parallel > 1 else ""
+    return f"{model.name}_{hw.name}{tp}.yaml"
+
+
 def write_roofline_profiles(out_dir: Path) -> list[Path]:
-    """One `<model>_<hardware>.yaml` per catalog pair whose weights fit on one GPU."""
+    """One file per catalog model and GPU, at the smallest tensor-parallel degree that fits.
+
+    Models that fit on one GPU get `<model>_<hardware>.yaml` (tp 1); larger ones get
+    `<model>_<hardware>_tp<N>.yaml` for the smallest N in `TP_CANDIDATES` whose GPUs hold the
+    weights with room for KV. Every file is bf16. Other degrees and dtypes are computed on the fly
+    by a scenario's `profile: roofline`."""
     written = []
     for model in MODELS.values():
-        for hw in HARDWARE.values():
-            if kv_capacity_tokens(model, hw) <= 0:
-                continue  # no tensor parallelism: a model that does not fit gets no profile
-            path = out_dir / f"{model.name}_{hw.name}.yaml"
+        for base in HARDWARE.values():
+            tp = min_tensor_parallel(model, base)
+            if tp is None:
+                continue
+            hw = base.with_tensor_parallel(tp) if tp > 1 else base
+            path = out_dir / roofline_file_name(model, hw)
             save_profile(roofline_profile(model, hw), path)
             written.append(path)
     return written

@@ -84,6 +84,8 @@ class Recorder:
         kv_block_seconds: float,
         num_waiting: int,
         num_running: int,
+        kv_stored_token_seconds: float = 0.0,
+        kv_fragment_token_seconds: float = 0.0,
     ) -> None:
         self.steps.append(
             (
@@ -105,6 +107,9 @@ class Recorder:
                 num_waiting,
                 num_running,
                 len(plan.preempted),
+                kv_stored_token_seconds,
+                kv_fragment_token_seconds,
+                plan.swap_s,
             )
         )
 
@@ -128,6 +133,9 @@ STEP_COLUMNS = (
     "num_waiting",
     "num_running",
     "num_preempted",
+    "kv_stored_token_seconds",
+    "kv_fragment_token_seconds",
+    "swap_s",
 )
 
 

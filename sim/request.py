@@ -8,6 +8,9 @@ in chunks) and emits its first token; a decoding request has exactly one token r
 request preempted by recompute drops to zero computed tokens and prefills prompt plus outputs
 again before it emits the next token. A request finishes when it has emitted
 `max_output_tokens`.
+
+A request preempted by swap keeps its computed tokens: its KV waits in host memory and comes
+back before it runs again, so it neither recomputes nor re-emits anything.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ class Request:
     num_preemptions: int = 0
     num_recomputed_tokens: int = 0  # tokens prefilled again after preemptions
     rejected: bool = False
+    tier: str = "default"  # service tier (paid, free, ...): queue rank/weight and SLO targets
+    predicted_output_tokens: int = 0  # a predictor's guess of max_output_tokens (0: unknown)
+    num_swaps: int = 0  # preemptions by swap (also counted in num_preemptions)
+    swapped_bytes: int = 0  # KV bytes copied to host memory over all its swaps
+    host_bytes: int = 0  # KV bytes it holds in host memory now (swapped out)
     instance: int = 0  # the instance that took it (the prefill instance when disaggregated)
     # disaggregated serving: the prompt's KV moves to a decode instance over a link
     decode_instance: int = -1

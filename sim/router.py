@@ -1,8 +1,8 @@
 """Routers: which instance of a pool gets the next request.
 
-Each router looks at the instances' policies at the moment of the decision (an arrival, or a
+A router sees each candidate instance's `Load` at the moment of the decision (an arrival, or a
 finished prompt whose KV must move to a decode instance) and returns an index. Ties go to the
-lowest index, so a choice is a pure function of the state (and, for `random`, of the run's
+lowest index, so a choice is a pure function of the loads (and, for `random`, of the run's
 seeded routing stream).
 
 * `round_robin`: in turn, regardless of load.
@@ -15,12 +15,11 @@ seeded routing stream).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 import numpy as np
 
-from sim.kv_cache import BlockManager
 from sim.request import Request
 
 RouterName = Literal[
@@ -28,10 +27,8 @@ RouterName = Literal[
 ]
 
 
-class RoutedPolicy(Protocol):
-    """What routers read of an instance's policy."""
-
-    kv: BlockManager
+class LoadView(Protocol):
+    """What routers read of an instance (`sim.engine.Load`)."""
 
     @property
     def num_waiting(self) -> int: ...
@@ -39,7 +36,14 @@ class RoutedPolicy(Protocol):
     @property
     def num_running(self) -> int: ...
 
+    @property
     def outstanding_tokens(self) -> int: ...
+
+    @property
+    def kv_blocks_used(self) -> int: ...
+
+    @property
+    def kv_blocks_total(self) -> int: ...
 
 
 def remaining_work(req: Request) -> int:
@@ -48,31 +52,43 @@ def remaining_work(req: Request) -> int:
     return prefill_left + req.max_output_tokens - req.num_output_tokens
 
 
+_KEYS: dict[str, Callable[[LoadView], float]] = {
+    "least_outstanding_requests": lambda load: load.num_waiting + load.num_running,
+    "least_outstanding_tokens": lambda load: load.outstanding_tokens,
+    "least_kv": lambda load: load.kv_blocks_used / max(1, load.kv_blocks_total),
+}
+
+
 class Router:
     def __init__(self, name: RouterName, rng: np.random.Generator) -> None:
         self.name = name
         self.rng = rng
         self._next = 0
 
+    @property
+    def needs_load(self) -> bool:
+        return self.name in _KEYS
+
     def pick(
-        self, policies: Sequence[RoutedPolicy], candidates: Sequence[int] | None = None
+        self,
+        num_instances: int,
+        loads: Callable[[int], LoadView] | None = None,
+        candidates: Sequence[int] | None = None,
     ) -> int:
-        """Index (into `policies`) of the chosen instance among `candidates` (default: all)."""
-        pool = list(range(len(policies))) if candidates is None else list(candidates)
+        """Index of the chosen instance among `candidates` (default: all `num_instances`);
+        `loads(i)` gives instance i's load, needed by the load-aware routers only."""
+        pool = sorted(range(num_instances) if candidates is None else candidates)
         if len(pool) == 1:
             return pool[0]
-        if self.name == "round_robin":
-            # the next instance in turn that is a candidate
-            n = len(policies)
-            for k in range(n):
-                i = (self._next + k) % n
+        if self.name == "round_robin":  # the next instance in turn that is a candidate
+            for k in range(num_instances):
+                i = (self._next + k) % num_instances
                 if i in pool:
                     self._next = i + 1
                     return i
         if self.name == "random":
             return pool[int(self.rng.integers(len(pool)))]
-        if self.name == "least_outstanding_requests":
-            return min(pool, key=lambda i: policies[i].num_waiting + policies[i].num_running)
-        if self.name == "least_outstanding_tokens":
-            return min(pool, key=lambda i: policies[i].outstanding_tokens())
-        return min(pool, key=lambda i: policies[i].kv.num_used / max(1, policies[i].kv.num_total))
+        if loads is None:
+            raise ValueError(f"router {self.name} needs the instances' loads")
+        key = _KEYS[self.name]
+        return min(pool, key=lambda i: key(loads(i)))  # min keeps the first (lowest) on ties

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sim.catalog import HardwareSpec, ModelSpec, check_fits
 from sim.errors import ScenarioError
@@ -32,6 +39,43 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class QueueTierSpec(_Strict):
+    rank: int = Field(default=0, ge=0)  # strict priority: lower rank first
+    weight: float = Field(default=1.0, gt=0)  # weighted shares: admissions in this proportion
+
+
+class QueueSpec(_Strict):
+    """`policy.queue`: the waiting-queue order (sim/queues.py)."""
+
+    order: Literal["fcfs", "sjf", "priority", "edf"] = "fcfs"
+    # sjf: sort on the true output length or on the workload's predicted one
+    length: Literal["known", "predicted"] = "known"
+    # sjf: tokens, priority: ranks, taken off a request's key per second it has waited
+    aging_per_s: float = Field(default=0.0, ge=0)
+    priority_mode: Literal["strict", "weighted"] = "strict"
+    # rank and weight of each tier (every workload tier must be listed for `priority`)
+    tiers: dict[str, QueueTierSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tiers_for_priority(self) -> QueueSpec:
+        if self.order == "priority" and not self.tiers:
+            raise ValueError("order 'priority' needs policy.queue.tiers (rank/weight per tier)")
+        return self
+
+
+class PreemptionSpec(_Strict):
+    """`policy.preemption` (continuous and chunked); the string form names just the mode."""
+
+    mode: Literal["recompute", "swap"] = "recompute"
+    victim: Literal["last_admitted", "lowest_priority", "most_kv"] = "last_admitted"
+    swap_bandwidth_gb_per_s: float = Field(default=25.0, gt=0)  # GPU <-> host, 1e9 bytes/s
+    host_memory_gb: float = Field(default=64.0, gt=0)  # swap space; full: fall back to recompute
+
+
+def _preemption_from_str(value: object) -> object:
+    return {"mode": value} if isinstance(value, str) else value
+
+
 class StaticPolicySpec(_Strict):
     name: Literal["static"]
     max_batch_size: int = Field(default=16, gt=0)
@@ -41,6 +85,7 @@ class StaticPolicySpec(_Strict):
     kv_reservation: Literal["output", "max_model_len"] = "output"
     # pad every prompt of a batch to the longest one (HF-style padded prefill)
     pad_prompts: bool = False
+    queue: QueueSpec = QueueSpec()
 
 
 class ContinuousPolicySpec(_Strict):
@@ -51,7 +96,13 @@ class ContinuousPolicySpec(_Strict):
     block_size: int = Field(default=16, gt=0)
     # fraction of KV blocks kept free when admitting (vLLM's default is 0.01)
     watermark: float = Field(default=0.01, ge=0, lt=1)
-    preemption: Literal["recompute"] = "recompute"
+    preemption: PreemptionSpec = PreemptionSpec()
+    # paged: blocks on demand; max_length: max_model_len tokens reserved at admission;
+    # exact: prompt + true output reserved at admission (an oracle)
+    kv_reservation: Literal["paged", "max_length", "exact"] = "paged"
+    queue: QueueSpec = QueueSpec()
+
+    _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ContinuousPolicySpec:
@@ -75,7 +126,13 @@ class ChunkedPolicySpec(_Strict):
     max_prefill_seqs: int | None = Field(default=None, gt=0)
     block_size: int = Field(default=16, gt=0)
     watermark: float = Field(default=0.01, ge=0, lt=1)
-    preemption: Literal["recompute"] = "recompute"
+    preemption: PreemptionSpec = PreemptionSpec()
+    # paged: blocks on demand; max_length: max_model_len tokens reserved at admission;
+    # exact: prompt + true output reserved at admission (an oracle)
+    kv_reservation: Literal["paged", "max_length", "exact"] = "paged"
+    queue: QueueSpec = QueueSpec()
+
+    _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ChunkedPolicySpec:
@@ -92,9 +149,22 @@ PolicySpec = Annotated[
 ]
 
 
-class SLOSpec(_Strict):
+class SLOTargets(_Strict):
     ttft_s: float | None = Field(default=None, gt=0)
     tpot_s: float | None = Field(default=None, gt=0)
+
+
+class SLOSpec(SLOTargets):
+    """Default targets, and per-tier ones (a tier's unset target falls back to the default)."""
+
+    tiers: dict[str, SLOTargets] = Field(default_factory=dict)
+
+    def targets(self, tier: str) -> tuple[float | None, float | None]:
+        own = self.tiers.get(tier)
+        if own is None:
+            return self.ttft_s, self.tpot_s
+        ttft = own.ttft_s if own.ttft_s is not None else self.ttft_s
+        return ttft, own.tpot_s if own.tpot_s is not None else self.tpot_s
 
 
 class MetricsSpec(_Strict):
@@ -173,19 +243,54 @@ class Scenario(_Strict):
                 policy = getattr(self.disaggregation, pool).policy or self.policy
                 if policy.name == "static":
                     raise ValueError(f"disaggregation.{pool}: static batching cannot be split")
+        check_tiers(self, self.workload.tier_names())
         return self
+
+    def policies(
+        self,
+    ) -> list[tuple[str, StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec]]:
+        """(key path, spec) of the top-level policy and of every group that sets its own."""
+        out: list[tuple[str, Any]] = [("policy", self.policy)]
+        for role, _, g in self.groups():
+            if g.policy is not None:
+                out.append(
+                    (
+                        f"disaggregation.{role}.policy"
+                        if role != "serve"
+                        else "cluster.instances.policy",
+                        g.policy,
+                    )
+                )
+        return out
 
     def groups(self) -> list[tuple[Role, str, InstanceGroupSpec]]:
         """(role, group name, spec) for each instance group; role is serve|prefill|decode."""
         if self.disaggregation is not None:
             d = self.disaggregation
-            return [("prefill", d.prefill.name or "prefill", d.prefill),
-                    ("decode", d.decode.name or "decode", d.decode)]
+            return [
+                ("prefill", d.prefill.name or "prefill", d.prefill),
+                ("decode", d.decode.name or "decode", d.decode),
+            ]
         if self.cluster is not None:
             return [
                 ("serve", g.name or f"group{i}", g) for i, g in enumerate(self.cluster.instances)
             ]
         return [("serve", "default", InstanceGroupSpec())]
+
+
+def check_tiers(spec: Scenario, tiers: list[str] | None) -> None:
+    """Every workload tier must be in `slo.tiers` (when given) and in the queue's tier table
+    (priority order); EDF needs a TTFT target. `tiers` None: not known before generation."""
+    for key, policy in spec.policies():
+        queue = policy.queue
+        if queue.order == "edf" and spec.slo.ttft_s is None and not spec.slo.tiers:
+            raise ValueError(f"{key}.queue.order 'edf' needs slo.ttft_s or slo.tiers")
+        for tier in tiers or ():
+            if queue.order == "priority" and tier not in queue.tiers:
+                raise ValueError(f"{key}.queue.tiers lacks tier {tier!r} of the workload")
+    for tier in tiers or ():
+        if spec.slo.tiers and tier not in spec.slo.tiers:
+            raise ValueError(f"slo.tiers lacks tier {tier!r} of the workload")
 
 
 @dataclass(frozen=True)
@@ -287,6 +392,7 @@ def _format_loc(loc: tuple[Any, ...]) -> str:
 _TAGS = {
     "static",
     "continuous",
+    "chunked",
     "poisson",
     "gamma",
     "constant",

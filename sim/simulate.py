@@ -4,13 +4,19 @@ For each variant: generate (or reuse) the requests, size the KV pool from the mo
 build the policy and the cost model, run one SimPy environment until every request has finished
 or been rejected, and turn the flat records into pandas tables. Variants that share the workload
 and seed get the very same requests.
+
+Progress: with a `progress` callback, each variant also runs a watcher process that wakes every
+1/200 of the arrival span (at least 1 simulated second), and, at most once per `PROGRESS_WALL_S`
+wall-clock seconds, reports the simulated time and the requests done. It only reads state, and
+it stops once nothing else is scheduled, so it changes neither the schedule nor the results.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +30,11 @@ from sim.metrics import SummaryContext
 from sim.recorder import STEP_COLUMNS
 from sim.request import Request
 from sim.results import Results, VariantResult
-from sim.scenario import ResolvedScenario, ScenarioSet, load_scenario
+from sim.scenario import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
 from sim.workload import RequestArrays, generate_requests
 
 ProgressFn = Callable[[str], None]
+PROGRESS_WALL_S = 1.0
 
 
 def simulate(
@@ -55,13 +62,35 @@ def simulate(
                 workloads[key] = generate_requests(spec.workload, rng, resolved.base_dir)
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
+        if spec.workload.tier_names() is None:  # a trace's tier column: known only now
+            try:
+                check_tiers(spec, list(workloads[key].tier_names))
+            except ValueError as exc:
+                raise ScenarioError(str(exc), file=scenario.file, path="slo.tiers") from None
         if progress:
             progress(f"{resolved.variant}: {len(workloads[key])} requests")
-        variants[resolved.variant] = run_variant(resolved, workloads[key])
+        variants[resolved.variant] = run_variant(resolved, workloads[key], progress)
     return Results(scenario_name=scenario.name, variants=variants)
 
 
-def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantResult:
+def _watch(
+    env: simpy.Environment, made: list[Request], total: int, name: str, progress: ProgressFn,
+    every_s: float,
+) -> Generator[simpy.Event, None, None]:  # fmt: skip
+    last = time.monotonic()
+    while True:
+        yield env.timeout(every_s)
+        if env.peek() == math.inf:  # only this watcher was left: the run is over
+            return
+        if time.monotonic() - last >= PROGRESS_WALL_S:
+            last = time.monotonic()
+            done = sum(1 for r in made if r.rejected or not math.isnan(r.finish_s))
+            progress(f"{name}: {env.now:.1f} s simulated, {done}/{total} requests done")
+
+
+def run_variant(
+    resolved: ResolvedScenario, requests: RequestArrays, progress: ProgressFn | None = None
+) -> VariantResult:
     spec = resolved.spec
     model = spec.model
     env = simpy.Environment()
@@ -70,14 +99,22 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
     prompt = requests.prompt_tokens.tolist()
     output = requests.output_tokens.tolist()
     arrival_list = requests.arrival_s.tolist()
+    assert requests.tier_index is not None and requests.predicted_output_tokens is not None
+    tier_of = [requests.tier_names[t] for t in requests.tier_index.tolist()]
+    predicted = requests.predicted_output_tokens.tolist()
     made: list[Request] = []
 
     def make_request(i: int) -> Request:
         req = Request(i, arrival_list[i], prompt[i], output[i])
+        req.tier = tier_of[i]
+        req.predicted_output_tokens = predicted[i]
         made.append(req)
         return req
 
     Source(env, requests.arrival_s, make_request, cluster.dispatch)
+    if progress is not None and len(requests):
+        every_s = max(float(requests.arrival_s.max()) / 200.0, 1.0)
+        env.process(_watch(env, made, len(requests), resolved.variant, progress, every_s))
     env.run()
     unfinished = [r for r in made if not r.rejected and math.isnan(r.finish_s)]
     if unfinished or len(made) != len(requests):  # the loop only stops when the queues drain
@@ -87,6 +124,7 @@ def run_variant(resolved: ResolvedScenario, requests: RequestArrays) -> VariantR
     context = SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
         slo_tpot_s=spec.slo.tpot_s,
+        slo_tiers=tuple((t, *spec.slo.targets(t)) for t in spec.slo.tiers),
         warmup_s=spec.metrics.warmup_s,
         cooldown_s=spec.metrics.cooldown_s,
         flops_per_token=model.flops_per_token,
@@ -136,6 +174,10 @@ def requests_table(made: list[Request]) -> pd.DataFrame:
             "max_itl_s": [r.max_itl_s for r in made],
             "num_preemptions": [r.num_preemptions for r in made],
             "num_recomputed_tokens": [r.num_recomputed_tokens for r in made],
+            "num_swaps": [r.num_swaps for r in made],
+            "swapped_bytes": [r.swapped_bytes for r in made],
+            "tier": [r.tier for r in made],
+            "predicted_output_tokens": [r.predicted_output_tokens for r in made],
             "rejected": [r.rejected for r in made],
             "decode_instance": [r.decode_instance for r in made],
             "handoff_s": [r.handoff_s for r in made],

@@ -129,6 +129,7 @@ def step_summary(
             kv_mean = float((inst_kv[valid] / inst_time[valid] / per_instance[valid, 0]).mean())
         kv_peak = float((kv_used / kv_total).max())
 
+    kv_stats = _kv_token_stats(steps, time, ctx.block_size)
     span_end = float(_col(steps, "end_s").max()) if len(steps) else math.nan
     span_start = first_arrival_s
     if math.isnan(span_start) and len(steps):
@@ -150,4 +151,21 @@ def step_summary(
         ),
         "mfu": _ratio(ctx.flops_per_token * float(step_tokens.sum()), flops_capacity),
         "bandwidth_utilization": _ratio(float(step_bytes.sum()), bytes_capacity),
+        **kv_stats,
+    }
+
+
+def _kv_token_stats(steps: pd.DataFrame, time: FloatArray, block_size: int) -> dict[str, float]:
+    """Stored tokens and how allocated KV memory is used (sim/kv_usage.py), time-weighted over
+    busy time and summed over instances; absent for tables without the token-second columns."""
+    if "kv_stored_token_seconds" not in steps.columns:
+        return {}
+    stored = float(_col(steps, "kv_stored_token_seconds").sum())
+    fragment = float(_col(steps, "kv_fragment_token_seconds").sum())
+    allocated = float(_col(steps, "kv_block_seconds").sum()) * block_size
+    busy = float(time.sum())
+    return {
+        "kv_tokens_stored_mean": _ratio(stored, busy),
+        "kv_reserved_utilization": _ratio(stored, allocated),
+        "internal_fragmentation": _ratio(fragment, allocated),
     }

@@ -11,7 +11,8 @@ finishes; the caller saves it at once, which is what makes an interrupted sweep 
   one CPU each. Ray is imported only here, so it stays an optional dependency. A Ray session that
   is already initialized (a notebook, a test fixture) is reused and left running.
 
-On an interrupt or an error, points not yet started are cancelled; finished ones are on disk.
+On an error, points not yet started are cancelled; finished ones are on disk. On an interrupt the
+local backend also saves the points already running before it stops.
 """
 
 from __future__ import annotations
@@ -77,14 +78,22 @@ def run_local(
         return
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    pending: dict[Future[R], T] = {}
     try:
-        pending: dict[Future[R], T] = {pool.submit(runner, task): task for task in tasks}
+        pending.update({pool.submit(runner, task): task for task in tasks})
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 on_result(pending.pop(future), future.result())
+    except KeyboardInterrupt:
+        # points not started are dropped; the running ones would hold up the exit anyway (the
+        # pool joins its workers), so wait for them and save them. A second Ctrl-C skips this.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for future, task in pending.items():
+            if not future.cancelled() and future.exception() is None:
+                on_result(task, future.result())
+        raise
     except BaseException:
-        # nobody will save what has not started: do not let it run on after an interrupt
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)

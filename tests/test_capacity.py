@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 import sim
-from sim.capacity import SLO, parse_slo, search
+from sim.capacity import RATE_KEY, SLO, parse_slo, search
+from sim.capacity_probe import Prober
 from sim.cli import main
 from sim.errors import ScenarioError
 
@@ -84,6 +85,8 @@ def test_capacity_table_per_variant_and_instance_search_refused(tmp_path: Path) 
         expected = 2 * 0.075 / (service * (2 * 0.075 + service))  # 2.14 and 6 req/s
         assert expected * 0.87 <= table.at[variant, "capacity_rps"] <= expected * 1.08
     assert (table["capacity_rps_per_gpu"] == table["capacity_rps"]).all()
+    pair = {**raw, "cluster": {"instances": [{"count": 2}]}}
+    assert Prober(write(tmp_path, pair), [], RATE_KEY).num_gpus == {"slow": 2, "fast": 2}
     with pytest.raises(ScenarioError, match="instance search needs a cluster scenario"):
         search(write(tmp_path, raw), ["queue_mean=0.075"], instances=True)
 

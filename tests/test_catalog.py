@@ -44,6 +44,20 @@ def test_catalog_entries_match_datasheets() -> None:
     assert HARDWARE["a100-80g"].hbm_bandwidth_bytes_per_s == 2.039e12
     assert HARDWARE["h100-sxm"].peak_flops == 989e12
     assert HARDWARE["h200"].hbm_bandwidth_bytes_per_s == 4.8e12
+    assert HARDWARE["h100-pcie"].peak_flops == 756e12
+    assert HARDWARE["h100-pcie"].fp8_peak_flops == 1513e12
+    assert HARDWARE["l40s"].memory_bytes == 46_068 * MiB
+    assert HARDWARE["l40s"].hbm_bandwidth_bytes_per_s == 864e9
+    assert HARDWARE["b200"].peak_flops == 2.25e15 and HARDWARE["b200"].fp8_peak_flops == 4.5e15
+    assert HARDWARE["a100-80g"].fp8_peak_flops is None  # Ampere has no fp8 tensor cores
+    assert set(HARDWARE) == {
+        "a100-40g", "a100-80g", "h100-sxm", "h100-pcie", "h200", "l40s", "b200"
+    }  # fmt: skip
+    for hw in HARDWARE.values():
+        assert hw.tensor_parallel == 1 and hw.interconnect_bandwidth_bytes_per_s is not None
+        # where a GPU has fp8 tensor cores, their dense rate is twice bf16's
+        fp8 = hw.fp8_peak_flops
+        assert fp8 is None or fp8 == pytest.approx(2 * hw.peak_flops, rel=0.02)
     assert MODELS["llama-3-70b"].num_parameters == 70_553_706_496
     assert MODELS["llama-3-8b"].num_parameters == 8_030_261_248
     for model in MODELS.values():
@@ -109,6 +123,8 @@ def test_check_fits() -> None:
     with pytest.raises(ValueError, match=r"llama-3-70b does not fit.*weights 131\.4 GiB"):
         check_fits(MODELS["llama-3-70b"], HARDWARE["a100-80g"])
     assert kv_capacity_tokens(MODELS["llama-3-70b"], HARDWARE["a100-80g"]) < 0
-    # the same model on the biggest GPU still misses by a little: no tensor parallelism here
-    with pytest.raises(ValueError):
+    # the same model on the biggest Hopper GPU still misses by a little on one GPU ...
+    with pytest.raises(ValueError, match=r"usable memory 126\.4 GiB.*tensor_parallel 2 would fit"):
         check_fits(MODELS["llama-3-70b"], HARDWARE["h200"])
+    # ... and fits on two of them (tests/test_catalog_parallel.py does the arithmetic)
+    check_fits(MODELS["llama-3-70b"], HARDWARE["h200"].with_tensor_parallel(2))

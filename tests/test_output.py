@@ -17,7 +17,8 @@ from sim.output import format_summary, write_results
 from sim.results import VariantResult
 
 EXPECTED = {"scenario.yaml", "summary.json", "summary.csv", "requests.csv", "steps.csv",
-            "itl.csv", "latency_cdf.png", "timeline.png"}  # fmt: skip
+            "itl.csv", "latency_cdf.png", "timeline.png", "slots.png", "latency_cdf.svg",
+            "timeline.svg", "slots.svg", "report.html"}  # fmt: skip
 
 
 def siblings(out_dir: Path) -> list[str]:

@@ -43,8 +43,8 @@ def assert_png(path: Path) -> None:
 
 
 def test_save_plots_writes_pngs(tmp_path: Path) -> None:
-    paths = save_plots(make_results(), tmp_path)
-    assert [p.name for p in paths] == ["latency_cdf.png", "timeline.png"]
+    paths = save_plots(make_results(), tmp_path, formats=("png",))
+    assert [p.name for p in paths] == ["latency_cdf.png", "timeline.png", "slots.png"]
     for path in paths:
         assert_png(path)
 
@@ -121,7 +121,7 @@ def test_empty_variant_still_plots(tmp_path: Path) -> None:
         "empty", make_requests([]), make_steps().iloc[:0], make_itl().iloc[:0], make_context()
     )
     results.variants["empty"] = empty
-    assert len(save_plots(results, tmp_path)) == 2
+    assert len(save_plots(results, tmp_path)) == 6
     assert_png(tmp_path / "timeline.png")
 
 

@@ -144,8 +144,11 @@ def test_committed_roofline_files_are_current(tmp_path: Path) -> None:
     written = write_roofline_profiles(tmp_path)
     names = sorted(p.name for p in written)
     assert names == sorted(p.name for p in ROOFLINE_DIR.glob("*.yaml"))
-    assert "llama-3-70b_a100-80g.yaml" not in names  # weights alone exceed the GPU
-    assert len(names) == 4 * 4
+    assert "llama-3-70b_a100-80g.yaml" not in names  # weights alone exceed the GPU ...
+    assert "llama-3-70b_a100-80g_tp2.yaml" in names  # ... so the file is for two of them
+    assert "llama-3-70b_b200.yaml" in names  # one B200 holds it
+    assert "mixtral-8x7b_h200.yaml" in names and "mixtral-8x7b_l40s_tp4.yaml" in names
+    assert len(names) == len(MODELS) * len(HARDWARE)  # every pair fits at tp 8 or less
     for path in written:
         assert load_profile(ROOFLINE_DIR / path.name) == load_profile(path), path.name
 

@@ -33,16 +33,19 @@ def baselines(tmp_path: Path) -> Path:
 def test_ci_scenarios_cover_every_policy_and_mode() -> None:
     policies: set[str] = set()
     modes: set[str] = set()
+    topologies: set[str] = set()
     for path in CI.glob("*.yaml"):
         raw = yaml.safe_load(path.read_text())
+        topologies |= {key for key in ("cluster", "disaggregation") if key in raw}
         for override in [{}, *(raw.get("variants") or {}).values()]:
             policy = {**raw["policy"], **(override or {}).get("policy", {})}
             policies.add(policy["name"])
             modes.add(f"{policy['name']}:{policy.get('mode', '')}")
     # every policy the scenario schema accepts, read from the schema so new ones must be added
-    union = typing.get_args(typing.get_args(Scenario.model_fields["policy"].annotation)[0])
+    union = typing.get_args(Scenario.model_fields["policy"].annotation)
     known = {typing.get_args(spec.model_fields["name"].annotation)[0] for spec in union}
-    assert known <= policies
+    assert {"static", "continuous"} <= known <= policies
+    assert "disaggregation" not in Scenario.model_fields or "disaggregation" in topologies
     assert {"continuous:prefill_first", "continuous:mixed"} <= modes
     assert {p.stem for p in BASELINES.glob("*.json")} == {p.stem for p in CI.glob("*.yaml")}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sim.kv_cache import BlockManager
+from sim.kv_usage import KVUsage
 from sim.plan import StepPlan
 from sim.recorder import Recorder, StepTimes
 from sim.request import Request
@@ -32,13 +33,18 @@ class Policy(Protocol):
 
     def apply(
         self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> tuple[int, float]:
+    ) -> KVUsage:
         """Apply a run of `num_steps` steps; return the KV blocks held during its last step
-        (before the requests it finished release theirs) and the block-seconds held over the
-        whole run (exact, so KV utilization does not depend on how steps are grouped)."""
+        (before the requests it finished release theirs), the block-seconds held over the
+        whole run, and the stored and fragment token-seconds (sim/kv_usage.py), all exact, so
+        KV metrics do not depend on how steps are grouped."""
         ...
 
     def next_wakeup_s(self, now: float) -> float | None: ...
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for every request here (what token-aware routers balance)."""
+        ...
 
     def num_active_seqs(self, plan: StepPlan) -> int:
         """Slots of the plan that do useful work (static batching pads the rest)."""

@@ -15,26 +15,40 @@ Three modes say how prefills and decodes share a step:
   ones, at most `max_prefill_seqs` prompts per step. A long prompt spreads over several steps, so
   running decodes never wait for it.
 
-KV blocks are allocated on demand. When a decoding request needs a block and none is free, the
-most recently admitted running request is preempted by recompute: its blocks are freed and it
-goes back to the front of the queue, to prefill its prompt and the tokens it has generated again.
-A request no schedule could complete (longer than `max_model_len` or the whole KV pool, or, without
-chunking, a prompt over the token budget) is rejected on arrival.
+KV reservation (`kv_reservation`): `paged` allocates blocks on demand. When a decoding request
+needs a block and none is free, a victim is preempted (sim/preemption.py: by default the most
+recently admitted request, by recompute: its blocks are freed and it goes back to the front of the
+queue, to prefill its prompt and the tokens it has generated again; or by swap). The contiguous
+modes reserve a request's memory whole at admission, as pre-paging servers did: `max_length`
+reserves `max_model_len` tokens (the longest sequence the request could grow to, the vLLM paper's
+baseline), `exact` reserves prompt + true output (an oracle); both round up to whole blocks, so
+use `block_size: 1` for byte-exact contiguous allocation. They never need blocks after admission.
+
+Waiting requests are admitted in the order of the policy's queue (sim/queues.py), head-of-line:
+admission stops at the first head that does not fit. Swapped-out requests resume before any
+admission. A request no schedule could complete (longer than `max_model_len` or the whole KV pool,
+its reservation over the pool, or, without chunking, a prompt over the token budget) is rejected
+on arrival.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Iterable
 from typing import Literal
 
 from sim.kv_cache import BlockManager
+from sim.kv_usage import KVUsage
 from sim.plan import StepPlan
 from sim.policies.base import never_fits
-from sim.recorder import Recorder, StepTimes, advance, decode_block_seconds
+from sim.policies.continuous_run import apply_run, decode_horizon
+from sim.preemption import Preemptor
+from sim.queues import FCFSQueue, WaitingQueue
+from sim.recorder import Recorder, StepTimes
 from sim.request import Request
 from sim.router import remaining_work
 
 Mode = Literal["prefill_first", "mixed", "chunked"]
+Reservation = Literal["paged", "max_length", "exact"]
 
 
 class ContinuousPolicy:
@@ -48,6 +62,9 @@ class ContinuousPolicy:
         mode: Mode = "prefill_first",
         watermark: float = 0.01,
         max_prefill_seqs: int | None = None,
+        queue: WaitingQueue | None = None,
+        preemptor: Preemptor | None = None,
+        kv_reservation: Reservation = "paged",
     ) -> None:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
@@ -57,12 +74,17 @@ class ContinuousPolicy:
         self.chunked = mode == "chunked"
         self.max_prefill_seqs = max_prefill_seqs or max_num_seqs
         self.watermark_blocks = int(watermark * kv.num_total)
-        self.waiting: deque[Request] = deque()
-        self.running: list[Request] = []  # in admission order: the last is preempted first
+        self.waiting: WaitingQueue = queue if queue is not None else FCFSQueue()
+        self.running: list[Request] = []  # in admission order
+        self._carried_preempted: list[Request] = []  # see schedule()
+        self._carried_swap_s = 0.0
+        self.preemptor = preemptor or Preemptor(kv)
+        self.swapped = self.preemptor.swapped  # evicted by swap, KV in host memory
+        self.reservation = kv_reservation
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.swapped)
 
     @property
     def num_running(self) -> int:
@@ -70,16 +92,32 @@ class ContinuousPolicy:
 
     def add_request(self, req: Request, now: float) -> bool:
         too_long = not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens
-        if too_long or never_fits(
-            req, max_model_len=self.max_model_len, kv_capacity_tokens=self.kv.capacity_tokens
+        capacity = self.kv.capacity_tokens
+        if (
+            too_long
+            or never_fits(req, max_model_len=self.max_model_len, kv_capacity_tokens=capacity)
+            or self._target(req, 0) > capacity
         ):
             return False
-        self.waiting.append(req)
+        self.waiting.push(req)
         return True
+
+    def _target(self, req: Request, tokens: int) -> int:
+        """Tokens `req`'s holding must cover to store `tokens` under the reservation mode."""
+        if self.reservation == "paged":
+            return tokens
+        if self.reservation == "max_length":
+            return max(tokens, self.max_model_len)
+        return max(tokens, req.num_prompt_tokens + req.max_output_tokens)
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
-        return sum(remaining_work(r) for queue in (self.waiting, self.running) for r in queue)
+        queues: tuple[Iterable[Request], ...] = (self.waiting, self.running, self.swapped)
+        return sum(remaining_work(r) for queue in queues for r in queue)
+
+    def _kv_holders(self) -> Iterable[Request]:
+        """Requests holding blocks of this pool (subclasses add those parked elsewhere)."""
+        return self.running
 
     def next_wakeup_s(self, now: float) -> float | None:
         return None
@@ -92,17 +130,24 @@ class ContinuousPolicy:
     def schedule(self, now: float) -> StepPlan | None:
         preempted: list[Request] = []
         budget = self.max_num_batched_tokens
+        self.preemptor.swap_s = 0.0
         if self.mode == "prefill_first":
             prefills = self._admit(now, budget, {}, 0)
             if prefills:
                 return self._plan({}, prefills, preempted)
             decodes = self._schedule_decodes(preempted)
+            self._swap_in(decodes, preempted)
         else:
             decodes = self._schedule_decodes(preempted)
+            self._swap_in(decodes, preempted)
             prefills = self._continue_prefills(budget - len(decodes))
             used = len(decodes) + sum(prefills.values())
             prefills = self._admit(now, budget - used, prefills, len(decodes))
         if not decodes and not prefills:
+            # a request that preempted itself with nothing else runnable: the preemption (and
+            # its swap-out) still happened, so the next plan carries it into the steps table
+            self._carried_preempted.extend(preempted)
+            self._carried_swap_s += self.preemptor.swap_s
             return None
         return self._plan(decodes, prefills, preempted)
 
@@ -122,23 +167,30 @@ class ContinuousPolicy:
                 i += 1
                 continue
             while self.kv.allocate(req, req.num_computed_tokens + 1) is None:
-                victim = running[-1]
-                self._preempt(victim, preempted)
+                j = self.preemptor.pick(running)
+                victim = running.pop(j)
+                self.preemptor.evict(victim, self.waiting)
+                preempted.append(victim)
+                decodes.pop(victim, None)  # a victim that already had its token this step
                 if victim is req:
                     break
+                if j < i:
+                    i -= 1
             else:
                 decodes[req] = 1
                 i += 1
         return decodes
 
-    def _preempt(self, victim: Request, preempted: list[Request]) -> None:
-        self.running.pop()  # the victim is always the most recently admitted
-        self.kv.free(victim)
-        victim.num_recomputed_tokens += victim.num_computed_tokens
-        victim.num_computed_tokens = 0
-        victim.num_preemptions += 1
-        self.waiting.appendleft(victim)
-        preempted.append(victim)
+    def _swap_in(self, decodes: dict[Request, int], preempted: list[Request]) -> None:
+        """Resume swapped requests (before any admission) at a step that preempted nobody."""
+        if not self.swapped or preempted:
+            return
+        seats = self.max_num_seqs - len(self.running)
+        resumed = self.preemptor.swap_in(self.running, seats, self.watermark_blocks, self._target)
+        for req in resumed:
+            self.running.append(req)
+            if req.is_decoding:
+                decodes[req] = 1
 
     def _continue_prefills(self, budget: int) -> dict[Request, int]:
         """Next chunks of prompts already running (chunked mode only), oldest first."""
@@ -159,11 +211,14 @@ class ContinuousPolicy:
     def _admit(
         self, now: float, budget: int, prefills: dict[Request, int], num_decodes: int
     ) -> dict[Request, int]:
-        """Move waiting requests to running, first come first served, while limits allow."""
+        """Move waiting requests to running, in queue order, while limits allow."""
+        if self.swapped:
+            return prefills  # swapped requests resume before anything new is admitted
         seats = self.max_num_seqs - len(self.running)
         admitted: list[Request] = []
-        while self.waiting and len(admitted) < seats and len(prefills) < self.max_prefill_seqs:
-            req = self.waiting[0]
+        waiting = self.waiting
+        while waiting and len(admitted) < seats and len(prefills) < self.max_prefill_seqs:
+            req = waiting.peek(now)
             tokens = req.num_remaining
             if self.chunked:
                 tokens = min(tokens, budget)
@@ -172,14 +227,17 @@ class ContinuousPolicy:
             # a recompute longer than the budget may run alone, else it could never resume
             elif tokens > budget and (prefills or num_decodes):
                 break
-            need = self.kv.blocks_needed(req, tokens)
+            target = req.num_computed_tokens + tokens
+            if self.reservation != "paged":
+                target = self._target(req, target)
+            need = self.kv.blocks_needed(req, target)
             # the watermark keeps room for running decodes; with none running it would only
             # keep out a request that fits the empty pool, forever
             reserve = self.watermark_blocks if self.running or admitted else 0
             if not self.kv.can_allocate(need, reserve):
                 break
-            self.kv.allocate(req, req.num_computed_tokens + tokens)
-            self.waiting.popleft()
+            self.kv.allocate(req, target)
+            waiting.pop(now)
             if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first time scheduled
                 req.first_scheduled_s = now
             admitted.append(req)
@@ -204,10 +262,18 @@ class ContinuousPolicy:
             context += req.num_computed_tokens + n
         num_steps = 1
         can_join = True
-        if not prefills:
+        if self._carried_preempted or self._carried_swap_s:
+            preempted = self._carried_preempted + preempted
+            self.preemptor.swap_s += self._carried_swap_s
+            self._carried_preempted, self._carried_swap_s = [], 0.0
+        swap_s = self.preemptor.swap_s
+        # a step that copied KV, or preempted while others wait swapped out (whom the freed
+        # blocks may let back in next step), is not repeated
+        if not prefills and not swap_s and not (preempted and self.swapped):
             num_steps = self._decode_horizon(decodes)
             can_join = (
-                not self.waiting
+                not self.swapped
+                and (not self.waiting or self.waiting.may_be_overtaken())
                 and len(self.running) < self.max_num_seqs
                 and len(decodes) < self.max_num_batched_tokens
             )
@@ -223,57 +289,19 @@ class ContinuousPolicy:
             context_growth_per_step=len(decodes),
             arrivals_can_join=can_join,
             preempted=tuple(preempted),
+            swap_s=swap_s,
         )
 
     def _decode_horizon(self, decodes: dict[Request, int]) -> int:
-        """Decode steps that can follow the first with nothing but token counts changing.
-
-        No prompt got tokens in this step: waiting requests could not be admitted and prompts in
-        progress could not continue, and since decoding only consumes blocks and the budget stays
-        the same, that holds until a request finishes. The run ends at the first finish and
-        before the free blocks could run out (a bound that is exact when blocks are scarce).
-        """
-        if not decodes:
-            return 1
-        steps = min(r.max_output_tokens - r.num_output_tokens for r in decodes)
-        if steps <= 1:
-            return 1
-        free = self.kv.num_free
-        size = len(decodes)
-        bs = self.kv.block_size
-        if free >= size:
-            extra = bs * (free // size)
-        else:  # the (free+1)-th request to cross a block boundary would need a preemption
-            slack = sorted(r.kv_blocks * bs - r.num_computed_tokens - 1 for r in decodes)
-            extra = slack[free]
-        return max(1, min(steps, 1 + extra))
+        return decode_horizon(self.kv, decodes, paged=self.reservation == "paged")
 
     # -- applying -----------------------------------------------------------------------------
 
     def apply(
         self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> tuple[int, float]:
-        finished = advance(plan, num_steps, times, rec)
-        if num_steps == 1:
-            held = self.kv.num_used
-            block_seconds = held * times.first_duration_s
-        else:  # blocks for the run's later tokens (the horizon guaranteed them), integrated
-            bs = self.kv.block_size
-            growing = 0.0
-            growing_blocks = 0
-            for req in plan.scheduled:
-                if req.kv_blocks * bs < req.num_computed_tokens and (
-                    self.kv.allocate(req, req.num_computed_tokens) is None
-                ):
-                    raise AssertionError("decode run outgrew the KV pool")
-                start = req.num_computed_tokens - num_steps
-                growing += decode_block_seconds(start, num_steps, bs, times)
-                growing_blocks += req.kv_blocks
-            held = self.kv.num_used
-            span = times.end(num_steps) - times.start_s
-            block_seconds = growing + (held - growing_blocks) * span  # the rest hold still
-        if finished:
-            for req in finished:
-                self.kv.free(req)
+    ) -> KVUsage:
+        paged = self.reservation == "paged"
+        usage = apply_run(self.kv, plan, num_steps, times, rec, self._kv_holders(), paged=paged)
+        if usage.finished:
             self.running = [r for r in self.running if r.num_output_tokens < r.max_output_tokens]
-        return held, block_seconds
+        return usage.kv

@@ -15,9 +15,12 @@ instance) as vLLM would.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 from sim.kv_cache import BlockManager
+from sim.kv_usage import KVUsage
 from sim.plan import StepPlan
 from sim.policies.continuous import ContinuousPolicy
 from sim.recorder import Recorder, StepTimes
@@ -31,10 +34,13 @@ class PrefillOnlyPolicy(ContinuousPolicy):
         super().__init__(kv, **limits)
         self.handoff: list[Request] = []
 
+    def _kv_holders(self) -> Iterable[Request]:
+        return list(chain(self.running, self.handoff))  # handed-off prompts hold their KV here
+
     def apply(
         self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> tuple[int, float]:
-        held, block_seconds = super().apply(plan, num_steps, times, rec)
+    ) -> KVUsage:
+        usage = super().apply(plan, num_steps, times, rec)
         done = [
             r
             for r in plan.scheduled
@@ -44,7 +50,7 @@ class PrefillOnlyPolicy(ContinuousPolicy):
             leaving = set(done)
             self.running = [r for r in self.running if r not in leaving]
             self.handoff.extend(done)
-        return held, block_seconds
+        return usage
 
     def release(self, req: Request) -> None:
         """The request's KV has reached its decode instance: free the blocks here."""
@@ -61,6 +67,9 @@ class DecodeOnlyPolicy(ContinuousPolicy):
     @property
     def num_waiting(self) -> int:
         return len(self.waiting) + len(self.arrived)
+
+    def _kv_holders(self) -> Iterable[Request]:
+        return list(chain(self.running, self.arrived))
 
     def accept(self, req: Request, num_blocks: int) -> None:
         """Take a transferred request that holds `num_blocks` reserved blocks of this pool."""

@@ -6,18 +6,20 @@ batch prefills all its prompts in one step, then decodes until its longest membe
 Finished members keep their slot: they go on computing padding, so every decode step costs the
 full batch, and they keep their KV reservation until the batch ends. KV is reserved contiguously
 at admission for the request's whole sequence (prompt + true output length, or the model's
-`max_model_len` in `max_model_len` mode); members are taken first-come first-served, and the batch
-closes at the first request whose reservation does not fit (head-of-line). No request joins a
+`max_model_len` in `max_model_len` mode); members are taken in the order of the policy's queue
+(sim/queues.py; first come first served by default), and the batch closes at the first request
+whose reservation does not fit (head-of-line). No request joins a
 running batch: that is the head-of-line blocking continuous batching removes.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Literal
 
 from sim.kv_cache import BlockManager
+from sim.kv_usage import KVUsage, fragment_token_seconds, series_token_seconds
 from sim.plan import StepPlan
+from sim.queues import FCFSQueue, WaitingQueue
 from sim.recorder import Recorder, StepTimes, advance
 from sim.request import Request
 from sim.router import remaining_work
@@ -33,6 +35,7 @@ class StaticPolicy:
         max_model_len: int,
         kv_reservation: Literal["output", "max_model_len"] = "output",
         pad_prompts: bool = False,
+        queue: WaitingQueue | None = None,
     ) -> None:
         self.kv = kv
         self.max_batch_size = max_batch_size
@@ -40,7 +43,7 @@ class StaticPolicy:
         self.max_model_len = max_model_len
         self.kv_reservation = kv_reservation
         self.pad_prompts = pad_prompts
-        self.waiting: deque[Request] = deque()
+        self.waiting: WaitingQueue = queue if queue is not None else FCFSQueue()
         self.batch: list[Request] = []  # members, finished ones included (padded slots)
         self.active: list[Request] = []  # members still generating
         self.decode_steps_done = 0
@@ -63,7 +66,7 @@ class StaticPolicy:
         total = req.num_prompt_tokens + req.max_output_tokens
         if total > self.max_model_len or self._reservation(req) > self.kv.capacity_tokens:
             return False
-        self.waiting.append(req)
+        self.waiting.push(req)
         return True
 
     def outstanding_tokens(self) -> int:
@@ -73,7 +76,13 @@ class StaticPolicy:
     def next_wakeup_s(self, now: float) -> float | None:
         if self.batch or not self.waiting:
             return None
-        return self.waiting[0].arrival_s + self.max_wait_s
+        return self._oldest_arrival_s() + self.max_wait_s
+
+    def _oldest_arrival_s(self) -> float:
+        # the timer belongs to the longest-waiting request, whatever the admission order
+        if isinstance(self.waiting, FCFSQueue):
+            return self.waiting[0].arrival_s
+        return min(r.arrival_s for r in self.waiting)
 
     def num_active_seqs(self, plan: StepPlan) -> int:
         return len(plan.scheduled)
@@ -83,7 +92,7 @@ class StaticPolicy:
             return self._decode_plan()
         # 1 ns of slack: the wake-up timer's float arithmetic may land a hair before the deadline
         ready = len(self.waiting) >= self.max_batch_size or (
-            self.waiting and now + 1e-9 >= self.waiting[0].arrival_s + self.max_wait_s
+            self.waiting and now + 1e-9 >= self._oldest_arrival_s() + self.max_wait_s
         )
         if not ready:
             return None
@@ -92,10 +101,10 @@ class StaticPolicy:
     def _form_batch(self, now: float) -> StepPlan | None:
         batch: list[Request] = []
         while self.waiting and len(batch) < self.max_batch_size:
-            req = self.waiting[0]
+            req = self.waiting.peek(now)
             if self.kv.allocate(req, self._reservation(req)) is None:
                 break  # head-of-line: the next batch starts when this one has drained
-            self.waiting.popleft()
+            self.waiting.pop(now)
             req.first_scheduled_s = now
             batch.append(req)
         if not batch:  # cannot happen while every queued reservation fits an empty pool
@@ -143,16 +152,23 @@ class StaticPolicy:
 
     def apply(
         self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> tuple[int, float]:
+    ) -> KVUsage:
         if plan.num_decode_tokens:
             self.decode_steps_done += num_steps
         finished = advance(plan, num_steps, times, rec)
+        growth = len(plan.scheduled) if num_steps > 1 else 0
+        stored_end = sum(r.num_computed_tokens for r in self.batch)
+        stored = series_token_seconds(
+            stored_end - growth * (num_steps - 1), growth, num_steps, times
+        )
+        fragment = fragment_token_seconds(self.batch, {}, num_steps, self.kv.block_size, times)
         if finished:
             self.active = [r for r in self.active if r.num_output_tokens < r.max_output_tokens]
         held = self.kv.num_used  # reservations are fixed for the whole batch
         block_seconds = held * (times.end(num_steps) - times.start_s)
+        usage = KVUsage(held, block_seconds, stored, fragment)
         if not self.active:  # the batch drains at once: release every reservation
             for req in self.batch:
                 self.kv.free(req)
             self.batch = []
-        return held, block_seconds
+        return usage

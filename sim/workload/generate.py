@@ -1,7 +1,9 @@
 """Turn a `WorkloadSpec` into the request arrays the simulator consumes.
 
-Determinism: the caller's generator is split with `rng.spawn` into four independent child
-streams - arrivals, class choice, prompt lengths, output lengths - so editing one part of the
+Determinism: the caller's generator is split with `rng.spawn` into five independent child
+streams - arrivals, class choice, prompt lengths, output lengths, predicted output lengths (the
+fifth was added later: `spawn` keys children by index, so the first four and every column drawn
+from them are bit-for-bit what they were before) - so editing one part of the
 workload (say, the output distribution) leaves every other column bit-for-bit unchanged. Within
 a mix, classes draw their lengths in class order from the shared prompt (or output) stream, and
 each class's draws land on that class's requests in arrival order.
@@ -14,10 +16,11 @@ request arrives at 0, divide by `rate_scale`, and only then apply the `num_reque
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from sim.errors import ScenarioError
 from sim.workload.arrivals import sample_arrivals
@@ -35,13 +38,31 @@ class RequestArrays:
     output_tokens: np.ndarray  # int64 >= 1: the true output length of each request
     class_index: np.ndarray  # int64 index into class_names
     class_names: tuple[str, ...]  # ("default",) without a mix, ("trace",) for a trace
+    # service tier of each request: index into tier_names (None: every request "default")
+    tier_index: np.ndarray | None = None
+    tier_names: tuple[str, ...] = ("default",)
+    # a predictor's guess of each output length (None: the true length)
+    predicted_output_tokens: np.ndarray | None = field(default=None)
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
-        for name in ("prompt_tokens", "output_tokens", "class_index"):
+        if self.tier_index is None:
+            object.__setattr__(self, "tier_index", np.zeros(n, dtype=np.int64))
+        if self.predicted_output_tokens is None:
+            object.__setattr__(self, "predicted_output_tokens", self.output_tokens.copy())
+        names = ("prompt_tokens", "output_tokens", "class_index", "tier_index")
+        for name in (*names, "predicted_output_tokens"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"{name} has {len(getattr(self, name))} entries, expected {n}")
-        for array in (self.arrival_s, self.prompt_tokens, self.output_tokens, self.class_index):
+        for array in (
+            self.arrival_s,
+            self.prompt_tokens,
+            self.output_tokens,
+            self.class_index,
+            self.tier_index,
+            self.predicted_output_tokens,
+        ):
+            assert array is not None
             # Shared by every consumer of a run; a stray in-place edit would corrupt them all.
             array.flags.writeable = False
 
@@ -55,7 +76,7 @@ def generate_requests(
     """Requests for `spec`; relative file paths in it resolve against `base_dir`."""
     if spec.trace is not None:
         return _from_trace(spec, spec.trace, base_dir)
-    arrival_rng, class_rng, prompt_rng, output_rng = rng.spawn(4)
+    arrival_rng, class_rng, prompt_rng, output_rng, predict_rng = rng.spawn(5)
     assert spec.arrival is not None  # guaranteed by WorkloadSpec's validator
     arrival_s = sample_arrivals(spec.arrival, arrival_rng, spec.num_requests, spec.duration_s)
     n = len(arrival_s)
@@ -63,12 +84,15 @@ def generate_requests(
 
     if spec.mix is None:
         assert spec.prompt_tokens is not None and spec.output_tokens is not None
+        output = sample_lengths(spec.output_tokens, n, output_rng, traces)
         return RequestArrays(
             arrival_s=arrival_s,
             prompt_tokens=sample_lengths(spec.prompt_tokens, n, prompt_rng, traces),
-            output_tokens=sample_lengths(spec.output_tokens, n, output_rng, traces),
+            output_tokens=output,
             class_index=np.zeros(n, dtype=np.int64),
             class_names=("default",),
+            tier_names=(spec.tier,),
+            predicted_output_tokens=_predict(output, spec.output_prediction_sigma, predict_rng),
         )
 
     weights = np.array([cls.weight for cls in spec.mix], dtype=np.float64)
@@ -81,17 +105,31 @@ def generate_requests(
         count = int(members.sum())
         prompt_tokens[members] = sample_lengths(cls.prompt_tokens, count, prompt_rng, traces)
         output_tokens[members] = sample_lengths(cls.output_tokens, count, output_rng, traces)
+    tier_names = tuple(dict.fromkeys(cls.tier for cls in spec.mix))
+    tier_of_class = np.array([tier_names.index(cls.tier) for cls in spec.mix], dtype=np.int64)
     return RequestArrays(
         arrival_s=arrival_s,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         class_index=class_index,
         class_names=tuple(cls.name for cls in spec.mix),
+        tier_index=tier_of_class[class_index],
+        tier_names=tier_names,
+        predicted_output_tokens=_predict(output_tokens, spec.output_prediction_sigma, predict_rng),
     )
 
 
+def _predict(output: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
+    """True length times lognormal noise exp(N(0, sigma)), rounded, at least 1."""
+    if sigma == 0.0:
+        return output.copy()
+    noisy = np.rint(output * np.exp(rng.normal(0.0, sigma, size=len(output))))
+    return np.maximum(noisy, 1).astype(np.int64)
+
+
 def _from_trace(spec: WorkloadSpec, trace: TraceSpec, base_dir: Path) -> RequestArrays:
-    data = read_trace(resolve_path(trace.path, base_dir), trace.format)
+    extra = (trace.tier_column,) if trace.tier_column else ()
+    data = read_trace(resolve_path(trace.path, base_dir), trace.format, extra)
     times = data.arrival_s
     end_s = np.inf if trace.end_s is None else trace.end_s
     keep = np.flatnonzero((times >= trace.start_s) & (times < end_s))
@@ -112,10 +150,17 @@ def _from_trace(spec: WorkloadSpec, trace: TraceSpec, base_dir: Path) -> Request
     if spec.duration_s is not None:
         count = min(count, int(np.searchsorted(arrival_s, spec.duration_s, side="left")))
     keep = keep[:count]
+    tier_index: np.ndarray | None = None
+    tier_names: tuple[str, ...] = ("default",)
+    if trace.tier_column:
+        codes, uniques = pd.factorize(data.extra[trace.tier_column][keep])
+        tier_index, tier_names = codes.astype(np.int64), tuple(str(u) for u in uniques)
     return RequestArrays(
         arrival_s=arrival_s[:count].copy(),
         prompt_tokens=data.prompt_tokens[keep],
         output_tokens=data.output_tokens[keep],
         class_index=np.zeros(count, dtype=np.int64),
         class_names=("trace",),
+        tier_index=tier_index,
+        tier_names=tier_names,
     )

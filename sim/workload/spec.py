@@ -125,6 +125,7 @@ class MixClass(_Strict):
     weight: float = Field(gt=0)
     prompt_tokens: LengthDist
     output_tokens: LengthDist
+    tier: str = Field(default="default", min_length=1)  # service tier of this class's requests
 
 
 class TraceSpec(_Strict):
@@ -136,6 +137,8 @@ class TraceSpec(_Strict):
     start_s: float = Field(default=0.0, ge=0)
     end_s: float | None = Field(default=None, gt=0)
     max_rows: int | None = Field(default=None, gt=0)
+    # an extra column holding each request's service tier (absent: every request "default")
+    tier_column: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _window(self) -> TraceSpec:
@@ -154,6 +157,19 @@ class WorkloadSpec(_Strict):
     output_tokens: LengthDist | None = None
     mix: list[MixClass] | None = Field(default=None, min_length=1)
     trace: TraceSpec | None = None
+    # service tier of every request of a synthetic workload without a mix
+    tier: str = Field(default="default", min_length=1)
+    # predicted output length = true length * exp(N(0, sigma)), rounded, at least 1 (for SJF
+    # on predicted lengths); drawn from its own child stream, so other columns do not move
+    output_prediction_sigma: float = Field(default=0.0, ge=0)
+
+    def tier_names(self) -> list[str] | None:
+        """The tiers requests can carry, in first-use order; None for a trace tier column."""
+        if self.trace is not None:
+            return None if self.trace.tier_column else ["default"]
+        if self.mix is not None:
+            return list(dict.fromkeys(cls.tier for cls in self.mix))
+        return [self.tier]
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
@@ -165,6 +181,8 @@ class WorkloadSpec(_Strict):
         }
         if self.trace is not None:
             given = [key for key, value in synthetic.items() if value is not None]
+            if self.tier != "default":
+                given.append("tier (use trace.tier_column)")
             if given:
                 raise ValueError(f"'trace' cannot be combined with {', '.join(given)}")
             return self
@@ -175,6 +193,8 @@ class WorkloadSpec(_Strict):
         if self.mix is not None:
             if self.prompt_tokens is not None or self.output_tokens is not None:
                 raise ValueError("'mix' cannot be combined with top-level prompt/output_tokens")
+            if self.tier != "default":
+                raise ValueError("with a 'mix', give each class its 'tier'")
             names = [cls.name for cls in self.mix]
             duplicates = sorted({name for name in names if names.count(name) > 1})
             if duplicates:

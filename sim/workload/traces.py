@@ -20,7 +20,7 @@ Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -44,6 +44,8 @@ class TraceData:
     prompt_tokens: np.ndarray  # int64 >= 1
     output_tokens: np.ndarray  # int64 >= 1 (zero outputs raised to 1)
     num_zero_output: int  # rows whose output was 0 in the file
+    # extra columns asked for (a tier column), as stripped strings
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def resolve_path(path: str, base_dir: Path) -> Path:
@@ -52,8 +54,12 @@ def resolve_path(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
-def read_trace(path: Path, fmt: Literal["azure", "csv"]) -> TraceData:
-    """Read and validate a trace file; raise `ScenarioError` (file, 'line N') on bad input."""
+def read_trace(
+    path: Path, fmt: Literal["azure", "csv"], extra_columns: tuple[str, ...] = ()
+) -> TraceData:
+    """Read and validate a trace file; raise `ScenarioError` (file, 'line N') on bad input.
+
+    `extra_columns` (a tier column) must be present and non-empty on every row."""
     file = str(path)
     if not path.is_file():
         raise ScenarioError("trace file not found", file=file)
@@ -68,7 +74,7 @@ def read_trace(path: Path, fmt: Literal["azure", "csv"]) -> TraceData:
         raise ScenarioError(f"not a text file: {exc.reason}", file=file) from None
 
     time_col, prompt_col, output_col = COLUMNS[fmt]
-    _check_header(frame, (time_col, prompt_col, output_col), fmt, file)
+    _check_header(frame, (time_col, prompt_col, output_col, *extra_columns), fmt, file)
 
     frame = frame.fillna("")  # short rows come back as NaN even with keep_default_na=False
     blank = (frame[[time_col, prompt_col, output_col]].apply(lambda c: c.str.strip()) == "").all(
@@ -115,6 +121,9 @@ def read_trace(path: Path, fmt: Literal["azure", "csv"]) -> TraceData:
         ),
         (~output_ok, f"{output_col} {{!r}} is not a non-negative integer", frame[output_col]),
     ]
+    for name in extra_columns:
+        values = frame[name].str.strip()
+        checks.append(((values == "").to_numpy(), f"{name} is empty", values))
     bad = np.zeros(len(frame), dtype=bool)
     for mask, _, _ in checks:
         bad |= mask
@@ -133,6 +142,7 @@ def read_trace(path: Path, fmt: Literal["azure", "csv"]) -> TraceData:
         prompt_tokens=prompt,
         output_tokens=np.where(zero_output, 1, output),
         num_zero_output=int(zero_output.sum()),
+        extra={name: frame[name].str.strip().to_numpy(dtype=str) for name in extra_columns},
     )
 
 

@@ -1,0 +1,91 @@
+"""`batchsim catalog`: both tables, a pair's KV capacity, and bad input as exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from sim.catalog import HARDWARE, MODELS
+from sim.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["catalog", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys)
+    assert (code, err) == (0, "")
+    for name in [*MODELS, *HARDWARE]:
+        assert f" {name} " in out or f"\n{name} " in out, name
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    # model row: params_B active_B layers heads kv_heads head_dim weights kv GiB KV B/token len
+    assert lines["mixtral-8x7b"][1:7] == ["46.7", "12.9", "32", "32", "8", "128"]
+    assert lines["qwen2.5-7b"][-2:] == ["57344", "32768"]
+    # GPU row: memory GiB, HBM TB/s, bf16 and fp8 TFLOP/s, link GB/s
+    assert lines["h100-sxm"][1:] == ["79.6", "3.4", "989.0", "1,979.0", "900.0"]
+    assert lines["a100-80g"][4] == "-"  # no fp8
+    assert "KV capacity" not in out  # only with --model or --hardware
+
+
+def test_pair_capacity_with_tensor_parallel(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3-70b", "--hardware", "h100-sxm",
+                       "--tensor-parallel", "4")  # fmt: skip
+    assert code == 0
+    row = out.strip().splitlines()[-1].split()
+    # model gpu tp usable_GiB weights_GiB kv_bytes/token kv_tokens blocks_of_16 max_len_seqs
+    assert row == ["llama-3-70b", "h100-sxm", "4", "286.7", "131.4", "327680", "495826",
+                   "30989", "60"]  # fmt: skip
+
+
+def test_one_model_on_every_gpu_with_fp8_kv(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--model", "llama-3-8b", "--kv-dtype", "fp8")
+    assert code == 0
+    rows = {r.split()[1]: r.split() for r in out.splitlines() if r.startswith("llama-3-8b ")}
+    assert rows["h100-sxm"][5:7] == ["65536", "913001"]  # twice the bf16 456,500 (+1 floor)
+    code, out, _ = run(capsys, "--hardware", "a100-80g")
+    lines = {r.split()[0]: r for r in out.splitlines()[-len(MODELS):]}
+    assert lines["llama-3-70b"].endswith("too big; fits at tp 2")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--model", "nope"], "--model: unknown model 'nope' (known: llama-2-7b"),
+        (["--hardware", "a100"], "--hardware: unknown hardware 'a100'"),
+        (
+            ["--model", "llama-3-70b", "--hardware", "h100-sxm"],
+            "--model: llama-3-70b does not fit on one h100-sxm: weights 131.4 GiB",
+        ),
+        (
+            ["--model", "qwen2.5-72b", "--hardware", "l40s", "--tensor-parallel", "2"],
+            "usable memory 81.0 GiB (2 x 45.0 GiB x gpu_memory_utilization 0.9); "
+            "--tensor-parallel 4 would fit",
+        ),
+        (
+            ["--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--tensor-parallel", "8"],
+            "--tensor-parallel: the degree (8) must divide qwen2.5-7b's num_attention_heads (28)",
+        ),
+        (["--tensor-parallel", "0"], "--tensor-parallel: must be at least 1"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("batchsim: error: ") and err.count("\n") == 1
+    assert expected in err
+
+
+def test_console_entry_point() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", "catalog", "--hardware", "b200", "--weight-dtype", "int4"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "int4" in done.stdout and "KV capacity" in done.stdout

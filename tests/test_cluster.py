@@ -1,0 +1,196 @@
+"""Colocated clusters: instances behind a router, and the invariants every cluster run keeps.
+
+`check_invariants` is shared with the disaggregation tests: every request finishes exactly once
+or is rejected, emitted tokens add up step by step, an instance never runs two step groups at
+once and never holds more KV blocks than its pool, and the pools are empty at the end.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers_sim import scenario
+
+from sim.cluster import Cluster
+from sim.results import VariantResult
+from sim.scenario import load_scenario_dict
+from sim.simulate import run_variant
+from sim.workload import RequestArrays, generate_requests
+
+WORKLOAD = {
+    "num_requests": 300,
+    "arrival": {"process": "poisson", "rate": 40.0},
+    "prompt_tokens": {"dist": "lognormal", "median": 300, "sigma": 0.8, "max": 2000},
+    "output_tokens": {"dist": "lognormal", "median": 40, "sigma": 0.8, "max": 400},
+}
+POLICY = {"name": "continuous", "max_num_seqs": 32, "max_num_batched_tokens": 4096}
+
+
+def run_with_cluster(
+    raw: dict[str, Any], arrays: RequestArrays | None = None
+) -> tuple[VariantResult, Cluster]:
+    """Run the scenario's single variant; also return the cluster it ran on (its end state)."""
+    module = importlib.import_module("sim.simulate")
+    build = module.build_cluster
+    made: list[Cluster] = []
+
+    def capture(*args: Any, **kwargs: Any) -> Cluster:
+        made.append(build(*args, **kwargs))
+        return made[-1]
+
+    resolved = load_scenario_dict(raw).variants[0]
+    if arrays is None:
+        arrays = generate_requests(
+            resolved.spec.workload, np.random.default_rng(resolved.spec.seed), resolved.base_dir
+        )
+    with mock.patch.object(module, "build_cluster", capture):
+        res = run_variant(resolved, arrays)
+    return res, made[0]
+
+
+def arrays_of(arrival_s: list[float], prompt: list[int], output: list[int]) -> RequestArrays:
+    n = len(arrival_s)
+    return RequestArrays(
+        arrival_s=np.asarray(arrival_s, dtype=float),
+        prompt_tokens=np.asarray(prompt, dtype=np.int64),
+        output_tokens=np.asarray(output, dtype=np.int64),
+        class_index=np.zeros(n, dtype=np.int64),
+        class_names=("default",),
+    )
+
+
+def check_invariants(res: VariantResult, cluster: Cluster) -> None:
+    req = res.requests
+    steps = res.steps
+    rejected = req["rejected"].to_numpy(dtype=bool)
+    served = req[~rejected]
+    # every request exactly once, finished with all its tokens, or rejected
+    assert req["id"].is_unique and len(req) == res.summary()["num_requests"]
+    assert served["finish_s"].notna().all()
+    assert (served["num_output_tokens"] == served["max_output_tokens"]).all()
+    assert req.loc[rejected, "finish_s"].isna().all()
+    # tokens: each step's decode tokens, plus one first token per served request, plus one
+    # token per recompute (a preempted decode prefills prompt and outputs again, then emits)
+    preemptions = int(served["num_preemptions"].sum())
+    decoded = int((steps["num_decode_tokens"] * steps["num_steps"]).sum())
+    assert decoded + len(served) + preemptions == int(served["num_output_tokens"].sum())
+    prefilled = int(steps["num_prefill_tokens"].sum())
+    recomputed = int(served["num_recomputed_tokens"].sum())
+    # a recompute also prefills the last emitted token, whose KV its preemption never had
+    assert prefilled == int(served["num_prompt_tokens"].sum()) + recomputed + preemptions
+    # every preemption shows in the steps table, even one in a step that then ran nothing
+    assert int(steps["num_preempted"].sum()) == preemptions
+    # an instance runs one step group at a time and never holds more blocks than its pool
+    info = res.instances.set_index("index")
+    for index, own in steps.groupby("instance"):
+        own = own.sort_values("start_s")
+        starts = own["start_s"].to_numpy()
+        ends = own["end_s"].to_numpy()
+        assert (ends >= starts).all()
+        assert (starts[1:] >= ends[:-1]).all(), f"instance {index}: overlapping steps"
+        assert own["kv_blocks_used"].max() <= info.loc[index, "kv_blocks_total"]
+    # all KV handed back at the end, on every instance
+    for inst in cluster.instances:
+        assert inst.policy.kv.num_free == inst.policy.kv.num_total
+        assert inst.policy.num_waiting == 0 and inst.policy.num_running == 0
+    # the instance table: one row per instance, ids in order
+    table = res.instance_summary()
+    assert table["instance"].tolist() == list(range(len(cluster.instances)))
+    assert sorted(steps["instance"].unique()) == sorted(
+        i.index for i in cluster.instances if len(i.recorder.steps)
+    )
+
+
+def colocated(router: str, **extra: Any) -> dict[str, Any]:
+    return scenario(
+        policy=POLICY,
+        workload=WORKLOAD,
+        cluster={"router": router, "instances": [{"count": 3}]},
+        **extra,
+    )
+
+
+def test_round_robin_cluster_keeps_the_invariants_and_spreads_evenly() -> None:
+    res, cluster = run_with_cluster(colocated("round_robin"))
+    check_invariants(res, cluster)
+    assert len(cluster.instances) == 3
+    counts = res.requests.groupby("instance").size()
+    assert sorted(counts.index) == [0, 1, 2]
+    assert counts.max() - counts.min() <= 1
+    # request i goes to instance i mod 3
+    assert (res.requests["instance"] == res.requests["id"] % 3).all()
+    table = res.instance_summary()
+    assert table["role"].tolist() == ["serve"] * 3
+    assert table["group"].tolist() == ["group0"] * 3
+    assert table["requests"].tolist() == counts.tolist()
+    assert (table["num_steps"] > 0).all()
+
+
+@pytest.mark.parametrize(
+    "router", ["least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"]
+)
+def test_every_router_keeps_the_invariants(router: str) -> None:
+    res, cluster = run_with_cluster(colocated(router))
+    check_invariants(res, cluster)
+    counts = res.requests.groupby("instance").size()
+    assert len(counts) == 3 and counts.min() > 0.15 * len(res.requests)
+
+
+def test_named_groups_of_different_sizes_get_their_own_rows() -> None:
+    raw = scenario(
+        policy=POLICY,
+        workload=WORKLOAD,
+        cluster={"router": "round_robin",
+                 "instances": [{"count": 1, "name": "big"},
+                               {"count": 2, "name": "small",
+                                "policy": {**POLICY, "max_num_seqs": 4}}]},
+    )
+    res, cluster = run_with_cluster(raw)
+    check_invariants(res, cluster)
+    table = res.instance_summary()
+    assert table["group"].tolist() == ["big", "small", "small"]
+    assert [i.policy.max_num_seqs for i in cluster.instances] == [32, 4, 4]
+    assert res.steps.loc[res.steps["instance"] > 0, "num_seqs"].max() <= 4
+
+
+def test_requests_arriving_at_once_are_spread_in_id_order() -> None:
+    raw = scenario(policy=POLICY, cluster={"router": "round_robin", "instances": [{"count": 3}]})
+    res, _ = run_with_cluster(raw, arrays_of([0.0] * 7, [100] * 7, [5] * 7))
+    assert res.requests["instance"].tolist() == [0, 1, 2, 0, 1, 2, 0]
+    # instances 1 and 2 got identical work (two requests each): identical timestamps
+    by = res.requests.set_index("id")
+    assert by.loc[1, "finish_s"] == by.loc[2, "finish_s"] == by.loc[4, "finish_s"]
+    assert by.loc[0, "finish_s"] > by.loc[1, "finish_s"]  # instance 0 batches three
+
+
+TIMES = ["first_scheduled_s", "first_token_s", "finish_s", "max_itl_s"]
+
+
+def assert_same_times(a: pd.DataFrame, b: pd.DataFrame, columns: list[str]) -> None:
+    for col in columns:
+        x = a[col].to_numpy(dtype=float)
+        y = b[col].to_numpy(dtype=float)
+        np.testing.assert_allclose(x, y, rtol=1e-9, atol=0.0, equal_nan=True, err_msg=col)
+    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+
+
+@pytest.mark.parametrize(
+    "router",
+    [
+        "round_robin",
+        "least_outstanding_requests",
+        "random",
+        "least_outstanding_tokens",
+        "least_kv",
+    ],
+)
+def test_coalescing_decode_steps_does_not_change_a_cluster_run(router: str) -> None:
+    fast, _ = run_with_cluster(colocated(router))
+    slow, _ = run_with_cluster(colocated(router, engine={"coalesce_decode_steps": False}))
+    assert_same_times(fast.requests, slow.requests, TIMES)
+    assert fast.steps["num_steps"].max() > 1 and slow.steps["num_steps"].max() == 1

@@ -1,0 +1,129 @@
+"""Routers' picks on crafted instance states, driven without SimPy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from sim.engine import Load
+from sim.kv_cache import BlockManager
+from sim.request import Request
+from sim.router import Router, remaining_work
+
+
+@dataclass
+class FakePolicy:
+    """What a router reads of an instance: its KV pool, queue lengths and outstanding work."""
+
+    used_blocks: int = 0
+    total_blocks: int = 100
+    num_waiting: int = 0
+    num_running: int = 0
+    tokens: int = 0
+    kv: BlockManager = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kv = BlockManager(self.total_blocks, 16)
+        assert self.kv.reserve(self.used_blocks)
+
+    def outstanding_tokens(self) -> int:
+        return self.tokens
+
+
+def load(p: FakePolicy) -> Load:
+    return Load(p.num_waiting, p.num_running, p.outstanding_tokens(), p.kv.num_used, p.kv.num_total)
+
+
+def pick(r: Router, pols: list[FakePolicy], candidates: list[int] | None = None) -> int:
+    return r.pick(len(pols), lambda i: load(pols[i]), candidates)
+
+
+def router(name: str, seed: int = 0) -> Router:
+    return Router(name, np.random.default_rng(seed))  # type: ignore[arg-type]
+
+
+def test_round_robin_cycles_in_index_order() -> None:
+    r = router("round_robin")
+    pols = [FakePolicy(num_running=9), FakePolicy(), FakePolicy()]  # load is ignored
+    assert [pick(r, pols) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_round_robin_with_candidates_takes_the_next_candidate_in_turn() -> None:
+    r = router("round_robin")
+    pols = [FakePolicy() for _ in range(4)]
+    assert pick(r, pols) == 0
+    assert pick(r, pols, [0, 2]) == 2  # 1 is next in turn but not a candidate
+    assert pick(r, pols) == 3  # the turn continues after the last pick
+    assert pick(r, pols, [1, 3]) == 1  # wraps around
+    assert pick(r, pols, [3]) == 3  # a single candidate is returned as is
+    assert pick(r, pols) == 2  # ... without moving the turn
+
+
+def test_least_outstanding_requests_counts_waiting_and_running() -> None:
+    r = router("least_outstanding_requests")
+    pols = [
+        FakePolicy(num_waiting=2, num_running=1),
+        FakePolicy(num_waiting=0, num_running=2),
+        FakePolicy(num_waiting=1, num_running=0),
+    ]
+    assert pick(r, pols) == 2
+    assert pick(r, pols, [0, 1]) == 1
+    pols[2].num_running = 1  # 3, 2, 2: tie goes to the lowest index
+    assert pick(r, pols) == 1
+    same = [FakePolicy(num_running=1) for _ in range(3)]
+    assert pick(r, same) == 0 and pick(r, same, [1, 2]) == 1
+
+
+def test_least_outstanding_tokens_reads_outstanding_tokens() -> None:
+    r = router("least_outstanding_tokens")
+    pols = [FakePolicy(tokens=500, num_running=0), FakePolicy(tokens=100, num_running=9),
+            FakePolicy(tokens=300)]
+    assert pick(r, pols) == 1  # fewest tokens, however many requests
+    assert pick(r, pols, [0, 2]) == 2
+    pols[0].tokens = 100
+    assert pick(r, pols) == 0  # tie: lowest index
+
+
+def test_least_kv_compares_fractions_of_each_pool() -> None:
+    r = router("least_kv")
+    pols = [
+        FakePolicy(used_blocks=30, total_blocks=100),  # 0.30
+        FakePolicy(used_blocks=50, total_blocks=200),  # 0.25: more blocks used, lower fraction
+        FakePolicy(used_blocks=10, total_blocks=20),  # 0.50
+    ]
+    assert pick(r, pols) == 1
+    assert pick(r, pols, [0, 2]) == 0
+    tied = [FakePolicy(used_blocks=5, total_blocks=10), FakePolicy(used_blocks=10, total_blocks=20)]
+    assert pick(r, tied) == 0
+
+
+def test_random_is_reproducible_and_only_picks_candidates() -> None:
+    pols = [FakePolicy() for _ in range(5)]
+    a, b = router("random", seed=7), router("random", seed=7)
+    seq_a = [pick(a, pols, [1, 3, 4]) for _ in range(200)]
+    seq_b = [pick(b, pols, [1, 3, 4]) for _ in range(200)]
+    assert seq_a == seq_b
+    assert set(seq_a) == {1, 3, 4}  # every candidate, and nothing else
+    other = router("random", seed=8)
+    assert [pick(other, pols, [1, 3, 4]) for _ in range(200)] != seq_a
+    full = [pick(a, pols) for _ in range(200)]
+    assert set(full) == set(range(5))
+
+
+@pytest.mark.parametrize("name", ["least_outstanding_requests", "least_outstanding_tokens",
+                                  "least_kv"])
+def test_ties_go_to_the_lowest_index_whatever_the_candidates_order(name: str) -> None:
+    same = [FakePolicy(num_running=1, tokens=5, used_blocks=3) for _ in range(3)]
+    assert pick(router(name), same, [2, 1]) == 1
+
+
+@pytest.mark.parametrize(
+    ("prompt", "output", "computed", "emitted", "expected"),
+    [(100, 10, 0, 0, 110), (100, 10, 40, 0, 70), (100, 10, 103, 4, 6), (100, 10, 109, 10, 0)],
+)
+def test_remaining_work(prompt: int, output: int, computed: int, emitted: int,
+                        expected: int) -> None:
+    req = Request(0, 0.0, prompt, output, num_computed_tokens=computed, num_output_tokens=emitted)
+    assert remaining_work(req) == expected
