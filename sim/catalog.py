@@ -321,8 +321,10 @@ class ModelSpec(BaseModel):
 
     @property
     def active_parameters(self) -> int:
-        return self.num_parameters if self.num_active_parameters is None else (
-            self.num_active_parameters
+        return (
+            self.num_parameters
+            if self.num_active_parameters is None
+            else (self.num_active_parameters)
         )
 
     @property
@@ -471,8 +473,10 @@ def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
             hint = f"; not even hardware.tensor_parallel {TP_CANDIDATES[-1]} fits"
         elif need > tp:
             hint = f"; hardware.tensor_parallel {need} would fit"
-    dtype = f"dtype_bytes {model.dtype_bytes:g}" if model.dtype_bytes is not None else (
-        f"weight_dtype {model.weight_dtype_name}"
+    dtype = (
+        f"dtype_bytes {model.dtype_bytes:g}"
+        if model.dtype_bytes is not None
+        else (f"weight_dtype {model.weight_dtype_name}")
     )
     raise ValueError(
         f"{model.name} does not fit on {where}: weights {model.weight_bytes / GiB:.1f} GiB "

@@ -41,8 +41,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-plots", action="store_true", help="skip the plots (PNG and SVG)")
     run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     run.add_argument("--trace", action="store_true", help="also write trace.json (Perfetto)")
-    run.add_argument("--trace-requests", type=int, default=200, metavar="N",
-                     help="request tracks in the trace: the first N requests (default 200)")
+    run.add_argument(
+        "--trace-requests",
+        type=int,
+        default=200,
+        metavar="N",
+        help="request tracks in the trace: the first N requests (default 200)",
+    )
     run.set_defaults(handler=_run)
     report = sub.add_parser("report", help="rebuild report.html of a results folder")
     report.add_argument("folder", type=Path, help="results folder, e.g. results/quickstart")
@@ -53,8 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(handler=_validate)
     # further commands live in their own modules: `register(sub)` adds a parser with a `handler`
     from sim.cli_whatif import register as register_whatif
+
     register_whatif(sub)
     from sim.cli_catalog import register as register_catalog
+
     register_catalog(sub)
     from calibration.cli import register
 
@@ -75,7 +82,10 @@ def _run(args: argparse.Namespace) -> int:
     results = simulate(scenario, progress=lambda msg: say(f"simulating {msg}"))
     elapsed = time.perf_counter() - started
     out_dir = write_results(
-        results, args.out / scenario.name, scenario.dump(), plots=not args.no_plots,
+        results,
+        args.out / scenario.name,
+        scenario.dump(),
+        plots=not args.no_plots,
         trace_requests=args.trace_requests if args.trace else None,
     )
     if not args.quiet:

@@ -45,9 +45,7 @@ def register(sub: Any) -> None:
     )
     cat.add_argument("--weight-dtype", choices=["bf16", "fp16", "fp8", "int4"])
     cat.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8"])
-    cat.add_argument(
-        "--block-size", type=int, default=16, help="tokens per KV block (default 16)"
-    )
+    cat.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default 16)")
     cat.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F")
     cat.set_defaults(handler=_catalog)
 

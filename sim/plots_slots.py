@@ -120,8 +120,14 @@ def _draw(ax: Axes, table: pd.DataFrame, window: tuple[float, float]) -> int:
                             for c in ("start_s", "busy_end_s", "end_s"))  # fmt: skip
     # one collection per kind keeps drawing fast however many requests are shown
     # the wait before the slot: a thin line from arrival to start, at the slot it will take
-    ax.hlines(slot, table["arrival_s"].to_numpy(dtype=float), start, color="0.4", linewidth=0.8,
-              zorder=0.5)
+    ax.hlines(
+        slot,
+        table["arrival_s"].to_numpy(dtype=float),
+        start,
+        color="0.4",
+        linewidth=0.8,
+        zorder=0.5,
+    )
     colors = [f"C{int(i) % 10}" for i in table["id"]]
     ax.add_collection(PolyCollection(list(_boxes(start, busy_end, slot)), facecolors=colors,
                                      edgecolors="white", linewidths=0.3))  # fmt: skip

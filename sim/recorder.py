@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sim.plan import StepPlan
 from sim.request import Request
 
@@ -67,11 +69,31 @@ class Recorder:
     steps: list[tuple[float | int, ...]] = field(default_factory=list)
     itl_gap_s: list[float] = field(default_factory=list)
     itl_count: list[int] = field(default_factory=list)
+    # runs of gaps growing by a constant: (first gap, increment, number of gaps, count each)
+    itl_runs: list[tuple[float, float, int, int]] = field(default_factory=list)
 
     def gap(self, gap_s: float, count: int) -> None:
         if count > 0:
             self.itl_gap_s.append(gap_s)
             self.itl_count.append(count)
+
+    def gap_run(self, first_s: float, increment_s: float, num: int, count: int) -> None:
+        """`num` gaps `first_s + m * increment_s` (m = 0..num-1), each seen `count` times."""
+        if count > 0 and num > 0:
+            self.itl_runs.append((first_s, increment_s, num, count))
+
+    def itl_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """All gaps and their counts, the runs expanded (vectorized)."""
+        gaps = np.asarray(self.itl_gap_s, dtype=float)
+        counts = np.asarray(self.itl_count, dtype=np.int64)
+        if not self.itl_runs:
+            return gaps, counts
+        runs = np.asarray(self.itl_runs, dtype=float)
+        num = runs[:, 2].astype(np.int64)
+        offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
+        run_gaps = np.repeat(runs[:, 0], num) + np.repeat(runs[:, 1], num) * offsets
+        run_counts = np.repeat(runs[:, 3].astype(np.int64), num)
+        return np.concatenate([gaps, run_gaps]), np.concatenate([counts, run_counts])
 
     def step(
         self,
@@ -180,6 +202,5 @@ def advance(plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> 
         if times.increment_s == 0.0:
             rec.gap(times.first_duration_s, emitting * (num_steps - 1))
         else:
-            for j in range(2, num_steps + 1):
-                rec.gap(times.duration(j), emitting)
+            rec.gap_run(times.duration(2), times.increment_s, num_steps - 1, emitting)
     return finished

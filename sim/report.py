@@ -82,9 +82,7 @@ def _all_metrics(variants: dict[str, dict[str, Any]]) -> str:
     head = "".join(f"<th>{_esc(v)}</th>" for v in variants)
     rows = []
     for key in keys:
-        cells = "".join(
-            f"<td>{_format(m.get(key), 1.0, '{:.6g}')}</td>" for m in variants.values()
-        )
+        cells = "".join(f"<td>{_format(m.get(key), 1.0, '{:.6g}')}</td>" for m in variants.values())
         rows.append(f"<tr><td>{_esc(key)}</td>{cells}</tr>")
     return (f"<details><summary>Every metric ({len(keys)})</summary><table><thead><tr>"
             f"<th>metric</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -141,8 +141,9 @@ def run_variant(
         num_links=cluster.link.num_links if cluster.link is not None else 0,
     )
     step_rows = [row for inst in cluster.instances for row in inst.recorder.steps]
-    gaps = [g for inst in cluster.instances for g in inst.recorder.itl_gap_s]
-    counts = [c for inst in cluster.instances for c in inst.recorder.itl_count]
+    itl_parts = [inst.recorder.itl_arrays() for inst in cluster.instances]
+    gaps = np.concatenate([g for g, _ in itl_parts])
+    counts = np.concatenate([c for _, c in itl_parts])
     steps = pd.DataFrame.from_records(step_rows, columns=list(STEP_COLUMNS))
     if len(cluster.instances) > 1:
         steps = steps.sort_values(["start_s", "instance"], kind="stable", ignore_index=True)

@@ -169,9 +169,7 @@ def trace_document(
                           "max_request_tracks": max_requests}}  # fmt: skip
 
 
-def write_trace(
-    results: Results, path: Path, *, max_requests: int = DEFAULT_MAX_REQUESTS
-) -> Path:
+def write_trace(results: Results, path: Path, *, max_requests: int = DEFAULT_MAX_REQUESTS) -> Path:
     """Write `trace_document(results)` as JSON to `path` (via a temporary file, then a rename)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -48,7 +48,7 @@ def test_one_model_on_every_gpu_with_fp8_kv(capsys: pytest.CaptureFixture[str]) 
     rows = {r.split()[1]: r.split() for r in out.splitlines() if r.startswith("llama-3-8b ")}
     assert rows["h100-sxm"][5:7] == ["65536", "913001"]  # twice the bf16 456,500 (+1 floor)
     code, out, _ = run(capsys, "--hardware", "a100-80g")
-    lines = {r.split()[0]: r for r in out.splitlines()[-len(MODELS):]}
+    lines = {r.split()[0]: r for r in out.splitlines()[-len(MODELS) :]}
     assert lines["llama-3-70b"].endswith("too big; fits at tp 2")
 
 

@@ -10,8 +10,16 @@ from sim.catalog import MODELS
 
 
 def dense_params(
-    *, vocab: int, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int,
-    intermediate: int, qkv_bias: bool = False, experts: int = 1,
+    *,
+    vocab: int,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    intermediate: int,
+    qkv_bias: bool = False,
+    experts: int = 1,
 ) -> tuple[int, int]:
     """(total, per-token active with top-2 routing when experts > 1) of a Llama-style decoder:
     untied embedding and LM head, RMSNorm weights, gated MLP (gate, up, down)."""

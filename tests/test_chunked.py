@@ -16,16 +16,24 @@ import pytest
 from factories import make_continuous, make_requests, step, tokens
 from helpers_scenario import run, scenario
 
-C = {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-5, "t_kv_s_per_token": 1e-7,
-     "t_attn_s_per_token2": 1e-9}
+C = {
+    "t_mem_s": 0.01,
+    "t_flop_s_per_token": 1e-5,
+    "t_kv_s_per_token": 1e-7,
+    "t_attn_s_per_token2": 1e-9,
+}
 PROFILE = {"coefficients": C}
 P0, O0 = 16, 600  # the decoding request
 ARRIVAL = 0.5  # the long prompt arrives while it decodes
 
 
 def cost(num_tokens: int, context: int, attention: int = 0) -> float:
-    return (C["t_mem_s"] + C["t_flop_s_per_token"] * num_tokens
-            + C["t_kv_s_per_token"] * context + C["t_attn_s_per_token2"] * attention)
+    return (
+        C["t_mem_s"]
+        + C["t_flop_s_per_token"] * num_tokens
+        + C["t_kv_s_per_token"] * context
+        + C["t_attn_s_per_token2"] * attention
+    )
 
 
 def decode_until(t: float, computed: int, arrival: float) -> tuple[float, int]:
@@ -68,12 +76,8 @@ def test_chunked_bounds_the_decode_stall_that_prefill_first_lets_grow(
     tmp_path: Path, prompt: int
 ) -> None:
     budget = 512
-    first = stall_run(
-        tmp_path, {"name": "continuous", "max_num_batched_tokens": 8192}, prompt
-    )
-    chunked = stall_run(
-        tmp_path, {"name": "chunked", "max_num_batched_tokens": budget}, prompt
-    )
+    first = stall_run(tmp_path, {"name": "continuous", "max_num_batched_tokens": 8192}, prompt)
+    chunked = stall_run(tmp_path, {"name": "chunked", "max_num_batched_tokens": budget}, prompt)
     assert first["stall"] == pytest.approx(expected_stall("prefill_first", prompt, 0), rel=1e-12)
     assert chunked["stall"] == pytest.approx(expected_stall("chunked", prompt, budget), rel=1e-12)
     # one step of a full budget at the largest context this case reaches bounds the stall
@@ -101,8 +105,7 @@ ROWS = [(0.0, 10, 3), (0.0, 5, 2), (2.0, 3, 2)]
 
 
 def test_chunked_schedule_by_hand_matches_the_policy() -> None:
-    policy = make_continuous(max_num_seqs=4, max_num_batched_tokens=8, block_size=4,
-                             mode="chunked")
+    policy = make_continuous(max_num_seqs=4, max_num_batched_tokens=8, block_size=4, mode="chunked")
     r0, r1, r2 = make_requests((10, 3), (5, 2), (3, 2))
     policy.add_request(r0, 0.0)
     policy.add_request(r1, 0.0)
@@ -153,8 +156,7 @@ def test_prompts_over_the_budget_are_chunked_not_rejected(tmp_path: Path) -> Non
     assert chunked.steps["num_prefill_tokens"].tolist()[:3] == [8, 8, 8]  # 8, 8, then 4 + r1's 4
     req = chunked.requests.set_index("id")
     assert req.loc[0, "first_token_s"] == 3.0 and req.loc[1, "first_token_s"] == 3.0
-    cont = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 8,
-            "block_size": 4}
+    cont = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 8, "block_size": 4}
     rejected = run(scenario(tmp_path, rows, cont))["default"]
     req = rejected.requests.set_index("id")
     assert req["rejected"].tolist() == [True, False]

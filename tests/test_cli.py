@@ -57,8 +57,16 @@ def test_run_writes_results_and_prints_a_side_by_side_table(
 def test_set_override_reaches_the_run(scenario_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "r"
     code = main(
-        ["run", str(scenario_file), "--out", str(out), "--no-plots", "-q",
-         "--set", "workload.num_requests=10"]
+        [
+            "run",
+            str(scenario_file),
+            "--out",
+            str(out),
+            "--no-plots",
+            "-q",
+            "--set",
+            "workload.num_requests=10",
+        ]
     )
     assert code == 0
     summary = json.loads((out / "clitest" / "summary.json").read_text())
@@ -91,12 +99,16 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_python_dash_m_sim_is_the_same_command(scenario_file: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "sim", "validate", str(scenario_file)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["scenario"] == "clitest"
     bad = subprocess.run(
         [sys.executable, "-m", "sim", "validate", str(scenario_file), "--set", "seed=-1"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr

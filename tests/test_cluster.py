@@ -145,10 +145,13 @@ def test_named_groups_of_different_sizes_get_their_own_rows() -> None:
     raw = scenario(
         policy=POLICY,
         workload=WORKLOAD,
-        cluster={"router": "round_robin",
-                 "instances": [{"count": 1, "name": "big"},
-                               {"count": 2, "name": "small",
-                                "policy": {**POLICY, "max_num_seqs": 4}}]},
+        cluster={
+            "router": "round_robin",
+            "instances": [
+                {"count": 1, "name": "big"},
+                {"count": 2, "name": "small", "policy": {**POLICY, "max_num_seqs": 4}},
+            ],
+        },
     )
     res, cluster = run_with_cluster(raw)
     check_invariants(res, cluster)

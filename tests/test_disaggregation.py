@@ -118,10 +118,15 @@ def test_decode_pool_with_two_instances_takes_transfers_by_its_router(tmp_path: 
 
 # --- backpressure: a tiny decode pool (tiny model: 2 bytes of KV per token) -------------------
 
+
 def tiny_disagg(decode_kv_tokens: int, **extra: Any) -> dict[str, Any]:
     return scenario(
-        policy={"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 256,
-                "block_size": 16},
+        policy={
+            "name": "continuous",
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": 256,
+            "block_size": 16,
+        },
         model=tiny_model(),
         hardware=tiny_hardware(10_000),
         profile=UNIT_PROFILE,
@@ -202,13 +207,17 @@ def test_every_preemption_shows_in_the_steps_table() -> None:
 
 # --- conservation on a few hundred random requests ------------------------------------------
 
+
 def pd_scenario(**extra: Any) -> dict[str, Any]:
     return scenario(
         policy={"name": "continuous", "max_num_seqs": 32, "max_num_batched_tokens": 4096},
         workload=WORKLOAD,
         disaggregation={
-            "prefill": {"count": 2, "router": "round_robin",
-                        "policy": {"name": "chunked", "max_num_batched_tokens": 1024}},
+            "prefill": {
+                "count": 2,
+                "router": "round_robin",
+                "policy": {"name": "chunked", "max_num_batched_tokens": 1024},
+            },
             "decode": {"count": 2, "router": "least_kv"},
             "link": {"bandwidth_gb_per_s": 25.0, "latency_s": 0.002},
         },
@@ -284,4 +293,3 @@ def test_a_reservation_during_a_decode_run_is_exact() -> None:
     slow, fast = out
     assert slow.requests.loc[0, "num_preemptions"] == 1
     assert_same_times(fast.requests, slow.requests, _pd(fast))
-

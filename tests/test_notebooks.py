@@ -36,7 +36,9 @@ def test_notebook_executes_and_prints_its_answer(
     monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
     book = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        book, timeout=120, kernel_name="python3",
+        book,
+        timeout=120,
+        kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()

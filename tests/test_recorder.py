@@ -22,17 +22,13 @@ def test_block_seconds_match_a_step_by_step_sum(
     computed: int, steps: int, bs: int, d0: float, inc: float
 ) -> None:
     times = StepTimes(0.0, d0, inc)
-    brute = sum(
-        (d0 + (j - 1) * inc) * math.ceil((computed + j) / bs) for j in range(1, steps + 1)
-    )
+    brute = sum((d0 + (j - 1) * inc) * math.ceil((computed + j) / bs) for j in range(1, steps + 1))
     assert math.isclose(decode_block_seconds(computed, steps, bs, times), brute, rel_tol=1e-9)
 
 
 @settings(max_examples=200, deadline=None)
 @given(steps=st.integers(1, 300), d0=st.floats(1e-4, 1.0), inc=st.floats(0.0, 1e-2))
-def test_step_end_times_are_the_running_sum_of_durations(
-    steps: int, d0: float, inc: float
-) -> None:
+def test_step_end_times_are_the_running_sum_of_durations(steps: int, d0: float, inc: float) -> None:
     times = StepTimes(5.0, d0, inc)
     elapsed = 5.0
     for j in range(1, steps + 1):

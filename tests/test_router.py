@@ -78,8 +78,11 @@ def test_least_outstanding_requests_counts_waiting_and_running() -> None:
 
 def test_least_outstanding_tokens_reads_outstanding_tokens() -> None:
     r = router("least_outstanding_tokens")
-    pols = [FakePolicy(tokens=500, num_running=0), FakePolicy(tokens=100, num_running=9),
-            FakePolicy(tokens=300)]
+    pols = [
+        FakePolicy(tokens=500, num_running=0),
+        FakePolicy(tokens=100, num_running=9),
+        FakePolicy(tokens=300),
+    ]
     assert pick(r, pols) == 1  # fewest tokens, however many requests
     assert pick(r, pols, [0, 2]) == 2
     pols[0].tokens = 100
@@ -112,8 +115,9 @@ def test_random_is_reproducible_and_only_picks_candidates() -> None:
     assert set(full) == set(range(5))
 
 
-@pytest.mark.parametrize("name", ["least_outstanding_requests", "least_outstanding_tokens",
-                                  "least_kv"])
+@pytest.mark.parametrize(
+    "name", ["least_outstanding_requests", "least_outstanding_tokens", "least_kv"]
+)
 def test_ties_go_to_the_lowest_index_whatever_the_candidates_order(name: str) -> None:
     same = [FakePolicy(num_running=1, tokens=5, used_blocks=3) for _ in range(3)]
     assert pick(router(name), same, [2, 1]) == 1
@@ -123,7 +127,8 @@ def test_ties_go_to_the_lowest_index_whatever_the_candidates_order(name: str) ->
     ("prompt", "output", "computed", "emitted", "expected"),
     [(100, 10, 0, 0, 110), (100, 10, 40, 0, 70), (100, 10, 103, 4, 6), (100, 10, 109, 10, 0)],
 )
-def test_remaining_work(prompt: int, output: int, computed: int, emitted: int,
-                        expected: int) -> None:
+def test_remaining_work(
+    prompt: int, output: int, computed: int, emitted: int, expected: int
+) -> None:
     req = Request(0, 0.0, prompt, output, num_computed_tokens=computed, num_output_tokens=emitted)
     assert remaining_work(req) == expected

@@ -44,6 +44,7 @@ def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue
         default_ttft_s=slo.ttft_s,
     )
 
+
 # in a disaggregated cluster the same limits drive a prefill-only or a decode-only instance
 _ROLES: dict[str, type[ContinuousPolicy]] = {
     "serve": ContinuousPolicy,

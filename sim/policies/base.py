@@ -31,9 +31,7 @@ class Policy(Protocol):
 
     def schedule(self, now: float) -> StepPlan | None: ...
 
-    def apply(
-        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> KVUsage:
+    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> KVUsage:
         """Apply a run of `num_steps` steps; return the KV blocks held during its last step
         (before the requests it finished release theirs), the block-seconds held over the
         whole run, and the stored and fragment token-seconds (sim/kv_usage.py), all exact, so

@@ -297,9 +297,7 @@ class ContinuousPolicy:
 
     # -- applying -----------------------------------------------------------------------------
 
-    def apply(
-        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> KVUsage:
+    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> KVUsage:
         paged = self.reservation == "paged"
         usage = apply_run(self.kv, plan, num_steps, times, rec, self._kv_holders(), paged=paged)
         if usage.finished:

@@ -70,32 +70,66 @@ def apply_run(
     else:  # blocks for the run's later tokens (the horizon guaranteed them), integrated
         growing = plan.scheduled
         growing_blocks = 0
-        # sum over requests of decode_block_seconds(), inlined (this is the hot path): with
-        # F(n) = sum ceil(t/bs) and G(n) = sum t*ceil(t/bs) over t = 1..n, a request going from
-        # c to e tokens holds F(e) - F(c) block-steps, weighted by the growing step durations
-        # through G(e) - G(c) - (c + 1) * (F(e) - F(c))
-        block_steps = 0
-        weighted = 0
+        k = num_steps
+        inc = times.increment_s
+        # The hot path: exact block-seconds, stored and fragment token-seconds of the growing
+        # requests in one pass. A request starting the run with c tokens in b0 blocks, s free
+        # slots in its last one, holds b0 + ceil((j - s) / bs) blocks in step j > s: with
+        # F(n) = sum ceil(t/bs) and G(n) = sum t*ceil(t/bs) over t = 1..n (closed forms), the
+        # block-steps are k*b0 + F(k - s) and the (j - 1)-weighted ones, which the growing step
+        # durations need, b0*k(k-1)/2 + G(k - s) + (s - 1)*F(k - s). Reference implementation:
+        # sim.recorder.decode_block_seconds (tests compare both with step-by-step runs).
+        sum_b0 = 0
+        extra_steps = 0
+        extra_weighted = 0
+        stored_end = 0
+        fragment = 0.0
         for req in plan.scheduled:
             e = req.num_computed_tokens
             if req.kv_blocks * bs < e and kv.allocate(req, e) is None:
                 raise AssertionError("decode run outgrew the KV pool")
             growing_blocks += req.kv_blocks
-            c = e - num_steps
-            qe, re_ = divmod(e, bs)
-            qc, rc = divmod(c, bs)
-            df = bs * (qe * (qe + 1) - qc * (qc + 1)) // 2 + re_ * (qe + 1) - rc * (qc + 1)
-            block_steps += df
-            if times.increment_s:
-                ge = (bs * bs * (qe - 1) * qe * (qe + 1) // 3 + bs * (bs + 1) * qe * (qe + 1) // 4
-                      + (qe + 1) * (re_ * qe * bs + re_ * (re_ + 1) // 2))
-                gc = (bs * bs * (qc - 1) * qc * (qc + 1) // 3 + bs * (bs + 1) * qc * (qc + 1) // 4
-                      + (qc + 1) * (rc * qc * bs + rc * (rc + 1) // 2))
-                weighted += ge - gc - (c + 1) * df
-        grown = times.first_duration_s * block_steps + times.increment_s * weighted
+            stored_end += e
+            c = e - k
+            b0 = -(-c // bs)
+            sum_b0 += b0
+            n = k - (b0 * bs - c)
+            if n > 0:
+                q, r = divmod(n, bs)
+                f = bs * q * (q + 1) // 2 + r * (q + 1)
+                extra_steps += f
+                if inc:
+                    g = (
+                        bs * bs * (q - 1) * q * (q + 1) // 3
+                        + bs * (bs + 1) * q * (q + 1) // 4
+                        + (q + 1) * (r * q * bs + r * (r + 1) // 2)
+                    )
+                    extra_weighted += g + (b0 * bs - c - 1) * f
+            # fragment: the tail of the block its whole sequence ends in, once it reaches it
+            final = req.num_prompt_tokens + req.max_output_tokens
+            last_block = -(-final // bs)
+            tail = last_block * bs - final
+            if tail > 0:
+                j0 = (last_block - 1) * bs - c + 1
+                if j0 <= k:
+                    start = times.start_s if j0 <= 1 else times.end(j0 - 1)
+                    fragment += tail * (times.end(k) - start)
+        block_steps = k * sum_b0 + extra_steps
+        weighted = sum_b0 * (k * (k - 1) // 2) + extra_weighted
+        grown = times.first_duration_s * block_steps + inc * weighted
         held = kv.num_used
         span = times.end(num_steps) - times.start_s
         block_seconds = grown + (held - growing_blocks) * span  # the rest hold still
+        held_by = holders if isinstance(holders, list) else list(holders)
+        # the growing requests are among the holders: equal counts mean nobody else holds KV
+        others = [] if len(held_by) == len(growing) else [r for r in held_by if r not in growing]
+        stored_end += sum(r.num_computed_tokens for r in others)
+        growth = len(plan.scheduled)
+        stored = series_token_seconds(stored_end - growth * (k - 1), growth, k, times)
+        fragment += fragment_token_seconds(others, {}, k, bs, times)
+        for req in finished:
+            kv.free(req)
+        return RunResult(KVUsage(held, block_seconds, stored, fragment), finished)
     stored_end = sum(r.num_computed_tokens for r in holders)
     growth = len(plan.scheduled) if num_steps > 1 else 0
     stored = series_token_seconds(stored_end - growth * (num_steps - 1), growth, num_steps, times)

@@ -37,9 +37,7 @@ class PrefillOnlyPolicy(ContinuousPolicy):
     def _kv_holders(self) -> Iterable[Request]:
         return list(chain(self.running, self.handoff))  # handed-off prompts hold their KV here
 
-    def apply(
-        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> KVUsage:
+    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> KVUsage:
         usage = super().apply(plan, num_steps, times, rec)
         done = [
             r

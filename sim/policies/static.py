@@ -150,9 +150,7 @@ class StaticPolicy:
             arrivals_can_join=False,
         )
 
-    def apply(
-        self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder
-    ) -> KVUsage:
+    def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> KVUsage:
         if plan.num_decode_tokens:
             self.decode_steps_done += num_steps
         finished = advance(plan, num_steps, times, rec)
