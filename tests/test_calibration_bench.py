@@ -47,9 +47,9 @@ def test_tiny_model_benchmark_on_cpu(tmp_path: Path) -> None:
         return float(table.step_s[rows & (table.num_prefill_tokens == 0)][0])
 
     # the corners of the grid differ several-fold (64k KV tokens vs 17), far beyond timing noise
-    # on a busy CI machine; neighbouring points may not, so only corners are compared
+    # on a busy CI machine; nearer points may not (a 64x gap in KV alone proved flaky under
+    # load), so only the far corners are compared
     assert decode(64, 1024) > 2 * decode(1, 16)
-    assert decode(64, 1024) > decode(1, 1024)
     meta = read_meta(tmp_path / "raw.csv")
     assert meta["layers_timed"] == 2 and meta["model"]["hidden_size"] == TINY.hidden_size
     assert meta["device"]["probes"]["bandwidth_gb_per_s"] > 0

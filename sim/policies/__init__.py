@@ -11,7 +11,7 @@ from sim.policies.disaggregated import DecodeOnlyPolicy, PrefillOnlyPolicy
 from sim.policies.static import StaticPolicy
 from sim.preemption import Preemptor
 from sim.queues import WaitingQueue, make_queue
-from sim.scenario import (
+from sim.scenario_spec import (
     ChunkedPolicySpec,
     ContinuousPolicySpec,
     QueueSpec,
