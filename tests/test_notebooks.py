@@ -34,6 +34,7 @@ def test_notebook_executes_and_prints_its_answer(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
     book = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         book,
