@@ -68,11 +68,10 @@ class StaticPolicySpec(_Strict):
     queue: QueueSpec = QueueSpec()
 
 
-class ContinuousPolicySpec(_Strict):
-    name: Literal["continuous"]
+class _IterationLevelSpec(_Strict):
+    """Limits shared by the iteration-level policies (continuous and chunked)."""
+
     max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
-    mode: Literal["prefill_first", "mixed"] = "prefill_first"
     block_size: int = Field(default=16, gt=0)
     # fraction of KV blocks kept free when admitting (vLLM's default is 0.01)
     watermark: float = Field(default=0.01, ge=0, lt=1)
@@ -84,43 +83,38 @@ class ContinuousPolicySpec(_Strict):
 
     _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 
+    def _check_budget(self, budget: int, why: str) -> None:
+        if budget < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({budget}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}){why}: every running request decodes each step"
+            )
+
+
+class ContinuousPolicySpec(_IterationLevelSpec):
+    name: Literal["continuous"]
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    mode: Literal["prefill_first", "mixed"] = "prefill_first"
+
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ContinuousPolicySpec:
-        if self.mode == "mixed" and self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                f"max_num_seqs ({self.max_num_seqs}) in mixed mode: every running request "
-                "decodes each step"
-            )
+        if self.mode == "mixed":
+            self._check_budget(self.max_num_batched_tokens, " in mixed mode")
         return self
 
 
-class ChunkedPolicySpec(_Strict):
+class ChunkedPolicySpec(_IterationLevelSpec):
     """Sarathi-Serve: decodes first, then prompt chunks fill the rest of the token budget."""
 
     name: Literal["chunked"]
-    max_num_seqs: int = Field(default=256, gt=0)
     # the per-step token budget that decodes and prompt chunks share
     max_num_batched_tokens: int = Field(default=2048, gt=0)
     # prompts that may get a chunk in one step (None: as many as the budget allows)
     max_prefill_seqs: int | None = Field(default=None, gt=0)
-    block_size: int = Field(default=16, gt=0)
-    watermark: float = Field(default=0.01, ge=0, lt=1)
-    preemption: PreemptionSpec = PreemptionSpec()
-    # paged: blocks on demand; max_length: max_model_len tokens reserved at admission;
-    # exact: prompt + true output reserved at admission (an oracle)
-    kv_reservation: Literal["paged", "max_length", "exact"] = "paged"
-    queue: QueueSpec = QueueSpec()
-
-    _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ChunkedPolicySpec:
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
-                f"max_num_seqs ({self.max_num_seqs}): every running request decodes each step"
-            )
+        self._check_budget(self.max_num_batched_tokens, "")
         return self
 
 
