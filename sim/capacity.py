@@ -21,8 +21,8 @@ passes only if every repeat passes; the final `lo` is always confirmed that way,
 a repeat fails. The answer is therefore conservative: it holds for every seed tried.
 
 Capacity per GPU divides by the number of GPUs: one per instance, summed over the instance
-groups of a cluster or of both disaggregated pools (one for a plain scenario). Searching for the
-fewest instances for a given rate is not supported yet.
+groups of a cluster or of both disaggregated pools (one for a plain scenario). The other
+question, the fewest instances for a given rate, is `sim.capacity_instances`.
 """
 
 from __future__ import annotations
@@ -168,17 +168,27 @@ def capacity_search(
     instances: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
-    """Capacity of every variant: one row per variant (see `CapacityResult.row`)."""
-    results = search(
-        scenario,
-        slos,
-        overrides=overrides,
-        tolerance=tolerance,
-        repeats=repeats,
-        instances=instances,
-        progress=progress,
-    )
-    rows = {r.variant: r.row() for r in results}
+    """Capacity of every variant: one row per variant (see `CapacityResult.row`), or with
+    `instances` the fewest instances at the scenario's rate (`InstanceResult.row`)."""
+    rows: dict[str, dict[str, float | int | str]]
+    if instances:
+        from sim.capacity_instances import search_instances
+
+        parsed = _parse_all(slos, repeats)
+        found = search_instances(
+            scenario, parsed, overrides=overrides, repeats=repeats, progress=progress
+        )
+        rows = {r.variant: r.row() for r in found}
+    else:
+        results = search(
+            scenario,
+            slos,
+            overrides=overrides,
+            tolerance=tolerance,
+            repeats=repeats,
+            progress=progress,
+        )
+        rows = {r.variant: r.row() for r in results}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("variant")
 
 
@@ -189,18 +199,11 @@ def search(
     overrides: Sequence[str] = (),
     tolerance: float = 0.02,
     repeats: int = 2,
-    instances: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> list[CapacityResult]:
-    if instances:
-        raise ScenarioError("instance search needs a cluster scenario (not supported yet)")
     if not 0 < tolerance < 1:
         raise ScenarioError(f"--tolerance {tolerance}: must be between 0 and 1")
-    if repeats < 0:
-        raise ScenarioError(f"--repeats {repeats}: must be >= 0")
-    parsed = [s if isinstance(s, SLO) else parse_slo(s) for s in slos]
-    if not parsed:
-        raise ScenarioError("give at least one --slo METRIC=VALUE")
+    parsed = _parse_all(slos, repeats)
     prober = Prober(scenario, overrides, RATE_KEY)
     seeds = [prober.seed + k for k in range(repeats + 1)]
     out = []
@@ -210,3 +213,12 @@ def search(
             progress(f"{variant}: {result.capacity_rps:.4g} req/s ({len(result.probes)} probes)")
         out.append(result)
     return out
+
+
+def _parse_all(slos: Sequence[str | SLO], repeats: int) -> list[SLO]:
+    if repeats < 0:
+        raise ScenarioError(f"--repeats {repeats}: must be >= 0")
+    parsed = [s if isinstance(s, SLO) else parse_slo(s) for s in slos]
+    if not parsed:
+        raise ScenarioError("give at least one --slo METRIC=VALUE")
+    return parsed

@@ -63,10 +63,16 @@ class Prober:
     def run(self, variant: str, rate: float, seed: int) -> dict[str, float]:
         raw = copy.deepcopy(self.raw)
         set_path(raw, self.rate_path, rate)
-        set_path(raw, ["seed"], seed)
-        # a variant that sets its own rate or seed must follow the search too
+        # a variant that sets its own rate must follow the search too
         for override in (raw.get("variants") or {}).values():
             _replace_if_set(override, self.rate_path, rate)
+        return self.run_raw(variant, raw, seed)
+
+    def run_raw(self, variant: str, raw: dict[str, Any], seed: int) -> dict[str, float]:
+        """Summary of one variant of an edited scenario mapping, at `seed`."""
+        raw = copy.deepcopy(raw)
+        set_path(raw, ["seed"], seed)
+        for override in (raw.get("variants") or {}).values():
             _replace_if_set(override, ["seed"], seed)
         loaded = self._load(raw)
         chosen = [v for v in loaded.variants if v.variant == variant]

@@ -136,13 +136,14 @@ def _capacity(args: argparse.Namespace) -> int:
     from sim.capacity import RATE_KEY, parse_slo, search
 
     slos = [parse_slo(s) for s in args.slo]
+    if args.instances:
+        return _instances(args, slos)
     results = search(
         args.scenario,
         slos,
         overrides=args.overrides,
         tolerance=args.tolerance,
         repeats=args.repeats,
-        instances=args.instances,
         progress=lambda msg: print(f"searched {msg}", file=sys.stderr),
     )
     print(f"largest {RATE_KEY} meeting: {', '.join(str(s) for s in slos)}")
@@ -188,6 +189,40 @@ def _capacity(args: argparse.Namespace) -> int:
         if args.verbose:
             for rate, seed, ok in r.probes:
                 print(f"  {r.variant}: rate {rate:.6g} seed {seed}: {'pass' if ok else 'FAIL'}")
+    return 0
+
+
+def _instances(args: argparse.Namespace, slos: list[Any]) -> int:
+    from sim.capacity_instances import search_instances
+
+    results = search_instances(
+        args.scenario,
+        slos,
+        overrides=args.overrides,
+        repeats=args.repeats,
+        progress=lambda msg: print(f"searched {msg}", file=sys.stderr),
+    )
+    print(f"fewest instances meeting: {', '.join(str(s) for s in slos)}")
+    print(
+        "doubling from 1, then bisection over counts; the answer is confirmed with "
+        f"{args.repeats} more seeds and raised until every seed passes"
+    )
+    print(
+        f"{'variant':<16} {'instances':>9} {'req/s':>8} {'per GPU':>8} {'probes':>6} "
+        f"{'requests/probe':>14}"
+    )
+    for r in results:
+        row = r.row()
+        print(
+            f"{r.variant:<16} {r.instances:>9} {r.rate_rps:>8.4g} "
+            f"{row['capacity_rps_per_gpu']:>8.4g} {len(r.probes):>6} "
+            f"{r.requests_per_probe:>14}"
+        )
+        if r.note:
+            print(f"{r.variant}: {r.note}")
+        if args.verbose:
+            for count, seed, ok in r.probes:
+                print(f"  {r.variant}: {count} instances seed {seed}: {'pass' if ok else 'FAIL'}")
     return 0
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import sim
-from sim.capacity import RATE_KEY, SLO, parse_slo, search
+from sim.capacity import RATE_KEY, SLO, capacity_search, parse_slo, search
 from sim.capacity_probe import Prober
 from sim.cli import main
 from sim.errors import ScenarioError
@@ -87,8 +87,6 @@ def test_capacity_table_per_variant_and_instance_search_refused(tmp_path: Path) 
     assert (table["capacity_rps_per_gpu"] == table["capacity_rps"]).all()
     pair = {**raw, "cluster": {"instances": [{"count": 2}]}}
     assert Prober(write(tmp_path, pair), [], RATE_KEY).num_gpus == {"slow": 2, "fast": 2}
-    with pytest.raises(ScenarioError, match="instance search needs a cluster scenario"):
-        search(write(tmp_path, raw), ["queue_mean=0.075"], instances=True)
 
 
 def test_cli_capacity_states_the_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,5 +110,55 @@ def test_cli_capacity_states_the_rules(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "queue_mean_s <= 0.075" in out and "requests/probe" in out and "1000" in out
     assert "repeated with 1 more seeds" in out and "seed 1: pass" in out
-    assert main(["capacity", str(path), "--slo", "queue_mean=0.075", "--instances"]) == 2
+    assert main(["capacity", str(path), "--slo", "queue_mean=0.075", "--instances"]) == 0
+    assert "fewest instances meeting: queue_mean_s <= 0.075" in capsys.readouterr().out
     assert main(["capacity", str(path), "--slo", "nonsense=1"]) == 2
+
+
+def dd1_cluster(router: str = "round_robin") -> dict[str, Any]:
+    """Constant arrivals at 25 req/s, each served in exactly 0.1 s by one 0.1 s step."""
+    return {
+        "name": "dd1",
+        "seed": 3,
+        "workload": {
+            "num_requests": 300,
+            "arrival": {"process": "constant", "rate": 25.0},
+            "prompt_tokens": {"dist": "fixed", "value": 1},
+            "output_tokens": {"dist": "fixed", "value": 1},
+        },
+        "model": "llama-2-7b",
+        "hardware": "a100-80g",
+        "profile": {"coefficients": {"t_mem_s": 0.1, "t_flop_s_per_token": 0.0}},
+        "policy": {"name": "static", "max_batch_size": 1},
+        "cluster": {"router": router, "instances": [{"count": 1}]},
+    }
+
+
+def test_fewest_instances_matches_the_deterministic_answer(tmp_path: Path) -> None:
+    # round robin gives each of N instances one request every N/25 s: no queue iff N/25 >= 0.1,
+    # so 3 instances (2 leave every other request waiting)
+    from sim.capacity_instances import search_instances
+
+    (found,) = search_instances(write(tmp_path, dd1_cluster()), [parse_slo("queue_p99=0.001")])
+    assert found.instances == 3 and found.rate_rps == 25.0
+    assert {(c, ok) for c, _, ok in found.probes} >= {(2, False), (3, True)}
+    table = capacity_search(
+        write(tmp_path, dd1_cluster()), ["queue_p99=0.001"], instances=True, repeats=0
+    )
+    assert table.at["default", "instances"] == 3
+    assert table.at["default", "capacity_rps_per_gpu"] == pytest.approx(25 / 3)
+
+
+def test_instance_search_refuses_what_it_cannot_vary(tmp_path: Path) -> None:
+    from sim.capacity_instances import search_instances
+
+    two = dd1_cluster()
+    two["cluster"]["instances"] = [{"count": 1}, {"count": 1}]
+    with pytest.raises(ScenarioError, match="single instance group"):
+        search_instances(write(tmp_path, two), [parse_slo("queue_p99=0.001")])
+    pd = dd1_cluster()
+    del pd["cluster"]
+    pd["policy"] = {"name": "continuous"}
+    pd["disaggregation"] = {"prefill": {"count": 1}, "decode": {"count": 1}}
+    with pytest.raises(ScenarioError, match="disaggregated"):
+        search_instances(write(tmp_path, pd), [parse_slo("queue_p99=0.001")])
