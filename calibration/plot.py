@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from calibration.fit import predict
-from calibration.raw import StepTable
+from calibration.raw import ARRAY_COLUMNS, StepTable
 from sim.profile import Profile
 
 
@@ -24,18 +24,7 @@ def _subset(table: StepTable, rows: np.ndarray) -> StepTable:
     return replace(
         table,
         kind=tuple(k for k, keep in zip(table.kind, rows, strict=True) if keep),
-        **{
-            name: getattr(table, name)[rows]
-            for name in (
-                "num_seqs",
-                "num_tokens",
-                "num_prefill_tokens",
-                "context_tokens_per_seq",
-                "sum_context_tokens",
-                "prefill_attention_term",
-                "step_s",
-            )
-        },
+        **{name: getattr(table, name)[rows] for name in ARRAY_COLUMNS},
     )
 
 

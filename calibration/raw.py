@@ -180,12 +180,12 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
     notes = (f"skipped {len(skipped)} row(s) without step_s: lines {skipped}",) if skipped else ()
     return StepTable(
         kind=tuple(kinds),
-        **{k: np.asarray(v, dtype=np.float64) for k, v in cols.items() if k in _ARRAYS},
+        **{k: np.asarray(v, dtype=np.float64) for k, v in cols.items() if k in ARRAY_COLUMNS},
         notes=notes,
     )
 
 
-_ARRAYS = (
+ARRAY_COLUMNS = (
     "num_seqs",
     "num_tokens",
     "num_prefill_tokens",
