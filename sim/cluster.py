@@ -121,11 +121,10 @@ def build_cluster(
     decode = [instances[i] for i in roles["decode"]]
     link = KVLink(env, d.link, model, decode, Router(d.decode.router, rng))
     prefill_router = Router(d.prefill.router, rng)
-    largest_decode_pool = max(i.policy.kv.capacity_tokens for i in decode)
     cluster = Cluster(instances, info, lambda req: None, link=link)
 
     def dispatch_pd(req: Request) -> None:
-        if req.num_prompt_tokens + req.max_output_tokens > largest_decode_pool:
+        if not any(_decode_policy(i).can_ever_take(req) for i in decode):
             req.rejected = True  # its KV could never land on any decode instance
             req.instance = -1
             cluster.rejected.append(req)
@@ -184,16 +183,19 @@ class KVLink:
             req, source = self.pending[0]
             tokens = req.num_computed_tokens
             loads = [i.load() for i in self.decode]  # mid-run loads, as step by step
+            needs = [_decode_policy(i).blocks_to_receive(req) for i in self.decode]
             fits = [
                 i
-                for i, (inst, load) in enumerate(zip(self.decode, loads, strict=True))
-                if inst.policy.kv.blocks_for(tokens) <= load.kv_blocks_total - load.kv_blocks_used
+                for i, (need, load) in enumerate(zip(needs, loads, strict=True))
+                if need <= load.kv_blocks_total - load.kv_blocks_used
             ]
             if not fits:
                 return  # backpressure: the head waits on its prefill instance, and so do the rest
-            target = self.decode[self.router.pick(len(self.decode), loads.__getitem__, fits)]
-            blocks = target.policy.kv.blocks_for(tokens)
+            chosen = self.router.pick(len(self.decode), loads.__getitem__, fits)
+            target = self.decode[chosen]
+            blocks = needs[chosen]
             target.policy.kv.reserve(blocks)
+            target.policy.kv.note_external(self.env.now, blocks)
             target.cut_run()  # its run horizon counted these blocks as free
             self.pending.popleft()
             self.free_links -= 1
@@ -211,10 +213,18 @@ class KVLink:
         self.free_links += 1
         prefill_policy = source.policy
         assert isinstance(prefill_policy, PrefillOnlyPolicy)
+        held = req.kv_blocks
         prefill_policy.release(req)
+        prefill_policy.kv.note_external(self.env.now, -held)
         decode_policy = target.policy
         assert isinstance(decode_policy, DecodeOnlyPolicy)
         decode_policy.accept(req, blocks)
         source.wake()
         target.wake()
         self.start()
+
+
+def _decode_policy(instance: Instance) -> DecodeOnlyPolicy:
+    policy = instance.policy
+    assert isinstance(policy, DecodeOnlyPolicy)
+    return policy

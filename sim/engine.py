@@ -79,7 +79,8 @@ class Instance:
     changed (a request arrived, KV blocks were freed elsewhere). An idle instance starts at once;
     one in the middle of a run of identical decode steps that a newcomer could join cuts the run
     at the first step boundary at or after now, exactly where a step-by-step loop would first
-    have seen the newcomer. `on_step` (if set) runs after each applied run, for cluster hooks.
+    have seen the newcomer. `on_step` (if set) runs after each applied run, and when planning
+    freed KV blocks, for cluster hooks.
     """
 
     def __init__(
@@ -130,10 +131,12 @@ class Instance:
         reserved in this pool for a transfer)."""
         if self._run is None:
             return
-        _plan, times, num_steps, _ = self._run
+        plan, times, num_steps, can_join = self._run
         cut = steps_before(times, num_steps, self.env.now)
         if cut < num_steps:
-            self._run = None
+            # the shortened run stays on record: routers still read its mid-run state, and a
+            # later change can shorten it again
+            self._run = (plan, times, cut, can_join)
             self._cut_steps = cut
             self.process.interrupt()
 
@@ -165,7 +168,12 @@ class Instance:
         t_kv = cost.t_kv_s_per_token
         while True:
             now = env.now
+            free_before = policy.kv.num_free
             plan = policy.schedule(now)
+            if policy.kv.num_free > free_before and self.on_step is not None:
+                # planning freed blocks (preemption): tell the cluster now, not at the step's
+                # end, which a coalesced run would put later than a step-by-step loop does
+                self.on_step(self)
             if plan is None:
                 self._idle = env.event()
                 wake = policy.next_wakeup_s(now)
@@ -180,13 +188,24 @@ class Instance:
             times = StepTimes(now, duration, t_kv * plan.context_growth_per_step)
             num_steps = plan.num_steps if self.coalesce else 1
             self._run = (plan, times, num_steps, num_steps > 1 and plan.arrivals_can_join)
-            try:
-                yield env.timeout(times.end(num_steps) - now)
-            except simpy.Interrupt:
-                num_steps = self._cut_steps
-                yield env.timeout(max(0.0, times.end(num_steps) - env.now))
+            wait: Event = env.timeout(times.end(num_steps) - now)
+            while True:
+                try:
+                    yield wait
+                    break
+                except simpy.Interrupt:
+                    num_steps = self._cut_steps
+                    wait = env.timeout(max(0.0, times.end(num_steps) - env.now))
             self._run = None
             usage = policy.apply(plan, num_steps, times, rec)
+            external = policy.kv.external
+            if external:
+                # blocks reserved or released mid-run were counted over the whole run: count
+                # them from the moment they changed hands
+                start = times.start_s
+                early = sum(delta * (t - start) for t, delta in external if t > start)
+                external.clear()
+                usage = usage._replace(block_seconds=usage.block_seconds - early)
             rec.step(
                 plan,
                 num_steps,

@@ -23,6 +23,8 @@ class BlockManager:
         self.num_total = num_blocks
         self.block_size = block_size
         self.num_free = num_blocks
+        # changes made from outside the step loop, mid-step (KV transfers): (time, blocks)
+        self.external: list[tuple[float, int]] = []
 
     @property
     def num_used(self) -> int:
@@ -53,6 +55,11 @@ class BlockManager:
         self.num_free -= need
         req.kv_blocks += need
         return need
+
+    def note_external(self, now_s: float, delta_blocks: int) -> None:
+        """Record a change of `delta_blocks` at `now_s` made between step boundaries, so the
+        engine can integrate KV use exactly rather than from the step's start."""
+        self.external.append((now_s, delta_blocks))
 
     def reserve(self, num_blocks: int) -> bool:
         """Set blocks aside for a request that is not here yet (a KV transfer in flight)."""

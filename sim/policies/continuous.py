@@ -267,16 +267,11 @@ class ContinuousPolicy:
             self.preemptor.swap_s += self._carried_swap_s
             self._carried_preempted, self._carried_swap_s = [], 0.0
         swap_s = self.preemptor.swap_s
-        # a step that copied KV, or preempted while others wait swapped out (whom the freed
-        # blocks may let back in next step), is not repeated
-        if not prefills and not swap_s and not (preempted and self.swapped):
+        # a step that copied KV or preempted is not repeated: the blocks it freed may let a
+        # swapped request back in next step, or (in a cluster) start a KV transfer here
+        if not prefills and not swap_s and not preempted:
             num_steps = self._decode_horizon(decodes)
-            can_join = (
-                not self.swapped
-                and (not self.waiting or self.waiting.may_be_overtaken())
-                and len(self.running) < self.max_num_seqs
-                and len(decodes) < self.max_num_batched_tokens
-            )
+            can_join = self._newcomer_could_join(decodes)
         return StepPlan(
             scheduled=scheduled,
             num_seqs=len(scheduled),
@@ -290,6 +285,15 @@ class ContinuousPolicy:
             arrivals_can_join=can_join,
             preempted=tuple(preempted),
             swap_s=swap_s,
+        )
+
+    def _newcomer_could_join(self, decodes: dict[Request, int]) -> bool:
+        """Whether a request arriving during a decode run could change the next plan."""
+        return (
+            not self.swapped
+            and (not self.waiting or self.waiting.may_be_overtaken())
+            and len(self.running) < self.max_num_seqs
+            and len(decodes) < self.max_num_batched_tokens
         )
 
     def _decode_horizon(self, decodes: dict[Request, int]) -> int:

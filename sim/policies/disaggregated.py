@@ -69,6 +69,18 @@ class DecodeOnlyPolicy(ContinuousPolicy):
     def _kv_holders(self) -> Iterable[Request]:
         return list(chain(self.running, self.arrived))
 
+    def blocks_to_receive(self, req: Request) -> int:
+        """Blocks to reserve for a transfer: the prompt's KV, or under a contiguous reservation
+        mode the whole reservation, as admission would have taken it here."""
+        return self.kv.blocks_for(self._target(req, req.num_computed_tokens))
+
+    def can_ever_take(self, req: Request) -> bool:
+        """Whether this pool could hold the request's whole sequence (and its reservation)."""
+        total = req.num_prompt_tokens + req.max_output_tokens
+        return self.kv.blocks_for(max(total, self._target(req, req.num_prompt_tokens))) <= (
+            self.kv.num_total
+        )
+
     def accept(self, req: Request, num_blocks: int) -> None:
         """Take a transferred request that holds `num_blocks` reserved blocks of this pool."""
         self.kv.attach(req, num_blocks)
@@ -78,6 +90,10 @@ class DecodeOnlyPolicy(ContinuousPolicy):
         return super().outstanding_tokens() + sum(
             r.max_output_tokens - r.num_output_tokens for r in self.arrived
         )
+
+    def _newcomer_could_join(self, decodes: dict[Request, int]) -> bool:
+        # a transferred request takes a free seat at once, whoever waits for a recompute
+        return len(self.running) < self.max_num_seqs
 
     def schedule(self, now: float) -> StepPlan | None:
         # arrivals hold their KV already: they take free seats before recomputes need new blocks
