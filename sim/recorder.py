@@ -175,7 +175,31 @@ def advance(plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> 
     last_duration = times.duration(num_steps)
     regular = 0  # emitters whose previous token came at the end of the step just before
     emitting = 0
-    for req, n in plan.scheduled.items():
+    if not plan.num_prefill_tokens:
+        # the hot path: a decode step or run, every request emits one token per step
+        for req in plan.scheduled:
+            last = req.last_token_s
+            gap = end_1 - last
+            if last == start_s:
+                regular += 1
+            else:
+                rec.gap(gap, 1)
+            if gap < last_duration:
+                gap = last_duration
+            if gap > req.max_itl_s:
+                req.max_itl_s = gap
+            req.num_computed_tokens += num_steps
+            out = req.num_output_tokens + num_steps
+            req.num_output_tokens = out
+            req.last_token_s = end_k
+            if out >= req.max_output_tokens:
+                req.finish_s = end_k
+                finished.append(req)
+        emitting = len(plan.scheduled)
+        plan_items: list[tuple[Request, int]] = []
+    else:
+        plan_items = list(plan.scheduled.items())
+    for req, n in plan_items:
         if n < req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens:
             req.num_computed_tokens += n  # a prefill chunk: no token yet
             continue

@@ -159,10 +159,12 @@ class ContinuousPolicy:
         i = 0
         while i < len(running):
             req = running[i]
-            if not req.num_output_tokens or req.num_remaining != 1:
+            computed = req.num_computed_tokens
+            out = req.num_output_tokens
+            if not out or req.num_prompt_tokens + out - computed != 1:
                 i += 1  # a prompt still being prefilled in chunks
                 continue
-            if req.kv_blocks * bs > req.num_computed_tokens:  # room in its last block
+            if req.kv_blocks * bs > computed:  # room in its last block
                 decodes[req] = 1
                 i += 1
                 continue
@@ -249,14 +251,11 @@ class ContinuousPolicy:
     def _plan(
         self, decodes: dict[Request, int], prefills: dict[Request, int], preempted: list[Request]
     ) -> StepPlan:
-        scheduled = dict(decodes)
+        scheduled = {**decodes, **prefills} if prefills else decodes
         prefill_tokens = 0
         attention = 0
-        context = len(decodes)
-        for req in decodes:
-            context += req.num_computed_tokens
+        context = len(decodes) + sum([req.num_computed_tokens for req in decodes])
         for req, n in prefills.items():
-            scheduled[req] = n
             prefill_tokens += n
             attention += n * (req.num_computed_tokens + n)  # a chunk attends to its context
             context += req.num_computed_tokens + n
