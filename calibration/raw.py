@@ -185,15 +185,8 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
     )
 
 
-ARRAY_COLUMNS = (
-    "num_seqs",
-    "num_tokens",
-    "num_prefill_tokens",
-    "context_tokens_per_seq",
-    "sum_context_tokens",
-    "prefill_attention_term",
-    "step_s",
-)
+# the numeric step features and the median time: the raw columns between `kind` and the spread
+ARRAY_COLUMNS = RAW_COLUMNS[1 : RAW_COLUMNS.index("step_s") + 1]
 
 
 def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dict[str, Any]:
