@@ -6,7 +6,7 @@ attention through `scaled_dot_product_attention`, the output projection, RMSNorm
 downloads); values do not change the time of dense kernels. Only a few layers are built; the
 benchmark times them and scales to the model's depth (`calibration.bench`).
 
-`ModelDims` adds what `sim.catalog.ModelSpec` leaves out: the MLP width (from the published
+`ModelDims` adds what `sim.costs.catalog.ModelSpec` leaves out: the MLP width (from the published
 configs) and the vocabulary, which is derived from the catalog's parameter count so the LM head
 has the right size. `CPU_EXAMPLE` is a ~56M-parameter configuration that is not in the catalog;
 the committed CPU profile was measured with it.
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from sim.catalog import MODELS
+from sim.costs.catalog import MODELS
 
 # MLP widths from each model's Hugging Face config.json (intermediate_size)
 INTERMEDIATE_SIZE = {

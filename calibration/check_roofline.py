@@ -22,9 +22,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.catalog import HARDWARE, MODELS
-from sim.cost_model import CostModel
-from sim.profile import ROOFLINE_FLOP_EFFICIENCY, ROOFLINE_MEM_EFFICIENCY, roofline_profile
+from sim.costs.catalog import HARDWARE, MODELS
+from sim.costs.cost_model import CostModel
+from sim.costs.profile import ROOFLINE_FLOP_EFFICIENCY, ROOFLINE_MEM_EFFICIENCY, roofline_profile
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO_ROOT / ".." / "shared" / "reference-timings" / "a100_step_times.csv"

@@ -14,8 +14,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sim.catalog import HARDWARE, MODELS
-from sim.profile import Profile, load_profile, roofline_profile
+from sim.costs.catalog import HARDWARE, MODELS
+from sim.costs.profile import Profile, load_profile, roofline_profile
 
 # GPU names as `calibrate` slugs them (torch.cuda.get_device_name) -> catalog names
 GPU_SLUGS = {

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from calibration.raw import FloatArray, StepTable
-from sim.profile import Coefficients
+from sim.costs.profile import Coefficients
 
 BoolArray = npt.NDArray[np.bool_]
 
@@ -125,7 +125,7 @@ def _coefficients(form: str, x: FloatArray, ridge: float | None) -> Coefficients
 
 
 def predict(c: Coefficients, table: StepTable) -> FloatArray:
-    """Step seconds by the same formula as `sim.cost_model.CostModel.step_time`, vectorized."""
+    """Step seconds by the formula of `sim.costs.cost_model.CostModel.step_time`, vectorized."""
     n = table.num_tokens
     flop = c.t_flop_s_per_token * n
     if c.ridge_tokens is not None and c.t_flop_high_s_per_token is not None:

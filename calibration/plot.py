@@ -4,7 +4,7 @@ Three panels: decode step time against batch size B, one colour per context leng
 step time against prompt tokens, one colour per number of prompts; and every point's fitted
 against measured time (mixed steps included) on log axes with the identity line, which shows the
 worst misfits whatever their kind. Built with matplotlib's Figure API, never pyplot, like
-`sim.plots`.
+`sim.io.plots`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from calibration.fit import predict
 from calibration.raw import ARRAY_COLUMNS, StepTable
-from sim.profile import Profile
+from sim.costs.profile import Profile
 
 
 def _subset(table: StepTable, rows: np.ndarray) -> StepTable:

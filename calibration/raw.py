@@ -1,6 +1,6 @@
 """Step timings on disk: the raw CSV the benchmark writes and the formats `batchsim fit` reads.
 
-The raw CSV has one row per timed step shape, in the feature vocabulary of `sim.plan.StepPlan`:
+The raw CSV has one row per timed step shape, in the feature vocabulary of `sim.core.plan.StepPlan`:
 
     kind                    decode | prefill | mixed
     num_seqs                sequences in the step (B; a mixed step counts its prefill prompts too)

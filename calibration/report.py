@@ -18,9 +18,9 @@ from typing import Any, Literal
 from calibration.fit import FitReport, fit, fit_block
 from calibration.plot import plot_fit
 from calibration.raw import StepTable, read_meta, read_steps
-from sim.catalog import MODELS
+from sim.costs.catalog import MODELS
+from sim.costs.profile import Coefficients, FitSummary, Profile, save_profile
 from sim.errors import ScenarioError
-from sim.profile import Coefficients, FitSummary, Profile, save_profile
 
 PROFILE_FILE = "profile.yaml"
 PLOT_FILE = "fit.png"

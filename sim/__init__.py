@@ -4,12 +4,12 @@
 `load_scenario(path, overrides)` validates one without running it.
 """
 
-from sim.capacity import capacity_search
 from sim.errors import ScenarioError
-from sim.results import Results, VariantResult
-from sim.scenario import ScenarioSet, load_scenario, load_scenario_dict
+from sim.metrics.results import Results, VariantResult
+from sim.scenario.load import ScenarioSet, load_scenario, load_scenario_dict
 from sim.simulate import simulate
-from sim.sweep import sweep
+from sim.whatif.capacity import capacity_search
+from sim.whatif.sweep import sweep
 
 __all__ = [
     "Results",

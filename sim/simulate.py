@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.cluster import build_cluster
-from sim.engine import Source
+from sim.core.engine import Source
+from sim.core.recorder import STEP_COLUMNS
+from sim.core.request import Request
 from sim.errors import ScenarioError
-from sim.metrics import SummaryContext
-from sim.recorder import STEP_COLUMNS
-from sim.request import Request
-from sim.results import Results, VariantResult
-from sim.scenario import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
+from sim.metrics.results import Results, VariantResult
+from sim.metrics.summary import SummaryContext
+from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
+from sim.topology.cluster import build_cluster
 from sim.workload import RequestArrays, generate_requests
 
 ProgressFn = Callable[[str], None]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.kv_cache import BlockManager
-from sim.plan import StepPlan
+from sim.core.kv_cache import BlockManager
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes
+from sim.core.request import Request
 from sim.policies import ContinuousPolicy, StaticPolicy
-from sim.recorder import Recorder, StepTimes
-from sim.request import Request
 
 
 def make_requests(*specs: tuple[int, int], arrival_s: float = 0.0) -> list[Request]:

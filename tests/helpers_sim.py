@@ -14,8 +14,8 @@ from unittest import mock
 
 import numpy as np
 
-from sim.results import VariantResult
-from sim.scenario import load_scenario_dict
+from sim.metrics.results import VariantResult
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import run_variant, simulate
 from sim.workload import RequestArrays
 

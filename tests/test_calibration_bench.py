@@ -15,9 +15,9 @@ from calibration.bench_model import TINY, dims_for
 from calibration.calibrate import run_calibration
 from calibration.grid import Point, preset
 from calibration.raw import read_meta, read_steps
-from sim.catalog import MODELS
-from sim.cli import main
-from sim.profile import load_profile
+from sim.cli.main import main
+from sim.costs.catalog import MODELS
+from sim.costs.profile import load_profile
 
 
 @pytest.mark.parametrize("name", ["llama-2-7b", "llama-3-8b", "mistral-7b"])

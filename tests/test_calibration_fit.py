@@ -13,9 +13,9 @@ from calibration.fit import fit, fit_form, nnls
 from calibration.raw import RAW_COLUMNS, StepTable, read_steps, write_raw
 from calibration.report import fit_timings
 from sim import ScenarioError, load_scenario_dict, simulate
-from sim.cli import main
-from sim.cost_model import CostModel
-from sim.profile import Coefficients, Profile, load_profile
+from sim.cli.main import main
+from sim.costs.cost_model import CostModel
+from sim.costs.profile import Coefficients, Profile, load_profile
 
 TRUE = {
     "seed": Coefficients(t_mem_s=0.01, t_flop_s_per_token=6e-5),

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import sim
-from sim.capacity import RATE_KEY, SLO, capacity_search, parse_slo, search
-from sim.capacity_probe import Prober
-from sim.cli import main
+from sim.cli.main import main
 from sim.errors import ScenarioError
+from sim.whatif.capacity import RATE_KEY, SLO, capacity_search, parse_slo, search
+from sim.whatif.capacity_probe import Prober
 
 S = 0.1  # exact service time: one prefill step of t_mem_s (1 output token, no per-token cost)
 
@@ -137,7 +137,7 @@ def dd1_cluster(router: str = "round_robin") -> dict[str, Any]:
 def test_fewest_instances_matches_the_deterministic_answer(tmp_path: Path) -> None:
     # round robin gives each of N instances one request every N/25 s: no queue iff N/25 >= 0.1,
     # so 3 instances (2 leave every other request waiting)
-    from sim.capacity_instances import search_instances
+    from sim.whatif.capacity_instances import search_instances
 
     (found,) = search_instances(write(tmp_path, dd1_cluster()), [parse_slo("queue_p99=0.001")])
     assert found.instances == 3 and found.rate_rps == 25.0
@@ -150,7 +150,7 @@ def test_fewest_instances_matches_the_deterministic_answer(tmp_path: Path) -> No
 
 
 def test_instance_search_refuses_what_it_cannot_vary(tmp_path: Path) -> None:
-    from sim.capacity_instances import search_instances
+    from sim.whatif.capacity_instances import search_instances
 
     two = dd1_cluster()
     two["cluster"]["instances"] = [{"count": 1}, {"count": 1}]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sim.catalog import (
+from sim.costs.catalog import (
     HARDWARE,
     MODELS,
     GiB,

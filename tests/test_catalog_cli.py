@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from sim.catalog import HARDWARE, MODELS
-from sim.cli import main
+from sim.cli.main import main
+from sim.costs.catalog import HARDWARE, MODELS
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

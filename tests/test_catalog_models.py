@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sim.catalog import MODELS
+from sim.costs.catalog import MODELS
 
 
 def dense_params(

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from sim import ScenarioError, load_scenario_dict, simulate
-from sim.catalog import (
+from sim.costs.catalog import (
     HARDWARE,
     MODELS,
     GiB,
@@ -20,8 +20,8 @@ from sim.catalog import (
     kv_capacity_tokens,
     min_tensor_parallel,
 )
-from sim.cost_model import CostModel
-from sim.profile import (
+from sim.costs.cost_model import CostModel
+from sim.costs.profile import (
     ALLREDUCE_LATENCY_S,
     ROOFLINE_FLOP_EFFICIENCY,
     ROOFLINE_LINK_EFFICIENCY,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.cli import main
+from sim.cli.main import main
 
 SCENARIO = {
     "name": "clitest",

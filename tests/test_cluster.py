@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 from helpers_sim import scenario
 
-from sim.cluster import Cluster
-from sim.results import VariantResult
-from sim.scenario import load_scenario_dict
+from sim.metrics.results import VariantResult
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import run_variant
+from sim.topology.cluster import Cluster
 from sim.workload import RequestArrays, generate_requests
 
 WORKLOAD = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from factories import make_continuous, make_requests, step, tokens
 
-from sim.request import Request
+from sim.core.request import Request
 
 
 def test_prefill_first_schedule_stalls_decodes_for_prefills() -> None:

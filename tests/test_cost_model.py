@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim.catalog import HARDWARE, MODELS
-from sim.cost_model import CostModel
-from sim.plan import StepPlan
-from sim.profile import Profile, roofline_profile
+from sim.core.plan import StepPlan
+from sim.costs.catalog import HARDWARE, MODELS
+from sim.costs.cost_model import CostModel
+from sim.costs.profile import Profile, roofline_profile
 
 
 def profile(form: str, **coefficients: float) -> Profile:

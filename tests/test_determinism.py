@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from helpers_sim import scenario, tiny_hardware, tiny_model
 
-from sim.metrics import expand_steps, weighted_percentile
-from sim.scenario import load_scenario_dict
+from sim.metrics.summary import expand_steps, weighted_percentile
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
 COEFFS = {

@@ -23,8 +23,8 @@ from test_cluster import (
 )
 
 from sim import load_scenario_dict, simulate
-from sim.catalog import MODELS
-from sim.results import VariantResult
+from sim.costs.catalog import MODELS
+from sim.metrics.results import VariantResult
 
 CONT = {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 4096}
 KV_BYTES = MODELS["llama-2-7b"].kv_bytes_per_token

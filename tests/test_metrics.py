@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.metrics import SummaryContext, expand_steps, summarize, weighted_percentile
-from sim.step_metrics import group_durations, step_summary
+from sim.metrics.steps import group_durations, step_summary
+from sim.metrics.summary import SummaryContext, expand_steps, summarize, weighted_percentile
 
 NAN = math.nan
 

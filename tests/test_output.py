@@ -12,9 +12,9 @@ import pytest
 from test_metrics import make_context, make_itl, make_requests, make_steps
 from test_plots import make_results
 
-import sim.output
-from sim.output import format_summary, write_results
-from sim.results import VariantResult
+import sim.io.output
+from sim.io.output import format_summary, write_results
+from sim.metrics.results import VariantResult
 
 EXPECTED = {"scenario.yaml", "summary.json", "summary.csv", "requests.csv", "steps.csv",
             "itl.csv", "latency_cdf.png", "timeline.png", "slots.png", "latency_cdf.svg",
@@ -72,14 +72,14 @@ def test_failure_while_writing_keeps_previous_results(
 ) -> None:
     out = tmp_path / "tiny"
     write_results(make_results(), out, "version: 1\n", plots=False)
-    real_write_csv = sim.output._write_csv
+    real_write_csv = sim.io.output._write_csv
 
     def failing_write_csv(frame: pd.DataFrame, path: Path, *, index: bool = False) -> None:
         if path.name == "steps.csv":
             raise OSError("disk full")
         real_write_csv(frame, path, index=index)
 
-    monkeypatch.setattr(sim.output, "_write_csv", failing_write_csv)
+    monkeypatch.setattr(sim.io.output, "_write_csv", failing_write_csv)
     with pytest.raises(OSError, match="disk full"):
         write_results(make_results(), out, "version: 2\n", plots=False)
     assert (out / "scenario.yaml").read_text() == "version: 1\n"

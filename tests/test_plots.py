@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from test_metrics import make_context, make_itl, make_requests, make_steps
 
-from sim.plots import (
+from sim.io.plots import (
     _held_until_next_step,
     binned_mean,
     latency_cdf_figure,
@@ -19,7 +19,7 @@ from sim.plots import (
     save_plots,
     timeline_figure,
 )
-from sim.results import Results, VariantResult
+from sim.metrics.results import Results, VariantResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

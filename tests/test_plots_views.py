@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 
-from sim.plots import save_plots
-from sim.plots_slots import assign_slots, default_window, occupancy, slot_timeline_figure
-from sim.plots_sweep import goodput_figure, throughput_latency_figure
-from sim.results import Results
-from sim.scenario import load_scenario_dict
+from sim.io.plots import save_plots
+from sim.io.plots_slots import assign_slots, default_window, occupancy, slot_timeline_figure
+from sim.io.plots_sweep import goodput_figure, throughput_latency_figure
+from sim.metrics.results import Results
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
 NAN = np.nan

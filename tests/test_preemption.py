@@ -1,5 +1,6 @@
-"""Preemption victims and modes (sim/preemption.py): hand-computed swap vs recompute accounting,
-victim choice, host-memory fallback, and block conservation under random runs (hypothesis)."""
+"""Preemption victims and modes (sim/policies/preemption.py): hand-computed swap vs recompute
+accounting, victim choice, host-memory fallback, and block conservation under random runs
+(hypothesis)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from helpers_sim import run_arrays, run_arrays_with_policy, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.core.kv_cache import BlockManager
 from sim.errors import ScenarioError
-from sim.kv_cache import BlockManager
 from sim.policies import ContinuousPolicy
-from sim.preemption import Preemptor
-from sim.scenario import load_scenario_dict
+from sim.policies.preemption import Preemptor
+from sim.scenario.load import load_scenario_dict
 
 
 def _policy(mode: str, host_bytes: float = 1000.0, victim: str = "last_admitted"):

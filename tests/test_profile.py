@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sim.catalog import HARDWARE, MODELS
-from sim.errors import ScenarioError
-from sim.profile import (
+from sim.costs.catalog import HARDWARE, MODELS
+from sim.costs.profile import (
     ROOFLINE_FLOP_EFFICIENCY,
     ROOFLINE_MEM_EFFICIENCY,
     Profile,
@@ -20,6 +19,7 @@ from sim.profile import (
     save_profile,
     write_roofline_profiles,
 )
+from sim.errors import ScenarioError
 
 ROOFLINE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles" / "roofline"
 MODEL, HW = MODELS["llama-3-8b"], HARDWARE["h100-sxm"]

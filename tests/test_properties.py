@@ -6,7 +6,7 @@ requests can never fit (rejected on arrival) and others get preempted. Every run
 requests, tokens and KV blocks, keep per-request timestamps monotone, and keep steps ordered and
 within the policy's limits.
 
-Token accounting under recompute (sim/policies/continuous.py `_preempt`, sim/request.py): a
+Token accounting under recompute (sim/policies/continuous.py `_preempt`, sim/core/request.py): a
 request preempted after emitting k tokens has computed P + k - 1 tokens; `num_recomputed_tokens`
 grows by exactly that (tokens whose KV is computed again), and its recompute prefills P + k
 tokens, the last of which replaces the decode step it would have run. So per preemption the
@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sim.kv_cache import BlockManager
-from sim.request import Request
+from sim.core.kv_cache import BlockManager
+from sim.core.request import Request
 
 COEFFS = {
     "t_mem_s": 0.01,

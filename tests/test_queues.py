@@ -1,4 +1,4 @@
-"""Queue orders (sim/queues.py): the exact pick of each on a crafted queue, and SJF vs FCFS."""
+"""Queue orders (sim/policies/queues.py): the exact pick of each on a crafted queue, SJF vs FCFS."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from helpers_sim import run_arrays, tiny_scenario
 
-from sim.queues import make_queue
-from sim.request import Request
+from sim.core.request import Request
+from sim.policies.queues import make_queue
 
 
 def _reqs() -> list[Request]:

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.recorder import StepTimes, decode_block_seconds
+from sim.core.recorder import StepTimes, decode_block_seconds
 
 
 @settings(max_examples=300, deadline=None)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.cli import main
+from sim.cli.main import main
 from sim.policies import ContinuousPolicy
-from sim.regress import compare, default_tolerance, regress
-from sim.scenario import Scenario
+from sim.scenario.load import Scenario
+from sim.whatif.regress import compare, default_tolerance, regress
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = ROOT / "scenarios" / "ci"

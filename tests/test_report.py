@@ -14,11 +14,11 @@ import yaml
 from PIL import Image
 from test_plots_views import TINY, tiny_results
 
-import sim.output
-from sim.cli import main
-from sim.output import write_results
-from sim.report import render_report
-from sim.scenario import load_scenario_dict
+import sim.io.output
+from sim.cli.main import main
+from sim.io.output import write_results
+from sim.io.report import render_report
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
 
@@ -130,7 +130,7 @@ def test_ctrl_c_while_writing_keeps_previous_results(
     def interrupted(folder: Path) -> Path:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.output, "write_report", interrupted)
+    monkeypatch.setattr(sim.io.output, "write_report", interrupted)
     assert main(["run", str(scenario), "--out", str(out), "-q", "--set", "seed=9"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["tiny"]  # no temporary folders left

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from sim.engine import Load
-from sim.kv_cache import BlockManager
-from sim.request import Request
-from sim.router import Router, remaining_work
+from sim.core.engine import Load
+from sim.core.kv_cache import BlockManager
+from sim.core.request import Request
+from sim.topology.router import Router, remaining_work
 
 
 @dataclass

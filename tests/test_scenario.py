@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sim import ScenarioError, load_scenario, load_scenario_dict, simulate
-from sim.scenario import merge
+from sim.scenario.load import merge
 
 BASE: dict[str, Any] = {
     "name": "s",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from factories import make_requests, make_static, step, tokens
 
-from sim.request import Request
+from sim.core.request import Request
 
 
 def test_batch_prefills_then_decodes_with_padded_slots() -> None:

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 import sim
-from sim.cli import main
+from sim.cli.main import main
 from sim.errors import ScenarioError
 from sim.simulate import simulate
-from sim.sweep import expand, parse_grid, point_id, sweep
+from sim.whatif.sweep import expand, parse_grid, point_id, sweep
 
 SCENARIO: dict[str, Any] = {
     "name": "sweeptest",
@@ -33,7 +33,7 @@ SCENARIO: dict[str, Any] = {
     "variants": {"static": {"policy": {"name": "static", "max_batch_size": 8}}, "cont": {}},
 }
 # `sim.sweep` is the function (the package exports it); the module is reached by its full name
-sweep_mod = importlib.import_module("sim.sweep")
+sweep_mod = importlib.import_module("sim.whatif.sweep")
 GRID = ["policy.max_num_seqs=4,32", "workload.arrival.rate=2,8"]
 
 

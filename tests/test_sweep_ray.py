@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.sweep import sweep
+from sim.whatif.sweep import sweep
 
 ray = pytest.importorskip("ray")
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers_sim import run, scenario, service_time_batch1
 
-from sim.scenario import load_scenario_dict
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
 STATIC_1 = {"name": "static", "max_batch_size": 1}

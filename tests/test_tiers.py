@@ -9,7 +9,7 @@ import pytest
 from helpers_sim import run, tiny_scenario
 
 from sim.errors import ScenarioError
-from sim.scenario import load_scenario_dict
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
 MIX = {

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from test_plots_views import TINY, tiny_results
 
-from sim.cli import main
-from sim.step_metrics import expand_steps
-from sim.trace_export import trace_document, write_trace
+from sim.cli.main import main
+from sim.io.trace_export import trace_document, write_trace
+from sim.metrics.steps import expand_steps
 
 NUMBER = (int, float)
 META_NAMES = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sim.kv_cache import BlockManager
+from sim.core.kv_cache import BlockManager
 from sim.policies.base import Policy
 from sim.policies.continuous import ContinuousPolicy
 from sim.policies.disaggregated import DecodeOnlyPolicy, PrefillOnlyPolicy
+from sim.policies.preemption import Preemptor
+from sim.policies.queues import WaitingQueue, make_queue
 from sim.policies.static import StaticPolicy
-from sim.preemption import Preemptor
-from sim.queues import WaitingQueue, make_queue
-from sim.scenario_spec import (
+from sim.scenario.schema import (
     ChunkedPolicySpec,
     ContinuousPolicySpec,
     QueueSpec,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sim.kv_cache import BlockManager
-from sim.kv_usage import KVUsage
-from sim.plan import StepPlan
-from sim.recorder import Recorder, StepTimes
-from sim.request import Request
+from sim.core.kv_cache import BlockManager
+from sim.core.kv_usage import KVUsage
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes
+from sim.core.request import Request
 
 
 class Policy(Protocol):
@@ -34,7 +34,7 @@ class Policy(Protocol):
     def apply(self, plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> KVUsage:
         """Apply a run of `num_steps` steps; return the KV blocks held during its last step
         (before the requests it finished release theirs), the block-seconds held over the
-        whole run, and the stored and fragment token-seconds (sim/kv_usage.py), all exact, so
+        whole run, and the stored and fragment token-seconds (sim/core/kv_usage.py), all exact, so
         KV metrics do not depend on how steps are grouped."""
         ...
 

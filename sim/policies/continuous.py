@@ -15,20 +15,20 @@ Three modes say how prefills and decodes share a step:
   ones, at most `max_prefill_seqs` prompts per step. A long prompt spreads over several steps, so
   running decodes never wait for it.
 
-KV reservation (`kv_reservation`): `paged` allocates blocks on demand. When a decoding request
-needs a block and none is free, a victim is preempted (sim/preemption.py: by default the most
+KV reservation (`kv_reservation`): `paged` allocates blocks on demand. When a decoding request needs
+a block and none is free, a victim is preempted (sim/policies/preemption.py: by default the most
 recently admitted request, by recompute: its blocks are freed and it goes back to the front of the
 queue, to prefill its prompt and the tokens it has generated again; or by swap). The contiguous
 modes reserve a request's memory whole at admission, as pre-paging servers did: `max_length`
 reserves `max_model_len` tokens (the longest sequence the request could grow to, the vLLM paper's
-baseline), `exact` reserves prompt + true output (an oracle); both round up to whole blocks, so
-use `block_size: 1` for byte-exact contiguous allocation. They never need blocks after admission.
+baseline), `exact` reserves prompt + true output (an oracle); both round up to whole blocks, so use
+`block_size: 1` for byte-exact contiguous allocation. They never need blocks after admission.
 
-Waiting requests are admitted in the order of the policy's queue (sim/queues.py), head-of-line:
-admission stops at the first head that does not fit. Swapped-out requests resume before any
-admission. A request no schedule could complete (longer than `max_model_len` or the whole KV pool,
-its reservation over the pool, or, without chunking, a prompt over the token budget) is rejected
-on arrival.
+Waiting requests are admitted in the order of the policy's queue (sim/policies/queues.py),
+head-of-line: admission stops at the first head that does not fit. Swapped-out requests resume
+before any admission. A request no schedule could complete (longer than `max_model_len` or the whole
+KV pool, its reservation over the pool, or, without chunking, a prompt over the token budget) is
+rejected on arrival.
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from sim.kv_cache import BlockManager
-from sim.kv_usage import KVUsage
-from sim.plan import StepPlan
+from sim.core.kv_cache import BlockManager
+from sim.core.kv_usage import KVUsage
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes
+from sim.core.request import Request
 from sim.policies.base import never_fits
 from sim.policies.continuous_run import apply_run, decode_horizon
-from sim.preemption import Preemptor
-from sim.queues import FCFSQueue, WaitingQueue
-from sim.recorder import Recorder, StepTimes
-from sim.request import Request
-from sim.router import remaining_work
+from sim.policies.preemption import Preemptor
+from sim.policies.queues import FCFSQueue, WaitingQueue
+from sim.topology.router import remaining_work
 
 Mode = Literal["prefill_first", "mixed", "chunked"]
 Reservation = Literal["paged", "max_length", "exact"]

@@ -2,7 +2,8 @@
 
 `decode_horizon` bounds a run of identical decode steps so that the engine can jump over it;
 `apply_run` applies a run to the requests and the KV pool and measures the KV held over it
-(blocks, stored and fragment token-seconds, sim/kv_usage.py), exactly for any grouping of steps.
+(blocks, stored and fragment token-seconds, sim/core/kv_usage.py), exactly for any grouping of
+steps.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from sim.kv_cache import BlockManager
-from sim.kv_usage import KVUsage, fragment_token_seconds, series_token_seconds
-from sim.plan import StepPlan
-from sim.recorder import Recorder, StepTimes, advance
-from sim.request import Request
+from sim.core.kv_cache import BlockManager
+from sim.core.kv_usage import KVUsage, fragment_token_seconds, series_token_seconds
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes, advance
+from sim.core.request import Request
 
 
 class RunResult(NamedTuple):
@@ -78,7 +79,7 @@ def apply_run(
         # F(n) = sum ceil(t/bs) and G(n) = sum t*ceil(t/bs) over t = 1..n (closed forms), the
         # block-steps are k*b0 + F(k - s) and the (j - 1)-weighted ones, which the growing step
         # durations need, b0*k(k-1)/2 + G(k - s) + (s - 1)*F(k - s). Reference implementation:
-        # sim.recorder.decode_block_seconds (tests compare both with step-by-step runs).
+        # sim.core.recorder.decode_block_seconds (tests compare both with step-by-step runs).
         sum_b0 = 0
         extra_steps = 0
         extra_weighted = 0

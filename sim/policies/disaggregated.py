@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from itertools import chain
 from typing import Any
 
-from sim.kv_cache import BlockManager
-from sim.kv_usage import KVUsage
-from sim.plan import StepPlan
+from sim.core.kv_cache import BlockManager
+from sim.core.kv_usage import KVUsage
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes
+from sim.core.request import Request
 from sim.policies.continuous import ContinuousPolicy
-from sim.recorder import Recorder, StepTimes
-from sim.request import Request
 
 
 class PrefillOnlyPolicy(ContinuousPolicy):

@@ -7,8 +7,8 @@ Finished members keep their slot: they go on computing padding, so every decode 
 full batch, and they keep their KV reservation until the batch ends. KV is reserved contiguously
 at admission for the request's whole sequence (prompt + true output length, or the model's
 `max_model_len` in `max_model_len` mode); members are taken in the order of the policy's queue
-(sim/queues.py; first come first served by default), and the batch closes at the first request
-whose reservation does not fit (head-of-line). No request joins a
+(sim/policies/queues.py; first come first served by default), and the batch closes at the first
+request whose reservation does not fit (head-of-line). No request joins a
 running batch: that is the head-of-line blocking continuous batching removes.
 """
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sim.kv_cache import BlockManager
-from sim.kv_usage import KVUsage, fragment_token_seconds, series_token_seconds
-from sim.plan import StepPlan
-from sim.queues import FCFSQueue, WaitingQueue
-from sim.recorder import Recorder, StepTimes, advance
-from sim.request import Request
-from sim.router import remaining_work
+from sim.core.kv_cache import BlockManager
+from sim.core.kv_usage import KVUsage, fragment_token_seconds, series_token_seconds
+from sim.core.plan import StepPlan
+from sim.core.recorder import Recorder, StepTimes, advance
+from sim.core.request import Request
+from sim.policies.queues import FCFSQueue, WaitingQueue
+from sim.topology.router import remaining_work
 
 
 class StaticPolicy:

@@ -1,0 +1,1 @@
+"""The `batchsim` command line (also `python -m sim`): one module per group of subcommands."""

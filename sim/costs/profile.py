@@ -1,0 +1,356 @@
+"""Step-cost profile files: schema, load/save, and roofline profiles computed from datasheets.
+
+A profile holds the coefficients of the step cost model (see `sim.costs.cost_model` and DESIGN.md
+"Step cost model"), the model form they belong to, and where they came from. Measured profiles are
+written by `calibration/`; roofline profiles are computed here from the model size and the GPU's
+datasheet bandwidth and FLOP/s, so every scenario runs without a GPU (formulas in `roofline_profile`
+and in each file's provenance).
+
+The attention term prices `sum(chunk * context)` (QK^T and PV, 2 FLOPs per multiply-add each). For
+a whole prompt this counts the causally masked half too; the flop efficiency, chosen against real
+A100 step times (`calibration/check_roofline.py`), absorbs that along with kernel inefficiency.
+
+Tensor parallelism, fp8/int4 weights and fp8 KV change the roofline as `roofline_profile` says:
+every term divides by the tp degree, fp8 weights use the GPU's fp8 peak when it has one, and tp > 1
+adds an all-reduce term (per token: bytes over the link; per step: a latency per all-reduce).
+
+`python -m sim.costs.profile roofline calibration/profiles/roofline` regenerates the committed
+roofline files: one per catalog model and GPU at the smallest tensor-parallel degree that fits (see
+`write_roofline_profiles`). They carry no date, so regenerating them gives identical bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.costs.catalog import (
+    HARDWARE,
+    MODELS,
+    HardwareSpec,
+    ModelSpec,
+    check_parallelism,
+    kv_bytes_per_token_on,
+    min_tensor_parallel,
+)
+from sim.errors import ScenarioError
+
+# Chosen against the A100 reference timings; the justification travels in each file's provenance.
+ROOFLINE_MEM_EFFICIENCY = 0.8
+ROOFLINE_FLOP_EFFICIENCY = 0.7
+# Tensor parallelism only (tp > 1): not calibrated against measurements, stated assumptions.
+ROOFLINE_LINK_EFFICIENCY = 0.8
+ALLREDUCE_LATENCY_S = 5e-6
+ACTIVATION_BYTES = 2  # bf16 activations cross the link, whatever the weight dtype
+_LINK_NOTE = (
+    "Assumed, not measured here: NCCL ring all-reduce reaches about 80% of the one-way NVLink "
+    "bandwidth (half the datasheet's two-way figure) on large messages; each all-reduce also "
+    "costs about 5 us of latency (a small-message all-reduce inside a CUDA graph, as vLLM's "
+    "custom all-reduce achieves on NVLink; plain NCCL is slower). Two all-reduces per layer."
+)
+_EFFICIENCY_NOTE = (
+    "Achieved fractions of datasheet HBM bandwidth and dense bf16 FLOP/s, chosen against 61 real "
+    "A100-80GB SXM step times of Llama-2-7B and Llama-3-8B (Vidur kernel timings; "
+    "calibration/check_roofline.py). Memory 0.8: weight streaming at batch 1 reaches about 70% "
+    "of peak and long-context KV reads about 90%; one factor covers both. FLOP 0.7: large bf16 "
+    "GEMMs reach 70-80% of tensor-core peak on A100. Roofline/measured with these: decode median "
+    "0.97 (0.87-1.26), prefill median 1.11 (0.87-1.41); the worst cases are short prefills and "
+    "large decode batches, where adding the memory and compute terms (no overlap) overestimates."
+)
+
+
+class _KeyedError(ValueError):
+    """A cross-field check failure that knows which key it is about (for ScenarioError paths)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(reason)
+        self.key = key
+
+
+class Coefficients(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    t_mem_s: float = Field(ge=0)  # fixed per-step cost: weight reads + launch overhead
+    t_flop_s_per_token: float = Field(ge=0)  # per scheduled token (linear layers)
+    t_kv_s_per_token: float = Field(default=0.0, ge=0)  # per context token attention reads
+    t_attn_s_per_token2: float = Field(default=0.0, ge=0)  # per unit of sum(chunk * context)
+    ridge_tokens: float | None = Field(default=None, gt=0)  # two_regime: where the slope changes
+    t_flop_high_s_per_token: float | None = Field(default=None, ge=0)  # slope above the ridge
+
+
+class FitSummary(BaseModel):
+    """How well a measured profile fits its data; calibration may add more keys."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    r2: float
+    max_rel_error: float
+    num_points: int = Field(gt=0)
+    heldout_max_rel_error: float | None = None
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1]
+    name: str
+    source: Literal["measured", "roofline", "imported", "inline"]
+    model_form: Literal["seed", "extended", "two_regime"]
+    coefficients: Coefficients
+    provenance: dict[str, Any] = Field(default_factory=dict)
+    fit: FitSummary | None = None
+
+    @model_validator(mode="after")
+    def _check_form(self) -> Profile:
+        c = self.coefficients
+        two = self.model_form == "two_regime"
+        for key in ("ridge_tokens", "t_flop_high_s_per_token"):
+            if (getattr(c, key) is None) == two:
+                need = "required" if two else "only allowed"
+                raise _KeyedError(f"coefficients.{key}", f"{need} when model_form is two_regime")
+        if self.model_form == "seed":
+            for key in ("t_kv_s_per_token", "t_attn_s_per_token2"):
+                if getattr(c, key) != 0:
+                    raise _KeyedError(f"coefficients.{key}", "must be 0 in the seed model form")
+        return self
+
+
+def _scenario_error(exc: ValidationError, file: str | None, prefix: str | None) -> ScenarioError:
+    """The first schema error as a ScenarioError with its dotted key path."""
+    err = exc.errors()[0]
+    parts = [prefix] if prefix else []
+    parts += [str(p) for p in err["loc"]]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _KeyedError):  # a cross-field check: the key is in the exception
+        parts.append(cause.key)
+    reason = str(cause) if cause is not None else err["msg"]
+    return ScenarioError(reason, file=file, path=".".join(parts) or None)
+
+
+def load_profile(path: Path) -> Profile:
+    """Read and validate a profile file; every problem is a ScenarioError naming the key."""
+    if not path.is_file():
+        raise ScenarioError("profile file not found", file=str(path))
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"invalid YAML: {exc}", file=str(path)) from exc
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping at the top level", file=str(path))
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise _scenario_error(exc, str(path), None) from exc
+
+
+def save_profile(profile: Profile, path: Path) -> None:
+    """Write `profile` atomically: a temporary file in the same folder, then os.replace."""
+    text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        # mkstemp creates the file private (0600); a profile is meant to be shared
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _compute_flops(model: ModelSpec, hw: HardwareSpec) -> tuple[float, str]:
+    """Per-GPU peak FLOP/s of the linear layers, and which peak it is.
+
+    fp8 weights run fp8 x fp8 GEMMs (W8A8) on GPUs with fp8 tensor cores, else they are
+    dequantized to bf16 (A100: weight-only fp8, as vLLM's Marlin kernels do); int4 weights are
+    weight-only (W4A16), so their GEMMs run at the bf16 rate."""
+    if model.weight_dtype == "fp8" and hw.fp8_peak_flops:
+        return hw.fp8_peak_flops, "fp8"
+    return hw.peak_flops, "bf16"
+
+
+def roofline_profile(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    mem_efficiency: float = ROOFLINE_MEM_EFFICIENCY,
+    flop_efficiency: float = ROOFLINE_FLOP_EFFICIENCY,
+    link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
+    allreduce_latency_s: float = ALLREDUCE_LATENCY_S,
+) -> Profile:
+    """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size.
+
+    With `tp = hw.tensor_parallel` GPUs each reads and computes its 1/tp shard at the same time,
+    so every term divides by tp; tp > 1 adds two all-reduces per layer (after the attention output
+    and the MLP down projections) of `num_tokens * hidden_size * 2` bytes (bf16 activations,
+    whatever the weight dtype), priced as a ring: `2 (tp - 1) / tp * bytes` over the one-way link
+    bandwidth (half the datasheet's two-way figure) at `link_efficiency`, which scales with the
+    step's tokens (added to t_flop), plus `allreduce_latency_s` each (added to t_mem)."""
+    check_parallelism(model, hw)
+    tp = hw.tensor_parallel
+    bandwidth = tp * hw.hbm_bandwidth_bytes_per_s * mem_efficiency
+    peak, compute_dtype = _compute_flops(model, hw)
+    flops = tp * peak * flop_efficiency
+    # attention (QK^T, PV) runs in bf16 even with an fp8 KV cache (dequantized on load)
+    attn_flops = tp * hw.peak_flops * flop_efficiency
+    attn_flops_per_pair = 4 * model.num_layers * model.num_attention_heads * model.head_dim
+    allreduce_s_per_token = 0.0
+    allreduce_s_per_step = 0.0
+    if tp > 1:
+        assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
+        one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * link_efficiency
+        per_token_bytes = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
+        allreduce_s_per_token = 2 * model.num_layers * per_token_bytes / one_way
+        allreduce_s_per_step = 2 * model.num_layers * allreduce_latency_s
+    coefficients = Coefficients(
+        t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step,
+        t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
+        t_kv_s_per_token=kv_bytes_per_token_on(model, hw) / bandwidth,
+        t_attn_s_per_token2=attn_flops_per_pair / attn_flops,
+    )
+    efficiency: dict[str, Any] = {
+        "mem": mem_efficiency,
+        "flop": flop_efficiency,
+        "justification": _EFFICIENCY_NOTE,
+    }
+    params = "num_parameters" if model.num_active_parameters is None else "num_active_parameters"
+    formulas = {
+        "t_mem_s": "weight_bytes / (hbm_bandwidth * mem)",
+        "t_flop_s_per_token": f"2 * {params} / (peak_flops * flop)",
+        "t_kv_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * mem)",
+        "t_attn_s_per_token2": "4 * layers * heads * head_dim / (peak_flops * flop)",
+    }
+    if tp > 1:
+        efficiency |= {"link": link_efficiency, "allreduce_latency_s": allreduce_latency_s,
+                       "link_justification": _LINK_NOTE}  # fmt: skip
+        formulas = {
+            "t_mem_s": "weight_bytes / (tp * hbm_bandwidth * mem) "
+            "+ 2 * layers * allreduce_latency_s",
+            "t_flop_s_per_token": f"2 * {params} / (tp * peak_flops * flop) "
+            "+ 2 * layers * 2 * (tp - 1) / tp * hidden_size * 2 / (interconnect / 2 * link)",
+            "t_kv_s_per_token": "kv_bytes_per_token(tp) / (tp * hbm_bandwidth * mem)",
+            "t_attn_s_per_token2": "4 * layers * heads * head_dim / (tp * peak_flops * flop)",
+        }
+    provenance: dict[str, Any] = {
+        "generator": "python -m sim.costs.profile roofline (batchsim sim/costs/profile.py)",
+        "device": hw.model_dump(
+            exclude={"gpu_memory_utilization", "activation_reserve_bytes"}, exclude_none=True
+        )
+        | {"source": "vendor datasheet (HBM bandwidth, dense bf16 tensor-core FLOP/s)"},
+        "model": model.model_dump(exclude_none=True)
+        | {"weight_dtype": model.weight_dtype_name, "kv_dtype": model.kv_dtype_name},
+        "dtype": model.dtype_label,
+        "efficiency": efficiency,
+        "formulas": formulas,
+        "date": None,  # deliberately absent: regenerating must give identical bytes
+    }
+    if compute_dtype != "bf16":
+        provenance["compute_dtype"] = compute_dtype  # peak_flops above is then fp8_peak_flops
+        formulas["t_flop_s_per_token"] = formulas["t_flop_s_per_token"].replace(
+            "peak_flops", "fp8_peak_flops", 1
+        )
+    return Profile(
+        schema_version=1,
+        name=f"roofline-{roofline_stem(model, hw)}",
+        source="roofline",
+        model_form="extended",
+        coefficients=coefficients,
+        provenance=provenance,
+    )
+
+
+def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
+    """`<model>-<hardware>`, plus `-tp<N>`, `-w<dtype>`, `-kv<dtype>` where not the defaults."""
+    stem = f"{model.name}-{hw.name}"
+    if hw.tensor_parallel > 1:
+        stem += f"-tp{hw.tensor_parallel}"
+    if model.weight_dtype_name != "bf16":
+        stem += f"-w{model.weight_dtype_name}"
+    if model.kv_dtype_name != "bf16":
+        stem += f"-kv{model.kv_dtype_name}"
+    return stem
+
+
+def resolve_profile(
+    raw: str | dict[str, Any],
+    model: ModelSpec,
+    hw: HardwareSpec,
+    base_dir: Path,
+    *,
+    key: str | None = None,
+) -> Profile:
+    """A scenario's `profile`: "roofline", a YAML path (relative to base_dir) or an inline mapping.
+
+    Inline needs only `coefficients` (source `inline`; form `two_regime` when a ridge is given,
+    else `extended`); `key` prefixes its error paths."""
+    if raw == "roofline":
+        return roofline_profile(model, hw)
+    if isinstance(raw, str):
+        path = Path(raw)
+        return load_profile(path if path.is_absolute() else base_dir / path)
+    if not isinstance(raw, dict):
+        raise ScenarioError("expected 'roofline', a file path or a mapping", path=key)
+    coefficients = raw.get("coefficients")
+    two = isinstance(coefficients, dict) and coefficients.get("ridge_tokens") is not None
+    data = {
+        "schema_version": 1,
+        "name": "inline",
+        "source": "inline",
+        "model_form": "two_regime" if two else "extended",
+    } | raw
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise _scenario_error(exc, None, key) from exc
+
+
+def roofline_file_name(model: ModelSpec, hw: HardwareSpec) -> str:
+    """`<model>_<hardware>.yaml`, or `<model>_<hardware>_tp<N>.yaml` for tensor parallelism."""
+    tp = f"_tp{hw.tensor_parallel}" if hw.tensor_parallel > 1 else ""
+    return f"{model.name}_{hw.name}{tp}.yaml"
+
+
+def write_roofline_profiles(out_dir: Path) -> list[Path]:
+    """One file per catalog model and GPU, at the smallest tensor-parallel degree that fits.
+
+    Models that fit on one GPU get `<model>_<hardware>.yaml` (tp 1); larger ones get
+    `<model>_<hardware>_tp<N>.yaml` for the smallest N in `TP_CANDIDATES` whose GPUs hold the
+    weights with room for KV. Every file is bf16. Other degrees and dtypes are computed on the fly
+    by a scenario's `profile: roofline`."""
+    written = []
+    for model in MODELS.values():
+        for base in HARDWARE.values():
+            tp = min_tensor_parallel(model, base)
+            if tp is None:
+                continue
+            hw = base.with_tensor_parallel(tp) if tp > 1 else base
+            path = out_dir / roofline_file_name(model, hw)
+            save_profile(roofline_profile(model, hw), path)
+            written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.costs.profile", description="Generate step-cost profiles."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    roof = sub.add_parser("roofline", help="write roofline profiles for every catalog pair")
+    roof.add_argument("out_dir", type=Path)
+    args = parser.parse_args(argv)
+    for path in write_roofline_profiles(args.out_dir):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Plots of one scenario's results: latency CDFs and batch / queue / KV timelines per variant.
+
+`save_plots` writes them, with the batch-slot chart of `sim.io.plots_slots`, as PNG and SVG; the
+sweep plots (throughput vs latency, goodput vs rate) are in `sim.io.plots_sweep`.
+
+Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`), never
+through `pyplot`, so nothing leaks into global state, no GUI backend is touched and plots can be
+made from worker threads; `Figure.savefig` renders PNG with the Agg canvas. The `*_figure`
+functions return the Figure for notebooks and tests; `plot_*` save it.
+
+The timeline must stay fast on runs with millions of steps, so it never draws step groups one by
+one: each quantity is a piecewise-constant function of time, integrated exactly over at most
+`MAX_POINTS` equal time bins (a cumulative sum over sorted interval ends), and each bin shows the
+time-weighted mean. Instances of a variant are summed (batch size, queue) or pooled (KV %).
+Batch size counts only while a step runs (an idle instance batches nothing); queue length and KV
+use hold their last recorded value until the instance's next step, as requests keep waiting and
+blocks stay allocated between steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from sim.io.plots_slots import slot_timeline_figure
+
+if TYPE_CHECKING:
+    from sim.metrics.results import Results
+
+MAX_POINTS = 2000  # points per plotted line; plenty for a screen-wide PNG
+FloatArray = npt.NDArray[np.float64]
+LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E latency"))
+
+
+def _variants(frame: pd.DataFrame) -> list[str]:
+    return [str(v) for v in pd.unique(frame["variant"])] if "variant" in frame.columns else []
+
+
+def _cdf_points(values: FloatArray) -> tuple[FloatArray, FloatArray]:
+    x = np.sort(values[~np.isnan(values)])
+    y = np.arange(1, x.size + 1, dtype=float) / max(x.size, 1)
+    if x.size > MAX_POINTS:
+        keep = np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64)
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def latency_cdf_figure(requests: pd.DataFrame) -> Figure:
+    """Three panels (TTFT, TPOT, E2E): the empirical CDF of each variant's finished requests."""
+    fig = Figure(figsize=(15, 4.5), layout="constrained")
+    axes = fig.subplots(1, 3)
+    for ax, (column, label) in zip(axes, LATENCIES, strict=True):
+        lows, highs = [], []
+        for i, variant in enumerate(_variants(requests)):
+            rows = requests[requests["variant"] == variant]
+            x, y = _cdf_points(rows[column].to_numpy(dtype=float))
+            if x.size:
+                ax.plot(x, y, drawstyle="steps-post", color=f"C{i}", label=variant)
+                lows.append(x[0])
+                highs.append(x[-1])
+        # log-x only helps when the sample spans more than a decade; it cannot show zeros
+        if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
+            ax.set_xscale("log")
+        ax.set_title(f"{label} CDF")
+        ax.set_xlabel(f"{label} (s)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right")
+    fig.suptitle("Latency distributions per variant")
+    return fig
+
+
+def binned_mean(
+    start: FloatArray, end: FloatArray, value: FloatArray, edges: FloatArray
+) -> FloatArray:
+    """Time-weighted mean per bin of `sum_i value_i * [start_i <= t < end_i]`."""
+
+    def integral(points: FloatArray, weights: FloatArray) -> FloatArray:
+        # sum over points p <= t of weights * (t - p), at every edge t
+        order = np.argsort(points)
+        p, w = points[order], weights[order]
+        cum_w = np.concatenate(([0.0], np.cumsum(w)))
+        cum_wp = np.concatenate(([0.0], np.cumsum(w * p)))
+        idx = np.searchsorted(p, edges, side="right")
+        return edges * cum_w[idx] - cum_wp[idx]
+
+    area = integral(start, value) - integral(end, value)
+    return np.diff(area) / np.diff(edges)
+
+
+def _held_until_next_step(instance: FloatArray, start: FloatArray, end: FloatArray) -> FloatArray:
+    """Per group: the start of the same instance's next group (its own end for the last one)."""
+    order = np.lexsort((start, instance))
+    held = end.copy()
+    same = instance[order][1:] == instance[order][:-1]
+    held[order[:-1][same]] = start[order][1:][same]
+    return held
+
+
+def timeline_figure(
+    steps: pd.DataFrame, kv_blocks_total: Mapping[str, int] | None = None
+) -> Figure:
+    """Batch size, queue length and KV use over time, one line per variant.
+
+    `kv_blocks_total` maps a variant to its per-instance KV capacity in blocks; without it the
+    KV panel shows blocks used instead of a percentage.
+    """
+    fig = Figure(figsize=(12, 9), layout="constrained")
+    ax_batch, ax_queue, ax_kv = fig.subplots(3, 1, sharex=True)
+    as_percent = kv_blocks_total is not None
+    for i, variant in enumerate(_variants(steps)):
+        groups = steps[steps["variant"] == variant]
+        if groups.empty:
+            continue
+        if "instance" not in groups.columns:
+            groups = groups.assign(instance=0)
+        start = groups["start_s"].to_numpy(dtype=float)
+        end = groups["end_s"].to_numpy(dtype=float)
+        instance = pd.factorize(groups["instance"])[0].astype(float)
+        held = _held_until_next_step(instance, start, end)
+        edges = np.linspace(start.min(), max(end.max(), start.min() + 1e-9), MAX_POINTS + 1)
+        kv = groups["kv_blocks_used"].to_numpy(dtype=float)
+        if kv_blocks_total is not None:
+            capacity = kv_blocks_total.get(variant, 0) * groups["instance"].nunique()
+            kv = 100.0 * kv / capacity if capacity > 0 else np.full_like(kv, np.nan)
+        series: list[tuple[Axes, FloatArray]] = [
+            (ax_batch, binned_mean(start, end, groups["num_seqs"].to_numpy(dtype=float), edges)),
+            (
+                ax_queue,
+                binned_mean(start, held, groups["num_waiting"].to_numpy(dtype=float), edges),
+            ),
+            (ax_kv, binned_mean(start, held, kv, edges)),
+        ]
+        for ax, y in series:
+            ax.plot(
+                edges, np.append(y, y[-1]), drawstyle="steps-post", color=f"C{i}", label=variant
+            )
+    ax_batch.set_title("Batch size over time (sum over instances, time-weighted per bin)")
+    ax_batch.set_ylabel("batch size (sequences)")
+    ax_queue.set_title("Waiting requests over time")
+    ax_queue.set_ylabel("queue length (requests)")
+    ax_kv.set_title("KV cache use over time")
+    ax_kv.set_ylabel("KV blocks used (% of capacity)" if as_percent else "KV blocks used (blocks)")
+    ax_kv.set_xlabel("simulated time (s)")
+    for ax in (ax_batch, ax_queue, ax_kv):
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right")
+    return fig
+
+
+def plot_latency_cdfs(requests: pd.DataFrame, path: Path) -> None:
+    """Save `latency_cdf_figure(requests)` to `path` (format from the suffix)."""
+    latency_cdf_figure(requests).savefig(path, dpi=110)
+
+
+def plot_timeline(
+    steps: pd.DataFrame, path: Path, kv_blocks_total: Mapping[str, int] | None = None
+) -> None:
+    """Save `timeline_figure(steps, kv_blocks_total)` to `path`."""
+    timeline_figure(steps, kv_blocks_total).savefig(path, dpi=110)
+
+
+PLOT_NAMES = ("latency_cdf", "timeline", "slots")
+
+
+def _is_static(results: Results, name: str) -> bool:
+    policy = results[name].scenario.get("policy") or {}
+    return isinstance(policy, dict) and policy.get("name") == "static"
+
+
+def save_plots(
+    results: Results, out_dir: Path, formats: tuple[str, ...] = ("png", "svg")
+) -> list[Path]:
+    """Write `latency_cdf`, `timeline` and `slots` in every format into `out_dir`.
+
+    Returns the paths, figure by figure in `PLOT_NAMES` order, formats in the given order.
+    """
+    capacity = {name: v.context.kv_blocks_total for name, v in results.variants.items()}
+    requests = results.requests
+    static = {name: _is_static(results, name) for name in results.variants}
+    figures = [
+        latency_cdf_figure(requests),
+        timeline_figure(results.steps, capacity),
+        slot_timeline_figure(requests, static),
+    ]
+    paths = []
+    for name, fig in zip(PLOT_NAMES, figures, strict=True):
+        for fmt in formats:
+            path = out_dir / f"{name}.{fmt}"
+            fig.savefig(path, dpi=110)
+            paths.append(path)
+    return paths

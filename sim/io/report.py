@@ -1,0 +1,174 @@
+"""The run report: one self-contained `report.html` built from a results folder.
+
+The report is made from the files of the folder only (`summary.json`, `scenario.yaml`, the PNG
+plots), never from a live `Results`, so `batchsim report results/<name>` rebuilds exactly what
+`batchsim run` wrote, and a folder copied elsewhere still rebuilds. Sections: the curated summary
+table (the terminal table's rows, variants as columns), the plots, every metric per variant, the
+step-cost profile of each variant with its provenance, and the resolved scenario.
+
+Self-contained: images are inlined as base64 PNG, the CSS is inline, nothing refers to another
+file or to the network (the only link, to `trace.json` when present, is relative), so the file
+can be mailed or archived on its own. The file is written to a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# (file stem, heading, caption) of the plots embedded when present, in order
+PLOTS = (
+    ("latency_cdf", "Latency distributions",
+     "Empirical CDFs of time to first token, time per output token and end-to-end latency."),
+    ("slots", "Batch slots over time",
+     "Which request held each batch slot of instance 0 (hatched: padding of static batches)."),
+    ("timeline", "Batch size, queue length and KV use over time",
+     "Time-weighted means per bin, summed over the instances of a variant."),
+)  # fmt: skip
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;
+       max-width: 1400px; padding: 0 1.5em; color: #222; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.8em 0; }
+th, td { padding: 0.25em 0.8em; border-bottom: 1px solid #eee; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+thead th { background: #f4f4f4; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { color: #555; font-size: 0.95em; }
+pre { background: #f8f8f8; padding: 1em; overflow-x: auto; font-size: 12px; }
+.muted { color: #666; }
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _format(value: Any, scale: float, fmt: str) -> str:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if math.isnan(number) else fmt.format(number * scale)
+
+
+def _summary_table(variants: dict[str, dict[str, Any]]) -> str:
+    from sim.io.output import SUMMARY_ROWS  # sim.io.output calls this module: import late
+
+    head = "".join(f"<th>{_esc(v)}</th>" for v in variants)
+    rows = []
+    for label, key, scale, fmt in SUMMARY_ROWS:
+        cells = "".join(
+            f"<td>{_format(metrics.get(key), scale, fmt)}</td>" for metrics in variants.values()
+        )
+        rows.append(f"<tr><td>{_esc(label)}</td>{cells}</tr>")
+    body = "\n".join(rows)
+    return (f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
+            f"<tbody>\n{body}\n</tbody></table>")  # fmt: skip
+
+
+def _all_metrics(variants: dict[str, dict[str, Any]]) -> str:
+    keys: list[str] = []
+    for metrics in variants.values():
+        keys.extend(k for k in metrics if k not in keys)
+    head = "".join(f"<th>{_esc(v)}</th>" for v in variants)
+    rows = []
+    for key in keys:
+        cells = "".join(f"<td>{_format(m.get(key), 1.0, '{:.6g}')}</td>" for m in variants.values())
+        rows.append(f"<tr><td>{_esc(key)}</td>{cells}</tr>")
+    return (f"<details><summary>Every metric ({len(keys)})</summary><table><thead><tr>"
+            f"<th>metric</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "</details>")  # fmt: skip
+
+
+def _plots(folder: Path) -> str:
+    parts = []
+    for stem, heading, caption in PLOTS:
+        path = folder / f"{stem}.png"
+        if not path.is_file():
+            continue
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(f'<figure id="plot-{stem}"><h3>{_esc(heading)}</h3>'
+                     f'<img alt="{_esc(heading)}" src="data:image/png;base64,{data}">'
+                     f"<figcaption>{_esc(caption)}</figcaption></figure>")  # fmt: skip
+    if not parts:
+        return '<p class="muted">No plots in this folder (run without --no-plots).</p>'
+    return "\n".join(parts)
+
+
+def _profiles(scenario: dict[str, Any]) -> str:
+    """The profile of each variant; variants sharing one profile are listed together."""
+    groups: dict[str, list[str]] = {}
+    texts: dict[str, str] = {}
+    for name, spec in (scenario.get("variants") or {}).items():
+        profile = spec.get("profile") if isinstance(spec, dict) else None
+        if not isinstance(profile, dict):
+            continue
+        text = yaml.safe_dump(profile, sort_keys=False)
+        groups.setdefault(text, []).append(str(name))
+        texts[text] = ", ".join(
+            f"{k}: {profile[k]}" for k in ("name", "source", "model_form") if k in profile
+        )
+    if not groups:
+        return '<p class="muted">No profile recorded in scenario.yaml.</p>'
+    parts = []
+    for text, names in groups.items():
+        parts.append(f"<h3>{_esc(', '.join(names))}</h3><p>{_esc(texts[text])}</p>"
+                     f"<pre>{_esc(text)}</pre>")  # fmt: skip
+    return "\n".join(parts)
+
+
+def render_report(folder: Path) -> str:
+    """The HTML text of the report of results folder `folder`."""
+    folder = Path(folder)
+    document = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    variants: dict[str, dict[str, Any]] = document.get("variants", {})
+    scenario_text = (folder / "scenario.yaml").read_text(encoding="utf-8")
+    scenario = yaml.safe_load(scenario_text) or {}
+    name = document.get("scenario", folder.name)
+    description = ""
+    first: Any = next(iter((scenario.get("variants") or {}).values()), {})
+    if isinstance(first, dict) and first.get("description"):
+        description = f"<p>{_esc(first['description'])}</p>"
+    trace = ""
+    if (folder / "trace.json").is_file():
+        trace = ('<p>Timeline trace: <a href="trace.json">trace.json</a> (open it in Perfetto '
+                 "or chrome://tracing).</p>")  # fmt: skip
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>batchsim report: {_esc(name)}</title><style>{CSS}</style></head>
+<body>
+<h1>batchsim report: {_esc(name)}</h1>{description}
+<p class="muted">{len(variants)} variant(s): {_esc(", ".join(variants))}. Simulated; every
+variant ran on the same requests.</p>{trace}
+<section id="summary"><h2>Summary</h2>{_summary_table(variants)}{_all_metrics(variants)}
+</section>
+<section id="plots"><h2>Plots</h2>{_plots(folder)}</section>
+<section id="profile"><h2>Step-cost profile and provenance</h2>{_profiles(scenario)}</section>
+<section id="scenario"><h2>Resolved scenario</h2>
+<details><summary>scenario.yaml ({len(scenario_text.splitlines())} lines)</summary>
+<pre>{_esc(scenario_text)}</pre></details></section>
+</body></html>
+"""
+
+
+def write_report(folder: Path) -> Path:
+    """Write `folder/report.html` (temporary file, then rename); return its path."""
+    folder = Path(folder)
+    path = folder / "report.html"
+    tmp = folder / f".report.html.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(render_report(folder), encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

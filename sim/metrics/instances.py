@@ -1,0 +1,91 @@
+"""Metrics that only clusters have: per-instance breakdowns and the KV link of P/D serving.
+
+`instance_summary` applies the step metrics to each instance alone (with that instance's own
+hardware figures), so a hot or idle instance behind a router stands out. `transfer_summary`
+reports how long prompts' KV waited for the link (and for decode capacity: backpressure) and
+how long the transfers took, plus the link's utilization over the run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from sim.metrics.percentiles import latency_stats
+from sim.metrics.steps import step_summary
+from sim.metrics.summary import SummaryContext
+
+INSTANCE_METRICS = (
+    "num_steps",
+    "busy_fraction",
+    "mean_batch_size",
+    "max_batch_size",
+    "kv_utilization_mean",
+    "kv_utilization_peak",
+    "mfu",
+    "bandwidth_utilization",
+)
+
+
+def transfer_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, float]:
+    """KV-transfer queueing and duration percentiles, and link utilization (P/D only)."""
+    if ctx.num_links == 0 or "transfer_s" not in requests.columns:
+        return {}
+    out: dict[str, float] = {}
+    moved = requests[requests["transfer_s"].notna()]
+    out.update(latency_stats("kv_transfer", moved["transfer_s"].to_numpy(dtype=float)))
+    out.update(latency_stats("kv_transfer_queue", moved["transfer_queue_s"].to_numpy(dtype=float)))
+    out["num_kv_transfers"] = len(moved)
+    busy = float(moved["transfer_s"].sum())
+    start = float(requests["arrival_s"].min()) if len(requests) else math.nan
+    end = float(requests["finish_s"].max()) if len(requests) else math.nan
+    span = end - start
+    out["link_utilization"] = busy / (ctx.num_links * span) if span > 0 else math.nan
+    return out
+
+
+def instance_summary(
+    requests: pd.DataFrame, steps: pd.DataFrame, instances: pd.DataFrame, ctx: SummaryContext
+) -> pd.DataFrame:
+    """One row per instance: its role, group and hardware, requests taken, and step metrics."""
+    first_arrival = float(requests["arrival_s"].min()) if len(requests) else math.nan
+    taken = requests.groupby("instance").size() if len(requests) else pd.Series(dtype=int)
+    decoded = (
+        requests[requests["decode_instance"] >= 0].groupby("decode_instance").size()
+        if "decode_instance" in requests.columns and len(requests)
+        else pd.Series(dtype=int)
+    )
+    rows = []
+    for inst in instances.to_dict("records"):
+        own = steps[steps["instance"] == inst["index"]]
+        own_ctx = replace(
+            ctx,
+            num_instances=1,
+            instances=(),
+            kv_blocks_total=int(inst["kv_blocks_total"]),
+            peak_flops=float(inst["peak_flops"]),
+            hbm_bandwidth_bytes_per_s=float(inst["hbm_bandwidth_bytes_per_s"]),
+        )
+        metrics = step_summary(own, own_ctx, first_arrival)
+        row: dict[str, object] = {
+            "instance": inst["index"],
+            "role": inst["role"],
+            "group": inst["group"],
+            "hardware": inst["hardware"],
+            "requests": int(taken.get(inst["index"], 0)) + int(decoded.get(inst["index"], 0)),
+        }
+        row.update({key: metrics[key] for key in INSTANCE_METRICS})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stall_summary(requests: pd.DataFrame) -> dict[str, float]:
+    """Percentiles over requests of the longest gap each saw between two of its tokens."""
+    served = requests[~requests["rejected"].to_numpy(dtype=bool)]
+    stalls = served["max_itl_s"].to_numpy(dtype=float)
+    stalls = stalls[(served["num_output_tokens"] >= 2).to_numpy() & ~np.isnan(stalls)]
+    stats = latency_stats("stall", stalls)
+    return {k: v for k, v in stats.items() if k != "stall_mean_s" or not math.isnan(v)}

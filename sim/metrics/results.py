@@ -1,0 +1,85 @@
+"""What `simulate()` returns: flat per-request, per-step and inter-token tables, per variant.
+
+`VariantResult` holds one variant's pandas tables; `Results` holds every variant of a scenario
+(run on the same requests) and concatenates their tables with a `variant` column, so that
+comparisons are one `groupby` away. Nothing here writes files: `sim.io.output` does that.
+
+Tables (column names are part of the public contract):
+
+* requests: one row per request: `id, instance, arrival_s, num_prompt_tokens, max_output_tokens,
+  num_output_tokens, first_scheduled_s, first_token_s, finish_s, queue_s, ttft_s, tpot_s, e2e_s,
+  max_itl_s, num_preemptions, num_recomputed_tokens, rejected`.
+* steps: one row per *step group*, a run of `num_steps` identical consecutive steps (a single step
+  when `num_steps == 1`): `instance, start_s, end_s, num_steps, duration_s` (first step),
+  `duration_increment_s` (each later step is this much longer, as attention reads one more token
+  per slot), `num_seqs, num_active_seqs, num_tokens, num_prefill_tokens, num_decode_tokens,
+  sum_context_tokens` (first step), `context_growth_per_step, kv_blocks_used` (held during the
+  group's last step, before the requests it finished release theirs), `kv_block_seconds` (blocks
+  held integrated over the group, exact), `num_waiting, num_running, num_preempted`.
+  `sim.metrics.summary.expand_steps` gives one row per step.
+* itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from sim.metrics.instances import instance_summary, stall_summary, transfer_summary
+from sim.metrics.summary import SummaryContext, summarize
+
+
+@dataclass
+class VariantResult:
+    name: str
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    itl: pd.DataFrame
+    context: SummaryContext
+    # resolved scenario of this variant (plain data, ready to dump as YAML)
+    scenario: dict[str, Any] = field(default_factory=dict)
+    # one row per instance: index, role (serve|prefill|decode), group, hardware, KV blocks, ...
+    instances: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def summary(self) -> dict[str, float]:
+        out = summarize(self.requests, self.steps, self.itl, self.context)
+        out.update(stall_summary(self.requests))
+        out.update(transfer_summary(self.requests, self.context))
+        return out
+
+    def instance_summary(self) -> pd.DataFrame:
+        """One row per instance: role, group, hardware, requests taken and step metrics."""
+        return instance_summary(self.requests, self.steps, self.instances, self.context)
+
+
+@dataclass
+class Results:
+    scenario_name: str
+    variants: dict[str, VariantResult]
+
+    def __getitem__(self, name: str) -> VariantResult:
+        return self.variants[name]
+
+    def _concat(self, attr: str) -> pd.DataFrame:
+        frames = [getattr(v, attr).assign(variant=name) for name, v in self.variants.items()]
+        return pd.concat(frames, ignore_index=True)
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        return self._concat("requests")
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self._concat("steps")
+
+    def instance_summary(self) -> pd.DataFrame:
+        """Per-instance metrics of every variant, with a `variant` column."""
+        frames = [v.instance_summary().assign(variant=n) for n, v in self.variants.items()]
+        return pd.concat(frames, ignore_index=True)
+
+    def summary(self) -> pd.DataFrame:
+        """One row per variant, one column per metric."""
+        rows = {name: v.summary() for name, v in self.variants.items()}
+        return pd.DataFrame.from_dict(rows, orient="index").rename_axis("variant")

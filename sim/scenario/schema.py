@@ -1,0 +1,267 @@
+"""The scenario schema: strict, typed pydantic models for every section of a scenario file.
+
+Unknown keys are rejected, values are range-checked and cross-field rules are model
+validators, so a scenario that loads is one the simulator can run. Loading, overrides,
+variants and error reporting live in `sim.scenario.load`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.workload import WorkloadSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class QueueTierSpec(_Strict):
+    rank: int = Field(default=0, ge=0)  # strict priority: lower rank first
+    weight: float = Field(default=1.0, gt=0)  # weighted shares: admissions in this proportion
+
+
+class QueueSpec(_Strict):
+    """`policy.queue`: the waiting-queue order (sim/policies/queues.py)."""
+
+    order: Literal["fcfs", "sjf", "priority", "edf"] = "fcfs"
+    # sjf: sort on the true output length or on the workload's predicted one
+    length: Literal["known", "predicted"] = "known"
+    # sjf: tokens, priority: ranks, taken off a request's key per second it has waited
+    aging_per_s: float = Field(default=0.0, ge=0)
+    priority_mode: Literal["strict", "weighted"] = "strict"
+    # rank and weight of each tier (every workload tier must be listed for `priority`)
+    tiers: dict[str, QueueTierSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _tiers_for_priority(self) -> QueueSpec:
+        if self.order == "priority" and not self.tiers:
+            raise ValueError("order 'priority' needs policy.queue.tiers (rank/weight per tier)")
+        return self
+
+
+class PreemptionSpec(_Strict):
+    """`policy.preemption` (continuous and chunked); the string form names just the mode."""
+
+    mode: Literal["recompute", "swap"] = "recompute"
+    victim: Literal["last_admitted", "lowest_priority", "most_kv"] = "last_admitted"
+    swap_bandwidth_gb_per_s: float = Field(default=25.0, gt=0)  # GPU <-> host, 1e9 bytes/s
+    host_memory_gb: float = Field(default=64.0, gt=0)  # swap space; full: fall back to recompute
+
+
+def _preemption_from_str(value: object) -> object:
+    return {"mode": value} if isinstance(value, str) else value
+
+
+class StaticPolicySpec(_Strict):
+    name: Literal["static"]
+    max_batch_size: int = Field(default=16, gt=0)
+    # start a partial batch once the oldest request has waited this long (0: whenever idle)
+    max_wait_s: float = Field(default=0.0, ge=0)
+    # contiguous reservation per request: prompt + true output, or the model's context limit
+    kv_reservation: Literal["output", "max_model_len"] = "output"
+    # pad every prompt of a batch to the longest one (HF-style padded prefill)
+    pad_prompts: bool = False
+    queue: QueueSpec = QueueSpec()
+
+
+class _IterationLevelSpec(_Strict):
+    """Limits shared by the iteration-level policies (continuous and chunked)."""
+
+    max_num_seqs: int = Field(default=256, gt=0)
+    block_size: int = Field(default=16, gt=0)
+    # fraction of KV blocks kept free when admitting (vLLM's default is 0.01)
+    watermark: float = Field(default=0.01, ge=0, lt=1)
+    preemption: PreemptionSpec = PreemptionSpec()
+    # paged: blocks on demand; max_length: max_model_len tokens reserved at admission;
+    # exact: prompt + true output reserved at admission (an oracle)
+    kv_reservation: Literal["paged", "max_length", "exact"] = "paged"
+    queue: QueueSpec = QueueSpec()
+
+    _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
+
+    def _check_budget(self, budget: int, why: str) -> None:
+        if budget < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({budget}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}){why}: every running request decodes each step"
+            )
+
+
+class ContinuousPolicySpec(_IterationLevelSpec):
+    name: Literal["continuous"]
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    mode: Literal["prefill_first", "mixed"] = "prefill_first"
+
+    @model_validator(mode="after")
+    def _budget_holds_every_decode(self) -> ContinuousPolicySpec:
+        if self.mode == "mixed":
+            self._check_budget(self.max_num_batched_tokens, " in mixed mode")
+        return self
+
+
+class ChunkedPolicySpec(_IterationLevelSpec):
+    """Sarathi-Serve: decodes first, then prompt chunks fill the rest of the token budget."""
+
+    name: Literal["chunked"]
+    # the per-step token budget that decodes and prompt chunks share
+    max_num_batched_tokens: int = Field(default=2048, gt=0)
+    # prompts that may get a chunk in one step (None: as many as the budget allows)
+    max_prefill_seqs: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _budget_holds_every_decode(self) -> ChunkedPolicySpec:
+        self._check_budget(self.max_num_batched_tokens, "")
+        return self
+
+
+PolicySpec = Annotated[
+    StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec, Field(discriminator="name")
+]
+
+
+class SLOTargets(_Strict):
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+
+
+class SLOSpec(SLOTargets):
+    """Default targets, and per-tier ones (a tier's unset target falls back to the default)."""
+
+    tiers: dict[str, SLOTargets] = Field(default_factory=dict)
+
+    def targets(self, tier: str) -> tuple[float | None, float | None]:
+        own = self.tiers.get(tier)
+        if own is None:
+            return self.ttft_s, self.tpot_s
+        ttft = own.ttft_s if own.ttft_s is not None else self.ttft_s
+        return ttft, own.tpot_s if own.tpot_s is not None else self.tpot_s
+
+
+class MetricsSpec(_Strict):
+    # requests arriving in the first warmup_s / last cooldown_s are left out of the statistics
+    warmup_s: float = Field(default=0.0, ge=0)
+    cooldown_s: float = Field(default=0.0, ge=0)
+
+
+class EngineSpec(_Strict):
+    # jump over runs of identical decode steps (exact; off only to check that it is exact)
+    coalesce_decode_steps: bool = True
+
+
+Role = Literal["serve", "prefill", "decode"]
+RouterName = Literal[
+    "round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"
+]
+
+
+class InstanceGroupSpec(_Strict):
+    """`count` identical instances; unset fields take the scenario's top-level values."""
+
+    name: str | None = None
+    count: int = Field(default=1, gt=0)
+    hardware: HardwareSpec | None = None
+    policy: PolicySpec | None = None
+    profile: str | dict[str, Any] | None = None
+
+
+class ClusterSpec(_Strict):
+    router: RouterName = "least_outstanding_requests"
+    instances: list[InstanceGroupSpec] = Field(min_length=1)
+
+
+class LinkSpec(_Strict):
+    # KV transfer: bytes / bandwidth + latency; transfers queue FIFO over `num_links` links
+    bandwidth_gb_per_s: float = Field(default=25.0, gt=0)  # GB/s (1e9 bytes), per link
+    latency_s: float = Field(default=0.0, ge=0)
+    num_links: int = Field(default=1, gt=0)
+
+
+class PoolSpec(InstanceGroupSpec):
+    router: RouterName = "least_outstanding_requests"
+
+
+class DisaggregationSpec(_Strict):
+    prefill: PoolSpec
+    decode: PoolSpec = PoolSpec(router="least_kv")
+    link: LinkSpec = LinkSpec()
+
+
+class Scenario(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    workload: WorkloadSpec
+    model: ModelSpec
+    hardware: HardwareSpec
+    # "roofline", a profile file (relative to the scenario's folder) or inline coefficients
+    profile: str | dict[str, Any] = "roofline"
+    policy: PolicySpec
+    slo: SLOSpec = SLOSpec()
+    metrics: MetricsSpec = MetricsSpec()
+    engine: EngineSpec = EngineSpec()
+    # several colocated instances behind a router (default: one instance)
+    cluster: ClusterSpec | None = None
+    # prefill and decode on separate pools joined by a KV link (exclusive with `cluster`)
+    disaggregation: DisaggregationSpec | None = None
+
+    @model_validator(mode="after")
+    def _one_topology(self) -> Scenario:
+        if self.cluster is not None and self.disaggregation is not None:
+            raise ValueError("give either cluster or disaggregation, not both")
+        if self.disaggregation is not None:
+            for pool in ("prefill", "decode"):
+                policy = getattr(self.disaggregation, pool).policy or self.policy
+                if policy.name == "static":
+                    raise ValueError(f"disaggregation.{pool}: static batching cannot be split")
+        check_tiers(self, self.workload.tier_names())
+        return self
+
+    def policies(
+        self,
+    ) -> list[tuple[str, StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec]]:
+        """(key path, spec) of the top-level policy and of every group that sets its own."""
+        out: list[tuple[str, Any]] = [("policy", self.policy)]
+        for role, _, g in self.groups():
+            if g.policy is not None:
+                out.append(
+                    (
+                        f"disaggregation.{role}.policy"
+                        if role != "serve"
+                        else "cluster.instances.policy",
+                        g.policy,
+                    )
+                )
+        return out
+
+    def groups(self) -> list[tuple[Role, str, InstanceGroupSpec]]:
+        """(role, group name, spec) for each instance group; role is serve|prefill|decode."""
+        if self.disaggregation is not None:
+            d = self.disaggregation
+            return [
+                ("prefill", d.prefill.name or "prefill", d.prefill),
+                ("decode", d.decode.name or "decode", d.decode),
+            ]
+        if self.cluster is not None:
+            return [
+                ("serve", g.name or f"group{i}", g) for i, g in enumerate(self.cluster.instances)
+            ]
+        return [("serve", "default", InstanceGroupSpec())]
+
+
+def check_tiers(spec: Scenario, tiers: list[str] | None) -> None:
+    """Every workload tier must be in `slo.tiers` (when given) and in the queue's tier table
+    (priority order); EDF needs a TTFT target. `tiers` None: not known before generation."""
+    for key, policy in spec.policies():
+        queue = policy.queue
+        if queue.order == "edf" and spec.slo.ttft_s is None and not spec.slo.tiers:
+            raise ValueError(f"{key}.queue.order 'edf' needs slo.ttft_s or slo.tiers")
+        for tier in tiers or ():
+            if queue.order == "priority" and tier not in queue.tiers:
+                raise ValueError(f"{key}.queue.tiers lacks tier {tier!r} of the workload")
+    for tier in tiers or ():
+        if spec.slo.tiers and tier not in spec.slo.tiers:
+            raise ValueError(f"slo.tiers lacks tier {tier!r} of the workload")

@@ -1,0 +1,137 @@
+"""Capacity search over cluster size: the fewest instances that meet every SLO at a given rate.
+
+The scenario keeps its arrival rate; the search varies the instance count of a colocated
+cluster (`cluster.instances[0].count`; a plain scenario becomes a one-group cluster behind its
+default router). More instances never hurt the SLOs, so the count is bracketed by doubling from
+1 and then bisected over integers. Noise is handled as in the rate search: the answer is
+confirmed with `repeats` further seeds, and raised one instance at a time until every seed
+passes, so it holds for every seed tried. Disaggregated scenarios have two pools whose ratio is
+itself the question; vary them with `batchsim sweep` instead.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.whatif.capacity_probe import Prober
+
+MAX_INSTANCES = 4096
+
+
+@dataclass
+class InstanceResult:
+    variant: str
+    instances: int  # fewest that passed for every seed tried (0: none up to the limit did)
+    rate_rps: float
+    requests_per_probe: int
+    probes: list[tuple[int, int, bool]] = field(default_factory=list)  # (count, seed, passed)
+    note: str = ""
+
+    def row(self) -> dict[str, float | int | str]:
+        per_gpu = self.rate_rps / self.instances if self.instances else float("nan")
+        return {
+            "instances": self.instances,
+            "rate_rps": self.rate_rps,
+            "capacity_rps_per_gpu": per_gpu,
+            "num_probes": len(self.probes),
+            "requests_per_probe": self.requests_per_probe,
+            "note": self.note,
+        }
+
+
+def _with_count(raw: dict[str, Any], count: int) -> None:
+    """Set the instance count of the scenario's (and every variant's) cluster group."""
+
+    def set_count(node: dict[str, Any]) -> None:
+        cluster = node.get("cluster")
+        if isinstance(cluster, dict) and cluster.get("instances"):
+            cluster["instances"][0]["count"] = count
+
+    if not raw.get("cluster"):
+        raw["cluster"] = {"instances": [{"count": count}]}
+    set_count(raw)
+    for override in (raw.get("variants") or {}).values():
+        if isinstance(override, dict):
+            set_count(override)
+
+
+def check_clusterable(prober: Prober) -> None:
+    raw = prober.raw
+    nodes = [raw, *[o for o in (raw.get("variants") or {}).values() if isinstance(o, dict)]]
+    for node in nodes:
+        if node.get("disaggregation"):
+            raise ScenarioError(
+                "instance search varies one colocated pool; a disaggregated scenario has two "
+                "(vary disaggregation.prefill.count and decode.count with batchsim sweep)",
+                file=prober.file,
+            )
+        groups = (node.get("cluster") or {}).get("instances") or []
+        if len(groups) > 1:
+            raise ScenarioError(
+                "instance search varies the count of a single instance group; this cluster has "
+                f"{len(groups)}",
+                file=prober.file,
+                path="cluster.instances",
+            )
+
+
+def search_instances(
+    scenario: str | Path,
+    slos: Sequence[Any],
+    *,
+    overrides: Sequence[str] = (),
+    repeats: int = 2,
+    progress: Callable[[str], None] | None = None,
+) -> list[InstanceResult]:
+    """Fewest instances meeting every SLO (objects with `met(summary)`) at the scenario's rate."""
+    prober = Prober(scenario, overrides, "workload.arrival.rate")
+    check_clusterable(prober)
+    seeds = [prober.seed + k for k in range(repeats + 1)]
+    out = []
+    for variant in prober.variants:
+        result = InstanceResult(variant, 0, prober.start_rate, 0)
+        cache: dict[tuple[int, int], bool] = {}
+
+        def passes(
+            count: int,
+            seed_list: list[int],
+            res: InstanceResult = result,
+            memo: dict[tuple[int, int], bool] = cache,
+            name: str = variant,
+        ) -> bool:
+            for seed in seed_list:
+                if (count, seed) not in memo:
+                    raw = copy.deepcopy(prober.raw)
+                    _with_count(raw, count)
+                    summary = prober.run_raw(name, raw, seed)
+                    memo[count, seed] = all(slo.met(summary) for slo in slos)
+                    res.probes.append((count, seed, memo[count, seed]))
+                    res.requests_per_probe = max(
+                        res.requests_per_probe, int(summary["num_requests"])
+                    )
+                if not memo[count, seed]:
+                    return False
+            return True
+
+        lo, hi = 0, 1  # lo fails (0 instances serve nothing), hi is the candidate
+        while not passes(hi, seeds[:1]):
+            lo, hi = hi, hi * 2
+            if hi > MAX_INSTANCES:
+                result.note = f"no count up to {MAX_INSTANCES} meets the SLOs"
+                break
+        else:
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if passes(mid, seeds[:1]) else (mid, hi)
+            while not passes(hi, seeds) and hi < MAX_INSTANCES:
+                hi += 1  # another seed fails: one more instance, until every seed passes
+            result.instances = hi
+        if progress:
+            progress(f"{variant}: {result.instances} instances ({len(result.probes)} probes)")
+        out.append(result)
+    return out
