@@ -24,7 +24,7 @@ import pandas as pd
 import simpy
 
 from sim.core.engine import Source
-from sim.core.recorder import STEP_COLUMNS
+from sim.core.recorder import STEP_COLUMNS, RequestLog, StepLog
 from sim.core.request import Request
 from sim.errors import ScenarioError
 from sim.metrics.results import Results, VariantResult
@@ -74,7 +74,7 @@ def simulate(
 
 
 def _watch(
-    env: simpy.Environment, made: list[Request], total: int, name: str, progress: ProgressFn,
+    env: simpy.Environment, log: RequestLog, total: int, name: str, progress: ProgressFn,
     every_s: float,
 ) -> Generator[simpy.Event, None, None]:  # fmt: skip
     last = time.monotonic()
@@ -84,8 +84,7 @@ def _watch(
             return
         if time.monotonic() - last >= PROGRESS_WALL_S:
             last = time.monotonic()
-            done = sum(1 for r in made if r.rejected or not math.isnan(r.finish_s))
-            progress(f"{name}: {env.now:.1f} s simulated, {done}/{total} requests done")
+            progress(f"{name}: {env.now:.1f} s simulated, {log.num_done}/{total} requests done")
 
 
 def run_variant(
@@ -95,30 +94,26 @@ def run_variant(
     model = spec.model
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
-    cluster = build_cluster(env, resolved, routing_rng)
+    log = RequestLog(len(requests))
+    cluster = build_cluster(env, resolved, routing_rng, log)
     prompt = requests.prompt_tokens.tolist()
     output = requests.output_tokens.tolist()
     arrival_list = requests.arrival_s.tolist()
     assert requests.tier_index is not None and requests.predicted_output_tokens is not None
     tier_of = [requests.tier_names[t] for t in requests.tier_index.tolist()]
     predicted = requests.predicted_output_tokens.tolist()
-    made: list[Request] = []
 
     def make_request(i: int) -> Request:
-        req = Request(i, arrival_list[i], prompt[i], output[i])
-        req.tier = tier_of[i]
-        req.predicted_output_tokens = predicted[i]
-        made.append(req)
-        return req
+        return Request(i, arrival_list[i], prompt[i], output[i], tier_of[i], predicted[i])
 
     Source(env, requests.arrival_s, make_request, cluster.dispatch)
     if progress is not None and len(requests):
         every_s = max(float(requests.arrival_s.max()) / 200.0, 1.0)
-        env.process(_watch(env, made, len(requests), resolved.variant, progress, every_s))
+        env.process(_watch(env, log, len(requests), resolved.variant, progress, every_s))
     env.run()
-    unfinished = [r for r in made if not r.rejected and math.isnan(r.finish_s)]
-    if unfinished or len(made) != len(requests):  # the loop only stops when the queues drain
-        raise AssertionError(f"{len(unfinished)} requests never finished in {resolved.variant}")
+    if log.num_done != len(requests):  # the loop only stops when the queues drain
+        missing = len(requests) - log.num_done
+        raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
 
     first = cluster.info[0]
     context = SummaryContext(
@@ -129,62 +124,81 @@ def run_variant(
         cooldown_s=spec.metrics.cooldown_s,
         flops_per_token=model.flops_per_token,
         weight_bytes=model.weight_bytes,
-        kv_bytes_per_token=model.kv_bytes_per_token,
+        kv_bytes_per_token=first.kv_bytes_per_token,
         peak_flops=first.peak_flops,
         hbm_bandwidth_bytes_per_s=first.hbm_bandwidth_bytes_per_s,
         kv_blocks_total=first.kv_blocks_total,
         block_size=first.block_size,
         num_instances=len(cluster.instances),
         instances=tuple(
-            (i.kv_blocks_total, i.peak_flops, i.hbm_bandwidth_bytes_per_s) for i in cluster.info
+            (
+                i.kv_blocks_total,
+                i.peak_flops,
+                i.hbm_bandwidth_bytes_per_s,
+                i.kv_bytes_per_token,
+                i.block_size,
+            )
+            for i in cluster.info
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
     )
-    step_rows = [row for inst in cluster.instances for row in inst.recorder.steps]
-    itl_parts = [inst.recorder.itl_arrays() for inst in cluster.instances]
+    steps = steps_table([inst.steps for inst in cluster.instances])
+    itl_parts = [inst.itl.arrays() for inst in cluster.instances]
     gaps = np.concatenate([g for g, _ in itl_parts])
     counts = np.concatenate([c for _, c in itl_parts])
-    steps = pd.DataFrame.from_records(step_rows, columns=list(STEP_COLUMNS))
-    if len(cluster.instances) > 1:
-        steps = steps.sort_values(["start_s", "instance"], kind="stable", ignore_index=True)
     return VariantResult(
         name=resolved.variant,
-        requests=requests_table(made),
+        requests=requests_table(requests, log),
         steps=steps,
-        itl=pd.DataFrame(
-            {"gap_s": np.asarray(gaps, dtype=float), "count": np.asarray(counts, dtype=np.int64)}
-        ),
+        itl=pd.DataFrame({"gap_s": gaps, "count": counts}, copy=False),
         context=context,
         scenario=resolved.spec.model_dump(mode="json"),
         instances=pd.DataFrame([vars(i) for i in cluster.info]),
     )
 
 
-def requests_table(made: list[Request]) -> pd.DataFrame:
+def steps_table(logs: list[StepLog]) -> pd.DataFrame:
+    """Every instance's step groups, ordered by start time (then instance)."""
+    parts = [log.columns() for log in logs]
+    columns = {name: np.concatenate([p[name] for p in parts]) for name in STEP_COLUMNS}
+    steps = pd.DataFrame(columns, copy=False)
+    if len(logs) > 1:
+        steps = steps.sort_values(["start_s", "instance"], kind="stable", ignore_index=True)
+    return steps
+
+
+def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
+    """One row per request, in id order: the workload's columns and the run's outcomes."""
+    f, n = log.floats, log.ints
+    assert requests.tier_index is not None and requests.predicted_output_tokens is not None
+    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
+    reasons = np.asarray(log.reasons, dtype=object)[n["reject_code"]]
     df = pd.DataFrame(
         {
-            "id": [r.id for r in made],
-            "instance": [r.instance for r in made],
-            "arrival_s": [r.arrival_s for r in made],
-            "num_prompt_tokens": [r.num_prompt_tokens for r in made],
-            "max_output_tokens": [r.max_output_tokens for r in made],
-            "num_output_tokens": [r.num_output_tokens for r in made],
-            "first_scheduled_s": [r.first_scheduled_s for r in made],
-            "first_token_s": [r.first_token_s for r in made],
-            "finish_s": [r.finish_s for r in made],
-            "max_itl_s": [r.max_itl_s for r in made],
-            "num_preemptions": [r.num_preemptions for r in made],
-            "num_recomputed_tokens": [r.num_recomputed_tokens for r in made],
-            "num_swaps": [r.num_swaps for r in made],
-            "swapped_bytes": [r.swapped_bytes for r in made],
-            "tier": [r.tier for r in made],
-            "predicted_output_tokens": [r.predicted_output_tokens for r in made],
-            "rejected": [r.rejected for r in made],
-            "decode_instance": [r.decode_instance for r in made],
-            "handoff_s": [r.handoff_s for r in made],
-            "transfer_start_s": [r.transfer_start_s for r in made],
-            "transfer_end_s": [r.transfer_end_s for r in made],
-        }
+            "id": np.arange(len(requests)),
+            "instance": n["instance"],
+            "arrival_s": requests.arrival_s,
+            "num_prompt_tokens": requests.prompt_tokens,
+            "max_output_tokens": requests.output_tokens,
+            "num_output_tokens": n["num_output_tokens"],
+            "first_scheduled_s": f["first_scheduled_s"],
+            "first_token_s": f["first_token_s"],
+            "finish_s": f["finish_s"],
+            "max_itl_s": f["max_itl_s"],
+            "num_preemptions": n["num_preemptions"],
+            "num_recomputed_tokens": n["num_recomputed_tokens"],
+            "num_swaps": n["num_swaps"],
+            "swapped_bytes": n["swapped_bytes"],
+            "tier": tiers,
+            "predicted_output_tokens": requests.predicted_output_tokens,
+            "rejected": n["reject_code"] > 0,
+            "reject_reason": reasons,
+            "decode_instance": n["decode_instance"],
+            "handoff_s": f["handoff_s"],
+            "transfer_start_s": f["transfer_start_s"],
+            "transfer_end_s": f["transfer_end_s"],
+        },
+        copy=False,
     )
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
@@ -193,4 +207,4 @@ def requests_table(made: list[Request]) -> pd.DataFrame:
     df["tpot_s"] = (df["finish_s"] - df["first_token_s"]) / decode_tokens
     df["transfer_queue_s"] = df["transfer_start_s"] - df["handoff_s"]
     df["transfer_s"] = df["transfer_end_s"] - df["transfer_start_s"]
-    return df.sort_values("id", ignore_index=True)
+    return df

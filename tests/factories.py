@@ -1,14 +1,26 @@
-"""Small factories for driving policies by hand, without SimPy."""
+"""Small factories for driving a policy on an instance by hand, step by step, without SimPy.
+
+`make_continuous(...)` / `make_chunked(...)` / `make_static(...)` return a `Bench`: one instance
+(`sim.core.engine.Instance`, not started) whose steps each last `duration` seconds (no growth),
+so that schedules can be asserted token by token.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import simpy
+
+from sim.core.engine import Instance, KVSpec, Run
 from sim.core.kv_cache import BlockManager
-from sim.core.plan import StepPlan
-from sim.core.recorder import Recorder, StepTimes
+from sim.core.plan import StepFeatures, StepPlan
+from sim.core.recorder import RequestLog
 from sim.core.request import Request
-from sim.policies import ContinuousPolicy, StaticPolicy
+from sim.policies import ChunkedPolicy, ContinuousPolicy, StaticPolicy
+from sim.policies.preemption import Preemptor
+from sim.policies.queues import FCFSQueue, WaitingQueue
+from sim.policies.reservation import make_reservation
 
 
 def make_requests(*specs: tuple[int, int], arrival_s: float = 0.0) -> list[Request]:
@@ -16,41 +28,162 @@ def make_requests(*specs: tuple[int, int], arrival_s: float = 0.0) -> list[Reque
     return [Request(i, arrival_s, p, o) for i, (p, o) in enumerate(specs)]
 
 
-def make_continuous(num_blocks: int = 1000, block_size: int = 16, **kw: Any) -> ContinuousPolicy:
+class FixedCost:
+    """Every step lasts `duration` seconds; repeated steps do not grow."""
+
+    def __init__(self, duration: float = 1.0) -> None:
+        self.duration = duration
+
+    def run_times(self, features: StepFeatures) -> tuple[float, float]:
+        return self.duration, 0.0
+
+    def linear_steps(self, features: StepFeatures) -> int:
+        return 1 << 62
+
+
+@dataclass
+class Stepped:
+    """What one hand-driven step (or run) did."""
+
+    plan: StepPlan
+    tokens: dict[int, int]  # request id -> tokens in each step (decodes: 1)
+    preempted: tuple[Request, ...]
+    num_steps: int
+    features: StepFeatures
+    swap_s: float
+    interruptible: bool  # an arrival during the run would cut it
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.features, name)  # num_prefill_tokens, sum_context_tokens, ...
+
+
+class Bench:
+    """One instance and its policy, stepped by hand."""
+
+    def __init__(
+        self,
+        policy: Any,
+        pool: BlockManager,
+        *,
+        queue: WaitingQueue | None = None,
+        kv: KVSpec | None = None,
+        duration: float = 1.0,
+        capacity: int = 1000,
+    ) -> None:
+        self.policy = policy
+        self.instance = Instance(
+            simpy.Environment(),
+            0,
+            policy,
+            queue if queue is not None else FCFSQueue(),
+            pool,
+            FixedCost(duration),
+            RequestLog(capacity),
+            kv=kv or KVSpec(1.0),
+            start=False,
+        )
+
+    @property
+    def kv(self) -> BlockManager:
+        return self.instance.pool
+
+    @property
+    def waiting(self) -> WaitingQueue:
+        return self.instance.waiting
+
+    @property
+    def running(self) -> list[Request]:
+        return self.instance.running
+
+    @property
+    def swapped(self) -> Any:
+        return self.instance.swapped
+
+    def add_request(self, req: Request, now: float = 0.0) -> bool:
+        self.instance._clock = now
+        return self.instance.submit(req)
+
+    def plan(self, now: float) -> StepPlan | None:
+        """The policy's decision at `now`, without applying it."""
+        self.instance._clock = now
+        return self.policy.schedule(self.instance)
+
+    def next_wakeup_s(self, now: float) -> float | None:
+        self.instance._clock = now
+        return self.policy.next_wakeup_s(self.instance)
+
+    def step(self, now: float, num_steps: int | None = None) -> Stepped | None:
+        inst = self.instance
+        inst._clock = now
+        plan = self.policy.schedule(inst)
+        if plan is None:
+            return None
+        run: Run = inst._begin(plan)
+        decoders = [r for r in inst.running if r._batch is inst.batch] if plan.decode else []
+        given = {r.id: n for r, n in plan.prefill.items()}
+        given.update({r.id: 1 for r in decoders})
+        stepped = Stepped(
+            plan,
+            given,
+            tuple(p.request for p in plan.preempt),
+            run.num_steps,
+            run.features,
+            run.swap_s,
+            run.interruptible,
+        )
+        if plan.has_work:
+            if num_steps is not None:
+                run.num_steps = stepped.num_steps = min(run.num_steps, num_steps)
+            inst._finish(run)
+        return stepped
+
+
+def step(bench: Bench, now: float, num_steps: int | None = None) -> Stepped | None:
+    """Plan one step (or the plan's whole run) at `now` and apply it."""
+    return bench.step(now, num_steps)
+
+
+def tokens(stepped: Stepped | None) -> dict[int, int]:
+    """The step as {request id: tokens}."""
+    assert stepped is not None
+    return stepped.tokens
+
+
+def _iteration_args(num_blocks: int, block_size: int, kw: dict[str, Any]) -> dict[str, Any]:
     args: dict[str, Any] = dict(
         max_num_seqs=8,
         max_num_batched_tokens=64,
         max_model_len=10_000,
-        mode="prefill_first",
         watermark=0.0,
+        kv_reservation="paged",
+        preemption=None,
     )
     args.update(kw)
-    return ContinuousPolicy(BlockManager(num_blocks, block_size), **args)
+    watermark = args.pop("watermark")
+    reservation = args.pop("kv_reservation")
+    preemptor = args.pop("preemption") or Preemptor()
+    args["watermark_blocks"] = int(watermark * num_blocks)
+    args["reservation"] = make_reservation(reservation, args["max_model_len"])
+    args["preemptor"] = preemptor
+    return args
 
 
-def make_static(capacity_tokens: int = 10_000, **kw: Any) -> StaticPolicy:
+def make_continuous(
+    num_blocks: int = 1000, block_size: int = 16, *, kv: KVSpec | None = None, **kw: Any
+) -> Bench:
+    mode = kw.pop("mode", "prefill_first")
+    queue = kw.pop("queue", None)
+    args = _iteration_args(num_blocks, block_size, kw)
+    if mode == "chunked":
+        policy: Any = ChunkedPolicy(**args)
+    else:
+        args.pop("max_prefill_seqs", None)
+        policy = ContinuousPolicy(mode=mode, **args)
+    return Bench(policy, BlockManager(num_blocks, block_size), queue=queue, kv=kv)
+
+
+def make_static(capacity_tokens: int = 10_000, **kw: Any) -> Bench:
     args: dict[str, Any] = dict(max_batch_size=2, max_wait_s=0.0, max_model_len=10_000)
+    queue = kw.pop("queue", None)
     args.update(kw)
-    return StaticPolicy(BlockManager(capacity_tokens, 1), **args)
-
-
-def step(
-    policy: Any,
-    now: float,
-    duration: float = 1.0,
-    rec: Recorder | None = None,
-    num_steps: int | None = None,
-) -> StepPlan | None:
-    """Plan one step (or the plan's whole run) at `now`, apply it, return the plan."""
-    plan = policy.schedule(now)
-    if plan is None:
-        return None
-    k = plan.num_steps if num_steps is None else num_steps
-    policy.apply(plan, k, StepTimes(now, duration, 0.0), rec or Recorder())
-    return plan
-
-
-def tokens(plan: StepPlan | None) -> dict[int, int]:
-    """The plan as {request id: tokens}."""
-    assert plan is not None
-    return {r.id: n for r, n in plan.scheduled.items()}
+    return Bench(StaticPolicy(**args), BlockManager(capacity_tokens, 1), queue=queue)

@@ -128,15 +128,15 @@ def run_arrays(
     raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
 ) -> VariantResult:
     """Run the scenario's (single) variant on the given requests instead of its workload."""
-    return run_arrays_with_policy(raw, arrival_s, prompt, output)[0]
+    return run_arrays_with_instance(raw, arrival_s, prompt, output)[0]
 
 
-def run_arrays_with_policy(
+def run_arrays_with_instance(
     raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
 ) -> tuple[VariantResult, Any]:
-    """`run_arrays`, also returning the policy object the run used (to inspect its end state).
+    """`run_arrays`, also returning the instance the run used (to inspect its end state).
 
-    The policy is taken from the cluster `run_variant` builds (`sim.simulate.build_cluster`);
+    The instance is taken from the cluster `run_variant` builds (`sim.simulate.build_cluster`);
     the scenarios here have a single instance.
     """
     made: list[Any] = []
@@ -160,4 +160,4 @@ def run_arrays_with_policy(
     with mock.patch.object(module, "build_cluster", capture):
         res = run_variant(resolved, arrays)
     assert len(made) == 1 and len(made[0].instances) == 1
-    return res, made[0].instances[0].policy
+    return res, made[0].instances[0]

@@ -96,13 +96,13 @@ def check_invariants(res: VariantResult, cluster: Cluster) -> None:
         assert own["kv_blocks_used"].max() <= info.loc[index, "kv_blocks_total"]
     # all KV handed back at the end, on every instance
     for inst in cluster.instances:
-        assert inst.policy.kv.num_free == inst.policy.kv.num_total
-        assert inst.policy.num_waiting == 0 and inst.policy.num_running == 0
+        assert inst.pool.num_free == inst.pool.num_total
+        assert inst.num_waiting == 0 and inst.num_running == 0
     # the instance table: one row per instance, ids in order
     table = res.instance_summary()
     assert table["instance"].tolist() == list(range(len(cluster.instances)))
     assert sorted(steps["instance"].unique()) == sorted(
-        i.index for i in cluster.instances if len(i.recorder.steps)
+        i.index for i in cluster.instances if len(i.steps)
     )
 
 

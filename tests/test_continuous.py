@@ -87,11 +87,11 @@ def test_decode_run_ends_at_first_finish_and_before_blocks_run_out() -> None:
     policy.add_request(r0, 0.0)
     policy.add_request(r1, 0.0)
     step(policy, 0.0)
-    plan = policy.schedule(1.0)
+    plan = step(policy, 1.0)
     assert plan is not None
     # 4 free blocks after this step's 2; r1 finishes after 4 more tokens
     assert plan.num_steps == 4
-    assert plan.arrivals_can_join and plan.context_growth_per_step == 2
+    assert plan.interruptible and plan.context_growth_per_step == 2
 
 
 def test_watermark_keeps_blocks_free_at_admission() -> None:

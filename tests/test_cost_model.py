@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.core.plan import StepPlan
+from sim.core.plan import StepFeatures
 from sim.costs.catalog import HARDWARE, MODELS
 from sim.costs.cost_model import CostModel
 from sim.costs.profile import Profile, roofline_profile
@@ -72,19 +72,22 @@ def test_two_regime_is_continuous_at_ridge() -> None:
     assert (frac.step_time(10, 0, 0), frac.step_time(11, 0, 0)) == (10.0, 10.5 + 1.5)
 
 
-def test_plan_time_reads_the_plan() -> None:
+def test_a_run_is_priced_from_its_features() -> None:
     cost = CostModel(roofline_profile(MODELS["llama-2-7b"], HARDWARE["a100-80g"]))
-    plan = StepPlan(
-        scheduled={},
+    features = StepFeatures(
         num_seqs=4,
         num_tokens=131,
         num_prefill_tokens=128,
         num_decode_tokens=3,
         sum_context_tokens=3 * 900 + 128,
         prefill_attention_term=128 * 128,
+        context_growth_per_step=3,
     )
-    assert cost.plan_time(plan) == cost.step_time(131, 2828, 16384)
-    assert cost.plan_time(plan) > cost.step_time(131, 0, 0) > cost.step_time(1, 0, 0)
+    first, increment = cost.run_times(features)
+    assert first == cost.step_time(131, 2828, 16384)
+    assert first > cost.step_time(131, 0, 0) > cost.step_time(1, 0, 0)
+    # each repeated step reads one more KV token per decoding slot
+    assert increment == cost.t_kv_s_per_token * 3
 
 
 def test_roofline_orders_of_magnitude() -> None:

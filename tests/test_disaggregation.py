@@ -147,7 +147,8 @@ def test_backpressure_keeps_kv_on_the_prefill_instance_until_decode_frees_blocks
     check_invariants(res, cluster)
     req = res.requests.set_index("id")
     assert req["rejected"].tolist() == [False, False, False, True]
-    assert cluster.rejected and [r.id for r in cluster.rejected] == [3]
+    assert req["instance"].tolist()[3] == -1  # refused by the cluster, before any instance
+    assert "decode instance" in req["reject_reason"].tolist()[3]
     assert res.summary()["num_rejected"] == 1
     x = 30 * 2.0  # seconds per 30-token transfer at 1 byte/s
     assert req.loc[0, "transfer_start_s"] == 1.0 and req.loc[0, "transfer_end_s"] == 1.0 + x

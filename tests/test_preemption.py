@@ -6,35 +6,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from factories import make_requests, step, tokens
-from helpers_sim import run_arrays, run_arrays_with_policy, tiny_scenario
+from factories import make_continuous, make_requests, step, tokens
+from helpers_sim import run_arrays, run_arrays_with_instance, tiny_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sim.core.engine import KVSpec
 from sim.core.kv_cache import BlockManager
 from sim.errors import ScenarioError
-from sim.policies import ContinuousPolicy
 from sim.policies.preemption import Preemptor
 from sim.scenario.load import load_scenario_dict
 
 
 def _policy(mode: str, host_bytes: float = 1000.0, victim: str = "last_admitted"):
-    kv = BlockManager(4, 2)  # 8 tokens
-    pre = Preemptor(
-        kv,
-        mode=mode,
-        victim=victim,
-        swap_bandwidth_bytes_per_s=100.0,
-        host_memory_bytes=host_bytes,
-        kv_bytes_per_token=10.0,
-    )
-    return ContinuousPolicy(
-        kv,
-        max_num_seqs=8,
-        max_num_batched_tokens=64,
+    # 4 blocks of 2 tokens; 10 bytes per token, copied at 100 B/s
+    return make_continuous(
+        num_blocks=4,
+        block_size=2,
         max_model_len=1000,
-        watermark=0.0,
-        preemptor=pre,
+        preemption=Preemptor(mode=mode, victim=victim),
+        kv=KVSpec(10.0, swap_bandwidth_bytes_per_s=100.0, host_memory_bytes=host_bytes),
     )
 
 
@@ -55,12 +46,12 @@ def test_swap_copies_the_victims_kv_out_and_back_at_the_bandwidth():
     assert plan.preempted == (r1,) and plan.swap_s == pytest.approx(0.4)
     assert (r1.num_swaps, r1.swapped_bytes, r1.num_computed_tokens) == (1, 40, 4)
     assert (r1.num_preemptions, r1.num_recomputed_tokens) == (1, 0)
-    assert policy.preemptor.host_used == 40 and list(policy.swapped) == [r1]
+    assert policy.instance.host_used_bytes == 40 and list(policy.swapped) == [r1]
     assert tokens(step(policy, 3.0)) == {0: 1}  # 1 block free, r1 needs 3: it stays out
     assert r0.is_finished and policy.kv.num_free == 4
     plan = step(policy, 4.0)  # blocks free again: r1 comes back before anything new
     assert tokens(plan) == {1: 1} and plan.swap_s == pytest.approx(0.4)
-    assert policy.preemptor.host_used == 0 and r1.num_output_tokens == 3
+    assert policy.instance.host_used_bytes == 0 and r1.num_output_tokens == 3
     assert r1.kv_blocks == 3  # 5 tokens stored
 
 
@@ -83,12 +74,12 @@ def test_swap_falls_back_to_recompute_when_host_memory_is_full():
 )
 def test_victim_choice(victim, expected):
     kv = BlockManager(100, 1)
-    pre = Preemptor(kv, victim=victim, tier_ranks={"paid": 0, "free": 1})
+    pre = Preemptor(victim=victim, tier_ranks={"paid": 0, "free": 1})
     running = make_requests((5, 1), (9, 1), (3, 1))
     for r, tier in zip(running, ["free", "paid", "paid"], strict=True):
         r.tier = tier
-        kv.allocate(r, r.num_prompt_tokens)
-    assert pre.pick(running) == expected
+        kv.grow(r, r.num_prompt_tokens)
+    assert pre.pick(running, lambda r: r.kv_blocks) == expected
 
 
 def test_swap_time_lengthens_steps_and_matches_the_bytes():
@@ -156,11 +147,11 @@ def workloads(draw):
 @given(policy=policies, work=workloads(), kv_tokens=st.integers(40, 200))
 def test_blocks_and_tokens_are_conserved_under_swap_and_recompute(policy, work, kv_tokens):
     arrival, prompt, output = work
-    res, pol = run_arrays_with_policy(tiny_scenario(policy, kv_tokens), arrival, prompt, output)
+    res, pol = run_arrays_with_instance(tiny_scenario(policy, kv_tokens), arrival, prompt, output)
     stepwise = run_arrays(tiny_scenario(policy, kv_tokens, coalesce=False), arrival, prompt, output)
     req, steps = res.requests, res.steps
     # the pool and host memory are whole again (a double free raises in BlockManager.free)
-    assert pol.kv.num_free == pol.kv.num_total and pol.preemptor.host_used == 0
+    assert pol.kv.num_free == pol.kv.num_total and pol.host_used_bytes == 0
     assert not pol.running and not len(pol.waiting) and not pol.swapped
     assert (steps["kv_blocks_used"] <= pol.kv.num_total).all()
     served = req[~req["rejected"]]

@@ -77,17 +77,18 @@ def test_regress_fails_on_a_perturbed_baseline(
 def test_a_deliberate_scheduler_change_fails_regress(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Admit the newest waiting request first (LIFO) instead of first come first served."""
-    fcfs = ContinuousPolicy.schedule
+    """Let continuous batching run at most half its batch (a scheduler change, not noise)."""
+    schedule = ContinuousPolicy.schedule
 
-    def lifo(self: ContinuousPolicy, now: float) -> object:
-        self.waiting.reverse()
+    def half(self: ContinuousPolicy, view: object) -> object:
+        full = self.max_num_seqs
+        self.max_num_seqs = max(1, full // 2)
         try:
-            return fcfs(self, now)
+            return schedule(self, view)  # type: ignore[arg-type]
         finally:
-            self.waiting.reverse()
+            self.max_num_seqs = full
 
-    monkeypatch.setattr(ContinuousPolicy, "schedule", lifo)
+    monkeypatch.setattr(ContinuousPolicy, "schedule", half)
     assert main(_args(BASELINES)) == 1
     out = capsys.readouterr().out
     assert "continuous" in out and "ttft" in out and "static " not in out

@@ -1,14 +1,16 @@
-"""KV-cache accounting: a pool of fixed-size blocks that reports and never decides.
+"""The KV pool of one instance: fixed-size blocks, counted, never decided about.
 
-Paged attention (vLLM) hands a request KV blocks of `block_size` tokens on demand; a contiguous
+Paged attention (vLLM) hands a request blocks of `block_size` tokens on demand; a contiguous
 allocator (static batching, FasterTransformer-style) reserves a request's whole sequence at
-admission. Both are the same pool here: a contiguous allocator is a pool of one-token blocks whose
-owner asks for the full reservation up front. Only counts are tracked: the simulator never needs
-block ids, and counting keeps allocation O(1). A request's holding lives on `Request.kv_blocks`, so
-conservation is `num_free + sum(held) == num_total` at all times.
+admission. Both are this pool: a contiguous allocator is a pool of one-token blocks whose owner
+asks for the full reservation up front. Only counts are tracked: the simulator never needs block
+ids, and counting keeps allocation O(1). A request's holding is `Request.kv_blocks`; blocks can
+also be reserved for a request that is not here yet (a KV transfer in flight). Conservation:
+`num_free + holdings + reserved == num_total`, always.
 
-The pool only answers questions and moves counts; who waits and who gets preempted is the
-policy's business (nano-vllm's block manager / scheduler split).
+The pool answers and moves counts; who waits and who is preempted is the policy's business
+(nano-vllm's block manager / scheduler split). Running out is an error here: the policy planned
+within the free blocks it saw, so a failed allocation is a bug, not a preemption.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ class BlockManager:
         self.num_total = num_blocks
         self.block_size = block_size
         self.num_free = num_blocks
-        # changes made from outside the step loop, mid-step (KV transfers): (time, blocks)
-        self.external: list[tuple[float, int]] = []
 
     @property
     def num_used(self) -> int:
@@ -41,44 +41,30 @@ class BlockManager:
         """Extra blocks `req` needs so that its holding covers `num_tokens` tokens."""
         return max(0, -(-num_tokens // self.block_size) - req.kv_blocks)
 
-    def can_allocate(self, num_blocks: int, reserve: int = 0) -> bool:
-        """Whether `num_blocks` can be handed out while keeping `reserve` blocks free."""
-        return num_blocks + reserve <= self.num_free
+    def take(self, num_blocks: int) -> None:
+        """Hand out `num_blocks` blocks (to a request, or to decode-batch members' growth)."""
+        if num_blocks > self.num_free:
+            raise AssertionError(f"KV pool: {num_blocks} blocks asked, {self.num_free} free")
+        self.num_free -= num_blocks
 
-    def allocate(self, req: Request, num_tokens: int) -> int | None:
-        """Grow `req`'s holding to cover `num_tokens`; the number of new blocks, or None."""
-        need = -(-num_tokens // self.block_size) - req.kv_blocks
+    def give_back(self, num_blocks: int) -> None:
+        if self.num_free + num_blocks > self.num_total:  # a double free corrupts all that follows
+            raise AssertionError(f"KV pool over-freed by {num_blocks} blocks")
+        self.num_free += num_blocks
+
+    def grow(self, req: Request, num_tokens: int) -> int:
+        """Grow `req`'s holding to cover `num_tokens` tokens; the number of new blocks."""
+        held = req.kv_blocks
+        need = -(-num_tokens // self.block_size) - held
         if need <= 0:
             return 0
-        if need > self.num_free:
-            return None
-        self.num_free -= need
-        req.kv_blocks += need
+        self.take(need)
+        req.set_kv_blocks(held + need)
         return need
 
-    def note_external(self, now_s: float, delta_blocks: int) -> None:
-        """Record a change of `delta_blocks` at `now_s` made between step boundaries, so the
-        engine can integrate KV use exactly rather than from the step's start."""
-        self.external.append((now_s, delta_blocks))
-
-    def reserve(self, num_blocks: int) -> bool:
-        """Set blocks aside for a request that is not here yet (a KV transfer in flight)."""
-        if num_blocks > self.num_free:
-            return False
-        self.num_free -= num_blocks
-        return True
-
-    def attach(self, req: Request, num_blocks: int) -> None:
-        """Hand reserved blocks to the request they were reserved for."""
-        if req.kv_blocks:
-            raise AssertionError(f"request {req.id} already holds blocks in this pool")
-        req.kv_blocks = num_blocks
-
-    def free(self, req: Request) -> int:
+    def release(self, req: Request) -> int:
         """Return all of `req`'s blocks to the pool; the number freed."""
         held = req.kv_blocks
-        self.num_free += held
-        req.kv_blocks = 0
-        if self.num_free > self.num_total:  # a double free would corrupt every later decision
-            raise AssertionError(f"KV pool over-freed by request {req.id}")
+        self.give_back(held)
+        req.drop_kv()
         return held

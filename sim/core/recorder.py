@@ -1,230 +1,167 @@
-"""Per-instance event records and the one token-accounting rule, applied once for every policy.
+"""What a run leaves behind, recorded column by column as it happens.
 
-`StepTimes` gives the end time of each step of a run from its first duration and the constant
-increment per step (attention reads one more token per slot each decode step), in closed form, so
-a run of k steps costs O(batch), not O(batch * k).
-
-`advance` applies a planned run to its requests (computed tokens, emitted tokens, first-token,
-finish and inter-token times) and records the pooled inter-token gaps; `Recorder` keeps flat rows
-that become the per-step and ITL tables.
+* `StepLog`: one row per applied run of steps (a *step group*: `num_steps` identical decode steps,
+  or a single step), each column a typed `array` grown in place, so a million rows cost their
+  bytes and not a Python object each; `columns()` hands them to numpy without a copy.
+* `ItlLog`: the pooled inter-token gaps as a weighted sample: single gaps `(gap_s, count)` and
+  runs of growing gaps `(first_s, increment_s, num_gaps, count)` (the steps 2..k of a decode run
+  each last `inc` longer than the one before), expanded only when the table is built.
+* `RequestLog`: one row per request, indexed by request id, written once when the request
+  finishes or is rejected, so that finished requests need not stay in memory.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from array import array
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from sim.core.plan import StepPlan
 from sim.core.request import Request
+from sim.core.step_times import StepTimes
+
+# (name, array typecode): 'd' float64, 'q' int64
+STEP_SCHEMA: tuple[tuple[str, str], ...] = (
+    ("start_s", "d"),
+    ("end_s", "d"),
+    ("num_steps", "q"),
+    ("duration_s", "d"),  # of the first step
+    ("duration_increment_s", "d"),  # each later step is this much longer
+    ("num_seqs", "q"),
+    ("num_active_seqs", "q"),
+    ("num_tokens", "q"),
+    ("num_prefill_tokens", "q"),
+    ("num_decode_tokens", "q"),
+    ("sum_context_tokens", "q"),  # in the first step
+    ("context_growth_per_step", "q"),
+    ("kv_blocks_used", "q"),  # during the last step, before finished requests free theirs
+    ("kv_block_seconds", "d"),
+    ("num_waiting", "q"),
+    ("num_running", "q"),
+    ("num_preempted", "q"),
+    ("kv_stored_token_seconds", "d"),
+    ("kv_fragment_token_seconds", "d"),
+    ("swap_s", "d"),
+)
+STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
 
 
-@dataclass(frozen=True, slots=True)
-class StepTimes:
-    start_s: float
-    first_duration_s: float
-    increment_s: float
+class StepLog:
+    """Step-group rows of one instance."""
 
-    def end(self, j: int) -> float:
-        """End time of the j-th step of the run (1-based)."""
-        return self.start_s + j * self.first_duration_s + self.increment_s * (j * (j - 1) // 2)
+    def __init__(self, instance: int = 0) -> None:
+        self.instance = instance
+        self._columns = [array(code) for _, code in STEP_SCHEMA]
+        # bound appends, in schema order: the hot path calls them directly
+        self.append: tuple[Callable[[Any], None], ...] = tuple(c.append for c in self._columns)
 
-    def duration(self, j: int) -> float:
-        """Duration of the j-th step (1-based)."""
-        return self.first_duration_s + (j - 1) * self.increment_s
+    def __len__(self) -> int:
+        return len(self._columns[0])
 
-
-def _block_sum(n: int, bs: int) -> int:
-    """sum of ceil(t / bs) for t = 1..n."""
-    q, r = divmod(n, bs)
-    return bs * q * (q + 1) // 2 + r * (q + 1)
-
-
-def _weighted_block_sum(n: int, bs: int) -> int:
-    """sum of t * ceil(t / bs) for t = 1..n."""
-    q, r = divmod(n, bs)
-    full = bs * bs * (q - 1) * q * (q + 1) // 3 + bs * (bs + 1) * q * (q + 1) // 4
-    return full + (q + 1) * (r * q * bs + r * (r + 1) // 2)
+    def columns(self) -> dict[str, np.ndarray]:
+        """Every column as a numpy array (the instance column filled in)."""
+        out: dict[str, np.ndarray] = {"instance": np.full(len(self), self.instance, dtype=np.int64)}
+        for (name, code), col in zip(STEP_SCHEMA, self._columns, strict=True):
+            dtype = np.float64 if code == "d" else np.int64
+            out[name] = np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype)
+        return out
 
 
-def decode_block_seconds(computed: int, num_steps: int, bs: int, times: StepTimes) -> float:
-    """Block-seconds a request holds over a decode run that starts with `computed` tokens.
+class ItlLog:
+    """Pooled inter-token gaps of one instance."""
 
-    During step j (1-based) it holds ceil((computed + j) / bs) blocks for d0 + (j - 1) * inc
-    seconds; with t = computed + j both sums are closed forms in integers, so this is O(1).
-    """
-    end = computed + num_steps
-    blocks = _block_sum(end, bs) - _block_sum(computed, bs)
-    # sum of (j - 1) * ceil(t / bs) = sum of (t - computed - 1) * ceil(t / bs)
-    weighted = _weighted_block_sum(end, bs) - _weighted_block_sum(computed, bs)
-    shifted = weighted - (computed + 1) * blocks
-    return times.first_duration_s * blocks + times.increment_s * shifted
-
-
-@dataclass
-class Recorder:
-    """Flat, append-only rows; converted to DataFrames once at the end of a run."""
-
-    instance: int = 0
-    steps: list[tuple[float | int, ...]] = field(default_factory=list)
-    itl_gap_s: list[float] = field(default_factory=list)
-    itl_count: list[int] = field(default_factory=list)
-    # runs of gaps growing by a constant: (first gap, increment, number of gaps, count each)
-    itl_runs: list[tuple[float, float, int, int]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.gap_s = array("d")
+        self.count = array("q")
+        self.runs: list[tuple[float, float, int, int]] = []
 
     def gap(self, gap_s: float, count: int) -> None:
         if count > 0:
-            self.itl_gap_s.append(gap_s)
-            self.itl_count.append(count)
+            self.gap_s.append(gap_s)
+            self.count.append(count)
 
-    def gap_run(self, first_s: float, increment_s: float, num: int, count: int) -> None:
-        """`num` gaps `first_s + m * increment_s` (m = 0..num-1), each seen `count` times."""
-        if count > 0 and num > 0:
-            self.itl_runs.append((first_s, increment_s, num, count))
+    def run(self, times: StepTimes, num_steps: int, count: int) -> None:
+        """`count` gaps for each of steps 2..num_steps of a run: each that step's duration."""
+        if count <= 0 or num_steps < 2:
+            return
+        if times.increment_s == 0.0:
+            self.gap(times.first_duration_s, count * (num_steps - 1))
+        else:
+            self.runs.append((times.duration(2), times.increment_s, num_steps - 1, count))
 
-    def itl_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """All gaps and their counts, the runs expanded (vectorized)."""
-        gaps = np.asarray(self.itl_gap_s, dtype=float)
-        counts = np.asarray(self.itl_count, dtype=np.int64)
-        if not self.itl_runs:
+        gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
+        counts = np.frombuffer(self.count, dtype=np.int64) if self.count else np.zeros(0, "i8")
+        if not self.runs:
             return gaps, counts
-        runs = np.asarray(self.itl_runs, dtype=float)
+        runs = np.asarray(self.runs, dtype=float)
         num = runs[:, 2].astype(np.int64)
         offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
         run_gaps = np.repeat(runs[:, 0], num) + np.repeat(runs[:, 1], num) * offsets
         run_counts = np.repeat(runs[:, 3].astype(np.int64), num)
         return np.concatenate([gaps, run_gaps]), np.concatenate([counts, run_counts])
 
-    def step(
-        self,
-        plan: StepPlan,
-        num_steps: int,
-        times: StepTimes,
-        *,
-        num_active_seqs: int,
-        kv_blocks_used: int,
-        kv_block_seconds: float,
-        num_waiting: int,
-        num_running: int,
-        kv_stored_token_seconds: float = 0.0,
-        kv_fragment_token_seconds: float = 0.0,
-    ) -> None:
-        self.steps.append(
-            (
-                self.instance,
-                times.start_s,
-                times.end(num_steps),
-                num_steps,
-                times.first_duration_s,
-                times.increment_s,
-                plan.num_seqs,
-                num_active_seqs,
-                plan.num_tokens,
-                plan.num_prefill_tokens,
-                plan.num_decode_tokens,
-                plan.sum_context_tokens,
-                plan.context_growth_per_step,
-                kv_blocks_used,
-                kv_block_seconds,
-                num_waiting,
-                num_running,
-                len(plan.preempted),
-                kv_stored_token_seconds,
-                kv_fragment_token_seconds,
-                plan.swap_s,
-            )
-        )
 
+class RequestLog:
+    """Per-request outcomes, written at finish or rejection, indexed by request id."""
 
-STEP_COLUMNS = (
-    "instance",
-    "start_s",
-    "end_s",
-    "num_steps",
-    "duration_s",
-    "duration_increment_s",
-    "num_seqs",
-    "num_active_seqs",
-    "num_tokens",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "sum_context_tokens",
-    "context_growth_per_step",
-    "kv_blocks_used",
-    "kv_block_seconds",
-    "num_waiting",
-    "num_running",
-    "num_preempted",
-    "kv_stored_token_seconds",
-    "kv_fragment_token_seconds",
-    "swap_s",
-)
+    FLOAT_COLUMNS = (
+        "first_scheduled_s",
+        "first_token_s",
+        "finish_s",
+        "max_itl_s",
+        "handoff_s",
+        "transfer_start_s",
+        "transfer_end_s",
+    )
+    INT_COLUMNS = (
+        "instance",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_recomputed_tokens",
+        "num_swaps",
+        "swapped_bytes",
+        "decode_instance",
+        "reject_code",
+    )
 
+    def __init__(self, num_requests: int) -> None:
+        self.floats = {c: np.full(num_requests, np.nan) for c in self.FLOAT_COLUMNS}
+        self.ints = {c: np.zeros(num_requests, dtype=np.int64) for c in self.INT_COLUMNS}
+        self.ints["instance"][:] = -1
+        self.ints["decode_instance"][:] = -1
+        self.done = np.zeros(num_requests, dtype=bool)
+        self.num_done = 0
+        self.reasons: list[str] = [""]  # rejection causes; `reject_code` indexes this list
 
-def advance(plan: StepPlan, num_steps: int, times: StepTimes, rec: Recorder) -> list[Request]:
-    """Apply `num_steps` steps of `plan` to its requests; return those that finished.
-
-    Only the last step of a run may finish a request (the policy cuts runs at the first finish),
-    and only single steps carry prefill, so a request emits either once (prefill completing, or a
-    single decode) or once per step of a decode run.
-    """
-    finished: list[Request] = []
-    start_s = times.start_s
-    end_1 = times.end(1)
-    end_k = times.end(num_steps) if num_steps > 1 else end_1
-    last_duration = times.duration(num_steps)
-    regular = 0  # emitters whose previous token came at the end of the step just before
-    emitting = 0
-    if not plan.num_prefill_tokens:
-        # the hot path: a decode step or run, every request emits one token per step
-        for req in plan.scheduled:
-            last = req.last_token_s
-            gap = end_1 - last
-            if last == start_s:
-                regular += 1
-            else:
-                rec.gap(gap, 1)
-            if gap < last_duration:
-                gap = last_duration
-            if gap > req.max_itl_s:
-                req.max_itl_s = gap
-            req.num_computed_tokens += num_steps
-            out = req.num_output_tokens + num_steps
-            req.num_output_tokens = out
-            req.last_token_s = end_k
-            if out >= req.max_output_tokens:
-                req.finish_s = end_k
-                finished.append(req)
-        emitting = len(plan.scheduled)
-        plan_items: list[tuple[Request, int]] = []
-    else:
-        plan_items = list(plan.scheduled.items())
-    for req, n in plan_items:
-        if n < req.num_prompt_tokens + req.num_output_tokens - req.num_computed_tokens:
-            req.num_computed_tokens += n  # a prefill chunk: no token yet
-            continue
-        emitting += 1
-        if req.num_output_tokens:
-            gap = end_1 - req.last_token_s
-            if req.last_token_s == start_s:
-                regular += 1
-            else:
-                rec.gap(gap, 1)
-            longest = gap if last_duration < gap else last_duration
-            if longest > req.max_itl_s:
-                req.max_itl_s = longest
-        else:
-            req.first_token_s = end_1
-        req.num_computed_tokens += n * num_steps  # n == 1 whenever num_steps > 1
-        req.num_output_tokens += num_steps
-        req.last_token_s = end_k
-        if req.num_output_tokens >= req.max_output_tokens:
-            req.finish_s = end_k
-            finished.append(req)
-    rec.gap(times.first_duration_s, regular)
-    if num_steps > 1 and emitting:
-        if times.increment_s == 0.0:
-            rec.gap(times.first_duration_s, emitting * (num_steps - 1))
-        else:
-            rec.gap_run(times.duration(2), times.increment_s, num_steps - 1, emitting)
-    return finished
+    def record(self, req: Request) -> None:
+        """Write a finished or rejected request's row."""
+        i = req.id
+        if self.done[i]:
+            raise AssertionError(f"request {i} recorded twice")
+        self.done[i] = True
+        self.num_done += 1
+        f, n = self.floats, self.ints
+        f["first_scheduled_s"][i] = req.first_scheduled_s
+        f["first_token_s"][i] = req.first_token_s
+        f["finish_s"][i] = req.finish_s
+        f["max_itl_s"][i] = req.max_itl_s
+        n["instance"][i] = req.instance
+        n["num_output_tokens"][i] = req.num_output_tokens
+        if req.num_preemptions:
+            n["num_preemptions"][i] = req.num_preemptions
+            n["num_recomputed_tokens"][i] = req.num_recomputed_tokens
+            n["num_swaps"][i] = req.num_swaps
+            n["swapped_bytes"][i] = req.swapped_bytes
+        if req.decode_instance >= 0:
+            n["decode_instance"][i] = req.decode_instance
+            f["handoff_s"][i] = req.handoff_s
+            f["transfer_start_s"][i] = req.transfer_start_s
+            f["transfer_end_s"][i] = req.transfer_end_s
+        if req.reject_reason:
+            if req.reject_reason not in self.reasons:
+                self.reasons.append(req.reject_reason)
+            n["reject_code"][i] = self.reasons.index(req.reject_reason)

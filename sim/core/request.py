@@ -1,56 +1,172 @@
-"""Per-request state shared by every policy.
+"""One request's state, and every transition of its lifecycle, in one place.
 
-One token-accounting rule (DESIGN.md): a request knows `num_prompt_tokens + num_output_tokens`
-tokens and has computed the KV of `num_computed_tokens` of them. A step gives it `n` tokens with
-`n <= num_remaining`; when the step brings `num_computed_tokens` level with the known tokens, the
-request emits one new output token. A fresh request therefore prefills its prompt (in one step or
-in chunks) and emits its first token; a decoding request has exactly one token remaining; a
-request preempted by recompute drops to zero computed tokens and prefills prompt plus outputs
-again before it emits the next token. A request finishes when it has emitted
-`max_output_tokens`.
+The token rule (DESIGN.md): a request knows `num_prompt_tokens + num_output_tokens` tokens and has
+computed the KV of `num_computed_tokens` of them. A step gives it `n <= num_remaining` tokens;
+when the step brings the computed tokens level with the known ones, the request emits one output
+token at the step's end. A fresh request therefore prefills its prompt (whole, or in chunks) and
+emits its first token; a decoding request has exactly one token to compute per step; a request
+preempted by recompute drops to zero computed tokens and prefills prompt and outputs again before
+it emits its next token. It finishes when it has emitted `max_output_tokens`.
 
-A request preempted by swap keeps its computed tokens: its KV waits in host memory and comes
-back before it runs again, so it neither recomputes nor re-emits anything.
+Lifecycle (`state`), with the methods that move between states:
+
+    WAITING --admit--> RUNNING --finish--> FINISHED
+       ^                | |  \
+       |   preempt_recompute |   hand_off --> HANDOFF --start_transfer--> TRANSFERRING
+       +----------------+ |                                                   |
+    SWAPPED <--swap_out---+   (swap_in: back to RUNNING)      land --> ARRIVED --seat--> RUNNING
+    WAITING --reject--> REJECTED (at arrival: no schedule could ever complete it)
+
+Only the engine (`sim.core.engine`, through these methods) changes a request; policies, routers
+and metrics read it. Each transition checks the state it starts from, so an engine bug shows up
+as an error at the first wrong move rather than as a wrong number later.
+
+Decode batches. While a request decodes on an instance it is a *member* of that instance's
+`DecodeBatch` (`sim.core.decode_batch`), which advances all members by one token per decode step
+in O(1): a member stores its computed and output counts as offsets from the batch's step clock,
+and the properties below read through the batch. To the reader a member looks exactly like any
+other request.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.core.decode_batch import DecodeBatch
 
 NAN = math.nan
 
+# lifecycle states (small ints: compared on hot paths)
+WAITING, RUNNING, SWAPPED, HANDOFF, TRANSFERRING, ARRIVED, FINISHED, REJECTED = range(8)
+STATE_NAMES = (
+    "waiting",
+    "running",
+    "swapped",
+    "handoff",
+    "transferring",
+    "arrived",
+    "finished",
+    "rejected",
+)
 
-@dataclass(slots=True, eq=False)
+
 class Request:
-    """Mutable state of one request; `eq=False` keeps identity semantics for dict keys."""
+    """A request: its inputs (read-only), its progress and its lifecycle timestamps."""
 
-    id: int
-    arrival_s: float
-    num_prompt_tokens: int
-    max_output_tokens: int  # the request's true output length (from the workload or trace)
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
-    kv_blocks: int = 0  # paged: blocks held; contiguous: tokens reserved
-    first_scheduled_s: float = NAN
-    first_token_s: float = NAN
-    last_token_s: float = NAN
-    finish_s: float = NAN
-    max_itl_s: float = 0.0  # longest gap between two consecutive output tokens
-    num_preemptions: int = 0
-    num_recomputed_tokens: int = 0  # tokens prefilled again after preemptions
-    rejected: bool = False
-    tier: str = "default"  # service tier (paid, free, ...): queue rank/weight and SLO targets
-    predicted_output_tokens: int = 0  # a predictor's guess of max_output_tokens (0: unknown)
-    num_swaps: int = 0  # preemptions by swap (also counted in num_preemptions)
-    swapped_bytes: int = 0  # KV bytes copied to host memory over all its swaps
-    host_bytes: int = 0  # KV bytes it holds in host memory now (swapped out)
-    instance: int = 0  # the instance that took it (the prefill instance when disaggregated)
-    # disaggregated serving: the prompt's KV moves to a decode instance over a link
-    decode_instance: int = -1
-    handoff_s: float = NAN  # prompt done, KV waiting for a link and a decode instance
-    transfer_start_s: float = NAN
-    transfer_end_s: float = NAN
+    __slots__ = (
+        "_batch",
+        "_computed",
+        "_kv_blocks",
+        "_last_token_s",
+        "_max_itl_s",
+        "_output",
+        "_serial",
+        "_sync",
+        "arrival_s",
+        "decode_instance",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "handoff_s",
+        "host_bytes",
+        "id",
+        "instance",
+        "max_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "num_recomputed_tokens",
+        "num_swaps",
+        "predicted_output_tokens",
+        "reject_reason",
+        "state",
+        "swapped_bytes",
+        "tier",
+        "transfer_end_s",
+        "transfer_start_s",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        arrival_s: float,
+        num_prompt_tokens: int,
+        max_output_tokens: int,
+        tier: str = "default",
+        predicted_output_tokens: int = 0,
+    ) -> None:
+        self.id = id
+        self.arrival_s = arrival_s
+        self.num_prompt_tokens = num_prompt_tokens
+        self.max_output_tokens = max_output_tokens  # its true output length
+        self.tier = tier  # service tier: queue rank and weight, SLO targets
+        self.predicted_output_tokens = predicted_output_tokens  # a predictor's guess (0: none)
+        self.state = WAITING
+        self._computed = 0  # computed tokens (an offset from the batch clock for members)
+        self._output = 0  # emitted tokens (likewise)
+        self._kv_blocks = 0  # blocks held in its instance's pool (paged members: derived)
+        self._last_token_s = NAN
+        self._max_itl_s = 0.0
+        self._batch: DecodeBatch | None = None
+        self._sync = 0  # members: the batch's gap record this member's gaps start from
+        self._serial = 0  # members: which membership the batch's heap entries belong to
+        self.first_scheduled_s = NAN
+        self.first_token_s = NAN
+        self.finish_s = NAN
+        self.num_preemptions = 0
+        self.num_recomputed_tokens = 0  # tokens prefilled again after recompute preemptions
+        self.num_swaps = 0
+        self.swapped_bytes = 0  # KV bytes copied to host memory over all its swaps
+        self.host_bytes = 0  # KV bytes it holds in host memory now
+        self.instance = -1  # the instance that took it (the prefill instance in P/D serving)
+        self.decode_instance = -1  # P/D: the decode instance its KV moved to
+        self.handoff_s = NAN  # P/D: prompt done, KV waiting for the link
+        self.transfer_start_s = NAN
+        self.transfer_end_s = NAN
+        self.reject_reason = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.id}, {STATE_NAMES[self.state]}, computed={self.num_computed_tokens}"
+            f"/{self.num_prompt_tokens}+{self.num_output_tokens}, "
+            f"out={self.num_output_tokens}/{self.max_output_tokens})"
+        )
+
+    # -- progress, read through the decode batch for members ---------------------------------
+
+    @property
+    def num_computed_tokens(self) -> int:
+        batch = self._batch
+        return self._computed if batch is None else batch.clock + self._computed
+
+    @property
+    def num_output_tokens(self) -> int:
+        batch = self._batch
+        return self._output if batch is None else batch.clock + self._output
+
+    @property
+    def kv_blocks(self) -> int:
+        """Blocks this request holds in its instance's KV pool."""
+        batch = self._batch
+        if batch is None or not batch.paged:
+            return self._kv_blocks
+        # a paged member holds exactly the blocks its computed tokens fill (it allocates a
+        # block when it crosses a boundary), so the count follows from the clock
+        return -(-(batch.clock + self._computed) // batch.block_size)
+
+    @property
+    def last_token_s(self) -> float:
+        batch = self._batch
+        return self._last_token_s if batch is None else batch.last_emit_s
+
+    @property
+    def max_itl_s(self) -> float:
+        """The longest gap between two consecutive output tokens so far."""
+        batch = self._batch
+        if batch is None:
+            return self._max_itl_s
+        return max(self._max_itl_s, batch.max_gap_since(self._sync))
 
     @property
     def num_known_tokens(self) -> int:
@@ -63,8 +179,129 @@ class Request:
 
     @property
     def is_decoding(self) -> bool:
+        """Its prompt is done and one token remains: the next step decodes it."""
         return self.num_output_tokens > 0 and self.num_remaining == 1
 
     @property
     def is_finished(self) -> bool:
         return self.num_output_tokens >= self.max_output_tokens
+
+    @property
+    def remaining_work(self) -> int:
+        """Tokens still to compute: the rest of its prefill and its missing outputs (the load a
+        token-aware router balances)."""
+        prefill_left = max(0, self.num_prompt_tokens - self.num_computed_tokens)
+        return prefill_left + self.max_output_tokens - self.num_output_tokens
+
+    @property
+    def sequence_tokens(self) -> int:
+        """Tokens of its whole sequence, prompt plus true output: the most KV it can need."""
+        return self.num_prompt_tokens + self.max_output_tokens
+
+    # -- transitions (engine only) --------------------------------------------------------------
+
+    def _expect(self, *states: int) -> None:
+        if self.state not in states:
+            wanted = " or ".join(STATE_NAMES[s] for s in states)
+            raise AssertionError(f"request {self.id} is {STATE_NAMES[self.state]}, not {wanted}")
+
+    def reject(self, reason: str) -> None:
+        self._expect(WAITING)
+        self.state = REJECTED
+        self.reject_reason = reason
+
+    def admit(self, now: float) -> None:
+        """Waiting -> running: it gets its first tokens in the step starting at `now`."""
+        self._expect(WAITING)
+        self.state = RUNNING
+        if self.first_scheduled_s != self.first_scheduled_s:  # NaN: first time scheduled
+            self.first_scheduled_s = now
+
+    def compute(self, n: int, start_s: float, end_s: float) -> float | None:
+        """Compute `n` tokens in a single step [start_s, end_s] (not as a batch member).
+
+        Returns None when no token is emitted (a prefill chunk), NaN for its first token, and
+        otherwise the gap to its previous token, so the caller can pool inter-token gaps."""
+        computed = self._computed + n
+        known = self.num_prompt_tokens + self._output
+        if computed > known:
+            left = known - self._computed
+            raise AssertionError(f"request {self.id} given {n} tokens, {left} left")
+        self._computed = computed
+        if computed < known:
+            return None
+        self._output += 1
+        gap = NAN
+        if self._output == 1:
+            self.first_token_s = end_s
+        else:
+            gap = end_s - self._last_token_s
+            # the longest gap is this one, or the step itself (a token inside a run)
+            longest = gap if gap > end_s - start_s else end_s - start_s
+            if longest > self._max_itl_s:
+                self._max_itl_s = longest
+        self._last_token_s = end_s
+        return gap
+
+    def finish(self, end_s: float) -> None:
+        self._expect(RUNNING)
+        self.state = FINISHED
+        self.finish_s = end_s
+
+    def preempt_recompute(self) -> None:
+        """Running -> waiting: its KV is dropped (the engine frees the blocks) and it will
+        prefill its prompt and its outputs so far again."""
+        self._expect(RUNNING)
+        self.state = WAITING
+        self.num_preemptions += 1
+        self.num_recomputed_tokens += self._computed
+        self._computed = 0
+        self._kv_blocks = 0
+
+    def swap_out(self, nbytes: int) -> None:
+        """Running -> swapped: its KV (`nbytes`) is copied to host memory."""
+        self._expect(RUNNING)
+        self.state = SWAPPED
+        self.num_preemptions += 1
+        self.num_swaps += 1
+        self.swapped_bytes += nbytes
+        self.host_bytes = nbytes
+        self._kv_blocks = 0
+
+    def swap_in(self) -> None:
+        """Swapped -> running: its KV is copied back (the engine allocated the blocks)."""
+        self._expect(SWAPPED)
+        self.state = RUNNING
+        self.host_bytes = 0
+
+    def hand_off(self, now: float) -> None:
+        """P/D: its prompt is done on a prefill instance; its KV waits there for the link."""
+        self._expect(RUNNING)
+        self.state = HANDOFF
+        self.handoff_s = now
+
+    def start_transfer(self, now: float, decode_instance: int) -> None:
+        self._expect(HANDOFF)
+        self.state = TRANSFERRING
+        self.transfer_start_s = now
+        self.decode_instance = decode_instance
+
+    def land(self, now: float, num_blocks: int) -> None:
+        """P/D: its KV has reached the decode instance, where it holds `num_blocks` blocks."""
+        self._expect(TRANSFERRING)
+        self.state = ARRIVED
+        self.transfer_end_s = now
+        self._kv_blocks = num_blocks
+
+    def seat(self) -> None:
+        """P/D: a transferred request takes a seat in the decode batch."""
+        self._expect(ARRIVED)
+        self.state = RUNNING
+
+    def set_kv_blocks(self, num_blocks: int) -> None:
+        """The engine's record of the blocks it holds (the pool changes the count, not this)."""
+        self._kv_blocks = num_blocks
+
+    def drop_kv(self) -> None:
+        """Its blocks went back to the pool (finished, or left the prefill instance)."""
+        self._kv_blocks = 0

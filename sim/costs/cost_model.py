@@ -20,7 +20,8 @@ from sim.costs.profile import Profile
 
 
 class _PlanFeatures(Protocol):
-    """The fields of `sim.core.plan.StepPlan` that price a step (a Protocol: no import)."""
+    """The fields of a step's features that price it (`sim.core.plan.StepFeatures`; a Protocol,
+    so that costs need not import the core)."""
 
     @property
     def num_tokens(self) -> int: ...
@@ -30,6 +31,9 @@ class _PlanFeatures(Protocol):
 
     @property
     def prefill_attention_term(self) -> int: ...
+
+    @property
+    def context_growth_per_step(self) -> int: ...
 
 
 class CostModel:
@@ -80,5 +84,15 @@ class CostModel:
         )
 
     def plan_time(self, plan: _PlanFeatures) -> float:
-        """Seconds for the first step of `plan` (a `sim.core.plan.StepPlan`)."""
+        """Seconds for the first step of a step's features."""
         return self.step_time(plan.num_tokens, plan.sum_context_tokens, plan.prefill_attention_term)
+
+    def run_times(self, features: _PlanFeatures) -> tuple[float, float]:
+        """The first step's seconds, and how much longer each repeated step is: attention reads
+        `context_growth_per_step` more KV tokens per step."""
+        return self.plan_time(features), self.t_kv_s_per_token * features.context_growth_per_step
+
+    def linear_steps(self, features: _PlanFeatures) -> int:
+        """How many repeated steps keep growing by the same increment (all of them here: the
+        step time is linear in the context)."""
+        return 1 << 62

@@ -68,6 +68,8 @@ def instance_summary(
             kv_blocks_total=int(inst["kv_blocks_total"]),
             peak_flops=float(inst["peak_flops"]),
             hbm_bandwidth_bytes_per_s=float(inst["hbm_bandwidth_bytes_per_s"]),
+            kv_bytes_per_token=float(inst.get("kv_bytes_per_token", ctx.kv_bytes_per_token)),
+            block_size=int(inst.get("block_size", ctx.block_size)),
         )
         metrics = step_summary(own, own_ctx, first_arrival)
         row: dict[str, object] = {

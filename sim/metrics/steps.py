@@ -97,18 +97,26 @@ def step_summary(
         uniques = np.asarray(found)
     else:
         codes, uniques = np.zeros(len(steps), dtype=np.int64), np.zeros(1, dtype=np.int64)
-    table = {i: (kv, peak, bw) for i, (kv, peak, bw) in enumerate(ctx.instances)}
-    default = (ctx.kv_blocks_total, ctx.peak_flops, ctx.hbm_bandwidth_bytes_per_s)
+    table = dict(enumerate(ctx.instances))
+    default = (
+        ctx.kv_blocks_total,
+        ctx.peak_flops,
+        ctx.hbm_bandwidth_bytes_per_s,
+        ctx.kv_bytes_per_token,
+        ctx.block_size,
+    )
     per_instance = np.array([table.get(int(u), default) for u in uniques], dtype=float)
-    per_instance = per_instance.reshape(-1, 3)
+    per_instance = per_instance.reshape(-1, 5)
     kv_total = per_instance[codes, 0] if len(steps) else np.zeros(0)
     peak = per_instance[codes, 1] if len(steps) else np.zeros(0)
     bandwidth = per_instance[codes, 2] if len(steps) else np.zeros(0)
+    kv_bytes = per_instance[codes, 3] if len(steps) else np.zeros(0)
+    block_size = per_instance[codes, 4] if len(steps) else np.zeros(0)
     step_tokens = k * (_col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens"))
     step_context = _series_sum(
         k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
     )
-    step_bytes = ctx.weight_bytes * k + ctx.kv_bytes_per_token * step_context
+    step_bytes = ctx.weight_bytes * k + kv_bytes * step_context
     flops_capacity = float((time * peak).sum())
     bytes_capacity = float((time * bandwidth).sum())
 
@@ -129,7 +137,7 @@ def step_summary(
             kv_mean = float((inst_kv[valid] / inst_time[valid] / per_instance[valid, 0]).mean())
         kv_peak = float((kv_used / kv_total).max())
 
-    kv_stats = _kv_token_stats(steps, time, ctx.block_size)
+    kv_stats = _kv_token_stats(steps, time, block_size)
     span_end = float(_col(steps, "end_s").max()) if len(steps) else math.nan
     span_start = first_arrival_s
     if math.isnan(span_start) and len(steps):
@@ -155,14 +163,16 @@ def step_summary(
     }
 
 
-def _kv_token_stats(steps: pd.DataFrame, time: FloatArray, block_size: int) -> dict[str, float]:
+def _kv_token_stats(
+    steps: pd.DataFrame, time: FloatArray, block_size: FloatArray
+) -> dict[str, float]:
     """Stored tokens and how allocated KV memory is used (sim/core/kv_usage.py), time-weighted over
     busy time and summed over instances; absent for tables without the token-second columns."""
     if "kv_stored_token_seconds" not in steps.columns:
         return {}
     stored = float(_col(steps, "kv_stored_token_seconds").sum())
     fragment = float(_col(steps, "kv_fragment_token_seconds").sum())
-    allocated = float(_col(steps, "kv_block_seconds").sum()) * block_size
+    allocated = float((_col(steps, "kv_block_seconds") * block_size).sum())
     busy = float(time.sum())
     return {
         "kv_tokens_stored_mean": _ratio(stored, busy),

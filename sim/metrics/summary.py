@@ -54,9 +54,10 @@ class SummaryContext:
     kv_blocks_total: int  # per instance; contiguous allocators use block_size 1 token
     block_size: int
     num_instances: int = 1
-    # heterogeneous clusters: per instance index, (kv_blocks_total, peak_flops, hbm bandwidth);
-    # empty means every instance has the values above
-    instances: tuple[tuple[int, float, float], ...] = ()
+    # per instance index: (kv_blocks_total, peak_flops, hbm bandwidth, kv_bytes_per_token,
+    # block_size), so heterogeneous clusters weigh each instance by its own figures; empty:
+    # every instance has the values above
+    instances: tuple[tuple[int, float, float, float, int], ...] = ()
     num_links: int = 0  # KV-transfer links of a disaggregated cluster
     # per-tier SLO targets (tier, ttft_s, tpot_s), defaults already filled in
     slo_tiers: TierTargets = ()

@@ -1,15 +1,21 @@
-"""Batching policies, built from the `policy` mapping of a scenario (or a cluster group)."""
+"""Batching policies: each decides the next step of one instance and changes nothing.
+
+A policy implements `sim.core.plan.Policy`: `schedule(view) -> StepPlan | None`. `static` batches
+whole requests; `continuous` (prefill-first or mixed) and `chunked` plan every iteration from the
+parts in `sim.policies.iteration`, with a KV reservation mode (`reservation`), a preemption rule
+(`preemption`) and a waiting-queue order (`queues`) as strategy objects. `make_policy` builds one
+from a scenario's `policy` mapping.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from sim.core.kv_cache import BlockManager
-from sim.policies.base import Policy
+from sim.core.plan import Policy
+from sim.policies.chunked import ChunkedPolicy
 from sim.policies.continuous import ContinuousPolicy
-from sim.policies.disaggregated import DecodeOnlyPolicy, PrefillOnlyPolicy
+from sim.policies.iteration import IterationPolicy
 from sim.policies.preemption import Preemptor
 from sim.policies.queues import WaitingQueue, make_queue
+from sim.policies.reservation import make_reservation
 from sim.policies.static import StaticPolicy
 from sim.scenario.schema import (
     ChunkedPolicySpec,
@@ -20,14 +26,16 @@ from sim.scenario.schema import (
 )
 
 __all__ = [
+    "ChunkedPolicy",
     "ContinuousPolicy",
-    "DecodeOnlyPolicy",
+    "IterationPolicy",
     "Policy",
-    "PrefillOnlyPolicy",
     "StaticPolicy",
     "make_policy",
     "queue_from_spec",
 ]
+
+PolicySpec = StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
 
 
 def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue:
@@ -45,58 +53,28 @@ def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue
     )
 
 
-# in a disaggregated cluster the same limits drive a prefill-only or a decode-only instance
-_ROLES: dict[str, type[ContinuousPolicy]] = {
-    "serve": ContinuousPolicy,
-    "prefill": PrefillOnlyPolicy,
-    "decode": DecodeOnlyPolicy,
-}
-
-
-def make_policy(
-    spec: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
-    kv: BlockManager,
-    *,
-    max_model_len: int,
-    role: Literal["serve", "prefill", "decode"] = "serve",
-    slo: SLOSpec | None = None,
-    kv_bytes_per_token: float = 0.0,
-) -> Policy:
-    """A policy for `spec` on pool `kv`; `slo` gives EDF its deadlines, `kv_bytes_per_token`
-    sizes swap copies."""
-    queue = queue_from_spec(spec.queue, slo)
+def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -> Policy:
+    """The policy a `policy` mapping describes, for a pool of `kv_blocks_total` blocks."""
     if isinstance(spec, StaticPolicySpec):
-        if role != "serve":
-            raise ValueError("static batching cannot be split into prefill and decode pools")
         return StaticPolicy(
-            kv,
             max_batch_size=spec.max_batch_size,
             max_wait_s=spec.max_wait_s,
             max_model_len=max_model_len,
             kv_reservation=spec.kv_reservation,
             pad_prompts=spec.pad_prompts,
-            queue=queue,
         )
-    cls = _ROLES[role]
-    pre = spec.preemption
-    preemptor = Preemptor(
-        kv,
-        mode=pre.mode,
-        victim=pre.victim,
-        swap_bandwidth_bytes_per_s=pre.swap_bandwidth_gb_per_s * 1e9,
-        host_memory_bytes=pre.host_memory_gb * 1e9,
-        kv_bytes_per_token=kv_bytes_per_token,
-        tier_ranks={tier: t.rank for tier, t in spec.queue.tiers.items()},
-    )
-    return cls(
-        kv,
+    limits = dict(
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
         max_model_len=max_model_len,
-        mode="chunked" if isinstance(spec, ChunkedPolicySpec) else spec.mode,
-        watermark=spec.watermark,
-        max_prefill_seqs=spec.max_prefill_seqs if isinstance(spec, ChunkedPolicySpec) else None,
-        queue=queue,
-        preemptor=preemptor,
-        kv_reservation=spec.kv_reservation,
+        watermark_blocks=int(spec.watermark * kv_blocks_total),
+        reservation=make_reservation(spec.kv_reservation, max_model_len),
+        preemptor=Preemptor(
+            mode=spec.preemption.mode,
+            victim=spec.preemption.victim,
+            tier_ranks={tier: t.rank for tier, t in spec.queue.tiers.items()},
+        ),
     )
+    if isinstance(spec, ChunkedPolicySpec):
+        return ChunkedPolicy(max_prefill_seqs=spec.max_prefill_seqs, **limits)
+    return ContinuousPolicy(mode=spec.mode, **limits)

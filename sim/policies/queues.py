@@ -36,6 +36,8 @@ from sim.core.request import Request
 
 
 class WaitingQueue(Protocol):
+    """The waiting queue: the engine pushes and pops; policies peek and walk `ordered()`."""
+
     def push(self, req: Request) -> None: ...
 
     def push_front(self, req: Request) -> None: ...
@@ -47,6 +49,12 @@ class WaitingQueue(Protocol):
     def remove(self, req: Request) -> None: ...
 
     def may_be_overtaken(self) -> bool: ...
+
+    def ordered(self) -> Iterator[Request]:
+        """The queued requests in the order pops would return them, without popping."""
+        ...
+
+    def oldest_arrival_s(self) -> float: ...
 
     def __len__(self) -> int: ...
 
@@ -67,6 +75,12 @@ class FCFSQueue(deque[Request]):
 
     def may_be_overtaken(self) -> bool:
         return False  # a newcomer always goes behind everyone queued
+
+    def ordered(self) -> Iterator[Request]:
+        return iter(self)
+
+    def oldest_arrival_s(self) -> float:
+        return self[0].arrival_s  # arrival order (recompute victims do not come back here)
 
 
 class KeyedQueue:
@@ -99,6 +113,24 @@ class KeyedQueue:
 
     def may_be_overtaken(self) -> bool:
         return not self.front
+
+    def ordered(self) -> Iterator[Request]:
+        yield from self.front
+        heap = self.heap
+        if not heap:
+            return
+        # walk the heap in key order without popping it: a frontier of (key, index) whose
+        # smallest is the next in order; popping an entry opens its two children
+        frontier = [(heap[0][:3], 0)]
+        while frontier:
+            _, i = heapq.heappop(frontier)
+            yield heap[i][3]
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child][:3], child))
+
+    def oldest_arrival_s(self) -> float:
+        return min(r.arrival_s for r in self)
 
     def __len__(self) -> int:
         return len(self.front) + len(self.heap)
@@ -158,6 +190,23 @@ class WeightedTierQueue:
 
     def may_be_overtaken(self) -> bool:
         return not self.front
+
+    def ordered(self) -> Iterator[Request]:
+        yield from self.front
+        # replay the stride choices pops would make, on copies of the passes
+        passes = dict(self.passes)
+        taken = dict.fromkeys(self.tiers, 0)
+        while True:
+            active = [t for t, q in self.tiers.items() if taken[t] < len(q)]
+            if not active:
+                return
+            tier = min(active, key=lambda t: (passes[t], self.ranks[t]))
+            yield self.tiers[tier][taken[tier]]
+            taken[tier] += 1
+            passes[tier] += self.stride[tier]
+
+    def oldest_arrival_s(self) -> float:
+        return min(r.arrival_s for r in self)
 
     def __len__(self) -> int:
         return self._len

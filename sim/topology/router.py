@@ -20,8 +20,6 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from sim.core.request import Request
-
 RouterName = Literal[
     "round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"
 ]
@@ -44,12 +42,6 @@ class LoadView(Protocol):
 
     @property
     def kv_blocks_total(self) -> int: ...
-
-
-def remaining_work(req: Request) -> int:
-    """Tokens a request still needs computed: the rest of its prefill and its missing outputs."""
-    prefill_left = max(0, req.num_prompt_tokens - req.num_computed_tokens)
-    return prefill_left + req.max_output_tokens - req.num_output_tokens
 
 
 _KEYS: dict[str, Callable[[LoadView], float]] = {

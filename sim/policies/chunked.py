@@ -1,0 +1,33 @@
+"""Chunked prefill (Sarathi-Serve): decodes first, then prompt chunks fill the token budget.
+
+Each step every running request decodes one token; what is left of `max_num_batched_tokens` goes
+to prompt chunks: first the prompts already in progress (admission order), then new ones from
+the waiting queue, at most `max_prefill_seqs` prompts per step. A long prompt spreads over
+several steps, so running decodes never wait for it; a chunk's attention reads everything
+computed before it (priced by the cost model), so chunking is not free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.core.plan import InstanceView, StepPlan
+from sim.policies.iteration import Draft, IterationPolicy
+
+
+class ChunkedPolicy(IterationPolicy):
+    chunked = True
+
+    def __init__(self, **limits: Any) -> None:
+        super().__init__(**limits)
+
+    def schedule(self, view: InstanceView) -> StepPlan | None:
+        d = Draft(view)
+        self.seat_arrived(d)
+        self.plan_decodes(d)
+        self.plan_swap_ins(d)
+        budget = self.plan_continued(d, self.max_num_batched_tokens - d.num_decodes)
+        self.plan_admissions(d, budget, d.num_decodes)
+        if not d.num_decodes and not d.prefill:
+            return d.plan(decode=False) if d.preempt else None
+        return self.finish_plan(d)

@@ -1,0 +1,283 @@
+"""What iteration-level policies share: limits, decodes with preemption, swap-ins, admission.
+
+Continuous batching (Orca, vLLM; `sim.policies.continuous`) and chunked prefill (Sarathi-Serve;
+`sim.policies.chunked`) plan every step from the same parts, in an order that is theirs:
+
+* decodes: every decoding request gets its next token. When the free blocks cannot give each
+  one that needs a block its block, requests are walked in admission order and victims evicted
+  (`sim.policies.preemption`) until the request at hand gets one or is itself the victim;
+* swap-ins: at a step that preempted nobody, swapped requests come back, oldest first, while
+  seats and free blocks above the watermark allow;
+* admission: waiting requests join, in the queue's order, while `max_num_seqs`, the per-step
+  token budget `max_num_batched_tokens` and free KV blocks allow, keeping a `watermark` fraction
+  of the blocks free as vLLM does; head-of-line: admission stops at the first that does not fit.
+  Nothing is admitted while requests are swapped out.
+
+A `Draft` holds the plan being built and the resources left (free blocks, host memory, the
+running list as it will be), so each part sees what the earlier ones took. On a P/D decode
+instance, transferred requests (KV already in the pool) take free seats first.
+
+Requests no schedule could complete are rejected on arrival: longer than `max_model_len` or the
+whole KV pool, a reservation over the pool, or (whole-prompt modes) a prompt over the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import chain
+
+from sim.core.plan import InstanceView, KVView, Preemption, StepPlan
+from sim.core.request import Request
+from sim.policies.preemption import Preemptor
+from sim.policies.reservation import Reservation
+
+FOREVER = 1 << 62
+
+
+class Draft:
+    """A step plan in the making, and what is left to give."""
+
+    def __init__(self, view: InstanceView) -> None:
+        self.view = view
+        self.free = view.kv.num_free
+        self.host_free = view.host_bytes_free
+        self.running: list[Request] = list(view.running)  # as it will be, admission order
+        self.extra: dict[Request, int] = {}  # blocks planned for running requests this step
+        self.preempt: list[Preemption] = []
+        self.evicted: set[Request] = set()
+        self.requeued: list[Request] = []  # recompute victims: the queue's new front
+        self.swap_in: list[Request] = []
+        self.seat: list[Request] = []
+        self.prefill: dict[Request, int] = {}
+        self.admit: list[Request] = []
+        self.hold: dict[Request, int] = {}
+        self.num_decodes = view.num_decoding
+
+    def held(self, req: Request) -> int:
+        return req.kv_blocks + self.extra.get(req, 0)
+
+    def evict(self, victim: Request, preemptor: Preemptor) -> None:
+        self.free += self.held(victim)
+        self.extra.pop(victim, None)
+        swap = False
+        if preemptor.swap:
+            nbytes = self.view.swap_bytes(victim)
+            if nbytes <= self.host_free:
+                swap = True
+                self.host_free -= nbytes
+        self.preempt.append(Preemption(victim, swap))
+        self.evicted.add(victim)
+        if not swap:  # back to the front of the waiting queue, to prefill everything again
+            self.requeued.insert(0, victim)
+        if victim.is_decoding:
+            self.num_decodes -= 1
+
+    def plan(self, *, decode: bool, repeat: int = 1, interruptible: bool = True) -> StepPlan:
+        return StepPlan(
+            prefill=self.prefill,
+            decode=decode and self.num_decodes > 0,
+            admit=tuple(self.admit),
+            preempt=tuple(self.preempt),
+            swap_in=tuple(self.swap_in),
+            seat=tuple(self.seat),
+            hold=self.hold,
+            repeat=repeat,
+            interruptible=interruptible,
+        )
+
+
+class IterationPolicy:
+    """The shared parts (see the module docstring); subclasses order them in `schedule`."""
+
+    releases_kv_on_finish = True
+    chunked = False  # prompts may be split across steps
+
+    def __init__(
+        self,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        watermark_blocks: int,
+        reservation: Reservation,
+        preemptor: Preemptor,
+        max_prefill_seqs: int | None = None,
+    ) -> None:
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.max_prefill_seqs = max_prefill_seqs or max_num_seqs
+        self.watermark_blocks = watermark_blocks
+        self.reservation = reservation
+        self.preemptor = preemptor
+        self.paged_kv = reservation.paged
+
+    # -- arrival checks ------------------------------------------------------------------------
+
+    def rejection(self, req: Request, kv: KVView) -> str:
+        total = req.sequence_tokens
+        if not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens:
+            return "prompt longer than max_num_batched_tokens (whole-prompt prefill)"
+        if total > self.max_model_len:
+            return "prompt + output longer than max_model_len"
+        if total > kv.capacity_tokens:
+            return "prompt + output larger than the KV pool"
+        if self.reservation.target(req, 0) > kv.capacity_tokens:
+            return "KV reservation larger than the KV pool"
+        return ""
+
+    def transfer_blocks(self, req: Request, kv: KVView) -> int:
+        """Blocks a decode instance reserves for a transferred request: its prompt's KV, or its
+        whole reservation, as admission would have taken it here."""
+        return kv.blocks_for(self.reservation.target(req, req.num_computed_tokens))
+
+    def can_ever_take(self, req: Request, kv: KVView) -> bool:
+        """Whether this pool could hold the request's whole sequence (and its reservation)."""
+        target = self.reservation.target(req, req.num_prompt_tokens)
+        return kv.blocks_for(max(req.sequence_tokens, target)) <= kv.num_total
+
+    def next_wakeup_s(self, view: InstanceView) -> float | None:
+        return None
+
+    # -- the parts -------------------------------------------------------------------------------
+
+    def seat_arrived(self, d: Draft) -> None:
+        """P/D decode instances: transferred requests take free seats, oldest first."""
+        for req in d.view.arrived:
+            if len(d.running) >= self.max_num_seqs:
+                break
+            d.seat.append(req)
+            d.running.append(req)
+            d.num_decodes += 1
+
+    def plan_decodes(self, d: Draft) -> None:
+        """One token for every decoding request, evicting from the back when blocks run out."""
+        view = d.view
+        demand = view.decode_block_demand()
+        for req in d.seat:
+            demand += view.needs_block(req)
+        if demand <= d.free:
+            d.free -= demand
+            return
+        alive = d.running
+        i = 0
+        while i < len(alive):
+            req = alive[i]
+            if not req.is_decoding or not view.needs_block(req):
+                i += 1
+                continue
+            while d.free < 1:
+                j = self.preemptor.pick(alive, d.held)
+                victim = alive.pop(j)
+                d.evict(victim, self.preemptor)
+                if victim is req:
+                    break
+                if j < i:
+                    i -= 1
+            else:
+                d.free -= 1
+                d.extra[req] = 1
+                i += 1
+
+    def plan_swap_ins(self, d: Draft) -> None:
+        """Bring swapped requests back at a step that preempted nobody."""
+        view = d.view
+        if not view.swapped or d.preempt:
+            return
+        seats = self.max_num_seqs - len(d.running)
+        for req in view.swapped:
+            if len(d.swap_in) >= seats:
+                break
+            target = self.reservation.target(req, req.num_computed_tokens + req.is_decoding)
+            need = view.kv.blocks_needed(req, target)
+            keep = self.watermark_blocks if d.running else 0
+            if need + keep > d.free:
+                break
+            d.free -= need
+            d.swap_in.append(req)
+            d.hold[req] = target
+            d.running.append(req)
+            if req.is_decoding:
+                d.num_decodes += 1
+
+    def plan_continued(self, d: Draft, budget: int) -> int:
+        """Next chunks of prompts in progress (admission order); returns the budget left."""
+        kv = d.view.kv
+        candidates: Iterable[Request] = d.view.prefilling
+        if d.swap_in:
+            candidates = [*candidates, *(r for r in d.swap_in if not r.is_decoding)]
+        for req in candidates:
+            if budget <= 0 or len(d.prefill) >= self.max_prefill_seqs:
+                break
+            if req in d.evicted:
+                continue
+            n = min(req.num_remaining, budget)
+            held = max(req.kv_blocks, kv.blocks_for(d.hold.get(req, 0)))
+            need = max(0, kv.blocks_for(req.num_computed_tokens + n) - held)
+            if need > d.free:
+                break  # no blocks: it waits, holding what it has, until decodes free some
+            d.free -= need
+            d.prefill[req] = n
+            budget -= n
+        return budget
+
+    def plan_admissions(self, d: Draft, budget: int, num_decodes: int) -> None:
+        """Move waiting requests to running, in queue order, while limits allow."""
+        view = d.view
+        if len(view.swapped) > len(d.swap_in):
+            return  # swapped requests resume before anything new is admitted
+        seats = self.max_num_seqs - len(d.running)
+        if seats <= 0 or not len(view.waiting):
+            return
+        kv = view.kv
+        paged = self.reservation.paged
+        admitted = d.admit
+        requeued = d.requeued
+        for req in chain(requeued, view.waiting.ordered()) if requeued else view.waiting.ordered():
+            if len(admitted) >= seats or len(d.prefill) >= self.max_prefill_seqs:
+                break
+            # a victim of this very step recomputes from scratch
+            computed = 0 if requeued and req in d.evicted else req.num_computed_tokens
+            tokens = req.num_prompt_tokens + req.num_output_tokens - computed
+            if self.chunked:
+                tokens = min(tokens, budget)
+                if tokens <= 0:
+                    break
+            # a recompute longer than the budget may run alone, else it could never resume
+            elif tokens > budget and (d.prefill or num_decodes):
+                break
+            target = computed + tokens
+            if not paged:
+                target = self.reservation.target(req, target)
+            need = kv.blocks_for(target) if computed == 0 else kv.blocks_needed(req, target)
+            # the watermark keeps room for running decodes; with none running it would only
+            # keep out a request that fits the empty pool, forever
+            reserve = self.watermark_blocks if d.running or admitted else 0
+            if need + reserve > d.free:
+                break
+            d.free -= need
+            admitted.append(req)
+            d.prefill[req] = tokens
+            if not paged:
+                d.hold[req] = target
+            budget -= tokens
+
+    def newcomer_could_join(self, d: Draft) -> bool:
+        """Whether a request arriving during a decode run could change the next plan."""
+        view = d.view
+        if view.receives_transfers:  # a landing request takes a free seat at once
+            return len(d.running) < self.max_num_seqs
+        waiting = view.waiting
+        return (
+            not view.swapped
+            and (not len(waiting) or waiting.may_be_overtaken())
+            and len(d.running) < self.max_num_seqs
+            and d.num_decodes < self.max_num_batched_tokens
+        )
+
+    def finish_plan(self, d: Draft) -> StepPlan:
+        """The plan of a step that decodes (and maybe prefills): repeatable when it is decodes
+        alone, with no eviction and no KV copy."""
+        if d.prefill or d.preempt or d.swap_in:
+            return d.plan(decode=True)
+        return d.plan(decode=True, repeat=FOREVER, interruptible=self.newcomer_could_join(d))

@@ -1,0 +1,97 @@
+"""The KV link of prefill/decode disaggregation (DistServe, Splitwise).
+
+A prompt that completes on a prefill instance is handed off: its KV stays there (and counts
+against that instance's memory) until the link has moved it to a decode instance.
+
+* transfers start in FIFO order, at most `num_links` at once, each taking `KV bytes / bandwidth +
+  latency`, the bytes being what the prompt's KV takes on the decode instance;
+* a transfer starts only when some decode instance can reserve blocks for the prompt's KV (the
+  decode pool's router picks among those that can); until then the KV stays on the prefill
+  instance (backpressure), and later prompts queue behind it;
+* when it lands, the prefill instance frees the blocks and the decode instance takes the request
+  (it joins the batch when a seat is free).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+from sim.core.engine import Instance
+from sim.core.request import Request
+from sim.policies import IterationPolicy
+from sim.scenario.load import LinkSpec
+from sim.topology.router import Router
+
+
+class KVLink:
+    """FIFO KV transfers from prefill to decode instances over `num_links` parallel links."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        spec: LinkSpec,
+        decode: list[tuple[Instance, IterationPolicy]],
+        router: Router,
+    ) -> None:
+        self.env = env
+        self.bandwidth = spec.bandwidth_gb_per_s * 1e9
+        self.latency_s = spec.latency_s
+        self.num_links = spec.num_links
+        self.free_links = spec.num_links
+        self.decode = decode
+        self.router = router
+        self.pending: deque[tuple[Request, Instance]] = deque()
+        self.busy_s = 0.0
+
+    def can_ever_take(self, req: Request) -> bool:
+        """Whether some decode instance could ever hold the request's whole sequence."""
+        return any(policy.can_ever_take(req, inst.pool) for inst, policy in self.decode)
+
+    def collect(self, prefill: Instance) -> None:
+        """After a prefill instance's step: queue the prompts it handed off."""
+        handed = prefill.take_handoffs()
+        if handed:
+            self.pending.extend((req, prefill) for req in handed)
+            self.start()
+
+    def capacity_freed(self, _decode: Instance) -> None:
+        if self.pending:
+            self.start()
+
+    def start(self) -> None:
+        """Start transfers in FIFO order while a link and a decode instance's blocks allow."""
+        while self.pending and self.free_links:
+            req, source = self.pending[0]
+            loads = [inst.load() for inst, _ in self.decode]  # settled: as step by step
+            needs = [policy.transfer_blocks(req, inst.pool) for inst, policy in self.decode]
+            fits = [
+                i
+                for i, (need, load) in enumerate(zip(needs, loads, strict=True))
+                if need <= load.kv_blocks_total - load.kv_blocks_used
+            ]
+            if not fits:
+                return  # backpressure: the head waits on its prefill instance, and so do the rest
+            chosen = self.router.pick(len(self.decode), loads.__getitem__, fits)
+            target = self.decode[chosen][0]
+            blocks = needs[chosen]
+            target.reserve(blocks)
+            self.pending.popleft()
+            self.free_links -= 1
+            nbytes = req.num_computed_tokens * target.kv_spec.bytes_per_token
+            duration = nbytes / self.bandwidth + self.latency_s
+            req.start_transfer(self.env.now, target.index)
+            self.env.process(self._transfer(req, source, target, blocks, duration))
+
+    def _transfer(
+        self, req: Request, source: Instance, target: Instance, blocks: int, duration: float
+    ) -> Generator[simpy.events.Event, Any, None]:
+        yield self.env.timeout(duration)
+        self.busy_s += duration
+        self.free_links += 1
+        source.release(req)
+        target.receive(req, blocks)
+        self.start()
