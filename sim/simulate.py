@@ -25,7 +25,6 @@ import simpy
 
 from sim.core.engine import Source
 from sim.core.recorder import STEP_COLUMNS, RequestLog, StepLog
-from sim.core.request import Request
 from sim.errors import ScenarioError
 from sim.metrics.results import Results, VariantResult
 from sim.metrics.summary import SummaryContext
@@ -96,17 +95,16 @@ def run_variant(
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
     log = RequestLog(len(requests))
     cluster = build_cluster(env, resolved, routing_rng, log)
-    prompt = requests.prompt_tokens.tolist()
-    output = requests.output_tokens.tolist()
-    arrival_list = requests.arrival_s.tolist()
     assert requests.tier_index is not None and requests.predicted_output_tokens is not None
-    tier_of = [requests.tier_names[t] for t in requests.tier_index.tolist()]
-    predicted = requests.predicted_output_tokens.tolist()
-
-    def make_request(i: int) -> Request:
-        return Request(i, arrival_list[i], prompt[i], output[i], tier_of[i], predicted[i])
-
-    Source(env, requests.arrival_s, make_request, cluster.dispatch)
+    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
+    columns = (
+        requests.arrival_s,
+        requests.prompt_tokens,
+        requests.output_tokens,
+        tiers,
+        requests.predicted_output_tokens,
+    )
+    Source(env, columns, cluster.dispatch)
     if progress is not None and len(requests):
         every_s = max(float(requests.arrival_s.max()) / 200.0, 1.0)
         env.process(_watch(env, log, len(requests), resolved.variant, progress, every_s))

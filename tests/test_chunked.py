@@ -16,6 +16,8 @@ import pytest
 from factories import make_continuous, make_requests, step, tokens
 from helpers_scenario import run, scenario
 
+from sim.metrics.steps import expand_steps
+
 C = {
     "t_mem_s": 0.01,
     "t_flop_s_per_token": 1e-5,
@@ -153,7 +155,9 @@ def test_prompts_over_the_budget_are_chunked_not_rejected(tmp_path: Path) -> Non
     rows = [(0.0, 20, 2), (0.0, 4, 2)]
     chunked = run(scenario(tmp_path, rows, {**POLICY}))["default"]
     assert chunked.summary()["num_rejected"] == 0
-    assert chunked.steps["num_prefill_tokens"].tolist()[:3] == [8, 8, 8]  # 8, 8, then 4 + r1's 4
+    steps = expand_steps(chunked.steps)
+    assert steps["num_prefill_tokens"].tolist()[:3] == [8, 8, 8]  # 8, 8, then 4 + r1's 4
+    assert chunked.steps["num_steps"].tolist()[0] == 2  # r0's two full chunks: one run
     req = chunked.requests.set_index("id")
     assert req.loc[0, "first_token_s"] == 3.0 and req.loc[1, "first_token_s"] == 3.0
     cont = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 8, "block_size": 4}

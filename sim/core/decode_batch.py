@@ -32,10 +32,13 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left
+from operator import mul
 from typing import NamedTuple, Protocol
 
 from sim.core.request import Request
 from sim.core.step_times import StepTimes
+
+_TRIANGLE = [j * (j - 1) // 2 for j in range(1025)]  # j(j-1)/2, for runs shorter than a block
 
 
 class GrowthIntegrals(NamedTuple):
@@ -45,6 +48,10 @@ class GrowthIntegrals(NamedTuple):
     block_seconds: float  # those blocks, held from their step's start to the run's end
     fragment_tokens: int  # block tails (beyond a sequence's end) those allocations started
     fragment_token_seconds: float
+
+
+NO_GROWTH = GrowthIntegrals(0, 0.0, 0, 0.0)
+NOBODY: list[Request] = []  # no finishers (never appended to: callers only read it)
 
 
 def _sum_elapsed(x0: int, stride: int, count: int, times: StepTimes) -> float:
@@ -158,17 +165,25 @@ class DecodeBatch:
     def steps_to_finish(self) -> int:
         """Steps until the first member emits its last token (a large number when empty)."""
         heap = self._finish
-        while heap and not self._current(heap[0][1], heap[0][2]):
-            heapq.heappop(heap)
-        return heap[0][0] - self.clock if heap else 1 << 62
+        while heap:
+            top = heap[0]
+            req = top[2]
+            if req._batch is self and req._serial == top[1]:
+                return top[0] - self.clock
+            heapq.heappop(heap)  # an entry of a membership that ended
+        return 1 << 62
 
-    def steps_until_dry(self, free_blocks: int) -> int:
-        """The longest run (counted from the step starting now, whose blocks are allocated)
-        whose later steps find the blocks they need among `free_blocks`."""
-        if not self.paged or not self.size:
-            return 1 << 62
+    def steps_until_dry(self, free_blocks: int, limit: int) -> int:
+        """The longest run, up to `limit` steps counted from the step starting now (whose
+        blocks are allocated), whose later steps find the blocks they need in `free_blocks`."""
+        if not self.paged or not self.size or limit <= 1:
+            return limit
         bs = self.block_size
-        cycles, left = divmod(free_blocks, self.size)  # each member takes one block per cycle
+        size = self.size
+        # each member takes one block every block_size steps: plenty of room is one comparison
+        if free_blocks >= size * ((limit + bs - 2) // bs):
+            return limit
+        cycles, left = divmod(free_blocks, size)
         hist = self.hist
         c = self.clock + 1
         i = 0
@@ -178,7 +193,7 @@ class DecodeBatch:
                 break
             left -= need
             i += 1
-        return 1 + cycles * bs + i
+        return min(limit, 1 + cycles * bs + i)
 
     # -- applying -------------------------------------------------------------------------------
 
@@ -187,7 +202,11 @@ class DecodeBatch:
         fragment tokens those allocations start wasting."""
         if not self.paged:
             return 0, 0
-        return self.hist[self.clock % self.block_size], self._pop_tails(self.clock)
+        clock = self.clock
+        tails = self._tails
+        if not tails or tails[0][0] > clock:
+            return self.hist[clock % self.block_size], 0
+        return self.hist[clock % self.block_size], self._pop_tails(clock)
 
     def _pop_tails(self, clock: int) -> int:
         tails = self._tails
@@ -201,21 +220,31 @@ class DecodeBatch:
     def growth(self, num_steps: int, times: StepTimes) -> GrowthIntegrals:
         """Blocks allocated at the starts of steps 2..k of a run starting at the current clock,
         and what they add to the block-seconds and fragment integrals up to the run's end."""
-        if not self.paged or num_steps < 2 or not self.size:
-            return GrowthIntegrals(0, 0.0, 0, 0.0)
+        if num_steps < 2 or not self.paged or not self.size:
+            return NO_GROWTH
         bs = self.block_size
         total = times.elapsed(num_steps)
         c = self.clock
         hist = self.hist
-        blocks = 0
-        held_from = 0.0  # sum over allocations of elapsed(step start)
         if num_steps - 1 < bs:
-            for a in range(2, num_steps + 1):  # step a starts at clock c + a - 1
-                n = hist[(c + a - 1) % bs]
-                if n:
-                    blocks += n
-                    held_from += n * times.elapsed(a - 1)
+            # steps a = 2..k start at clocks c+1..c+k-1: a slice of the histogram, rotated;
+            # each block is held from the end of step a-1, elapsed(a-1) = j*d0 + inc*j(j-1)/2
+            start = (c + 1) % bs
+            seg = hist[start : start + num_steps - 1]
+            if len(seg) < num_steps - 1:
+                seg = seg + hist[: num_steps - 1 - len(seg)]
+            blocks = sum(seg)
+            s1 = sum(map(mul, seg, range(1, num_steps)))
+            if times.increment_s:
+                if num_steps > len(_TRIANGLE):  # grow the table for block sizes beyond it
+                    _TRIANGLE.extend(j * (j - 1) // 2 for j in range(len(_TRIANGLE), num_steps))
+                s2 = sum(map(mul, seg, _TRIANGLE[1:num_steps]))
+            else:
+                s2 = 0
+            held_from = times.first_duration_s * s1 + times.increment_s * s2
         else:
+            blocks = 0
+            held_from = 0.0  # sum over allocations of elapsed(step start)
             for i in range(bs):  # steps a = 2 + i + m * bs
                 n = hist[(c + 1 + i) % bs]
                 if n:
@@ -226,6 +255,8 @@ class DecodeBatch:
         tail_seconds = 0.0
         tails = self._tails
         end_clock = c + num_steps - 1
+        if not tails or tails[0][0] > end_clock:
+            return GrowthIntegrals(blocks, blocks * total - held_from, 0, 0.0)
         while tails and tails[0][0] <= end_clock:
             at, serial, req, tail = heapq.heappop(tails)
             if self._current(serial, req) and at > c:
@@ -237,36 +268,42 @@ class DecodeBatch:
         """Apply `num_steps` decode steps: every member computes and emits one token per step.
         Records the inter-token gaps; returns the members that emitted their last token (they
         are still members: the caller lets them leave)."""
-        end_1 = times.end(1)
-        synced = self.size - len(self.pending)
+        start, d0, inc = times
+        end_1 = start + d0
+        pending = self.pending
+        synced = self.size - len(pending)
+        values = self._gap_value
         if synced:
-            last = self.last_emit_s
-            if last == times.start_s:  # tokens in consecutive steps: the gap is the step
-                gaps.gap(times.first_duration_s, synced)
+            first_gap = end_1 - self.last_emit_s
+            # tokens in consecutive steps: the pooled gap is the step itself
+            gaps.gap(d0 if self.last_emit_s == start else first_gap, synced)
+            if values and values[-1] > first_gap:  # the common case: nothing to pop
+                self._gap_index.append(self._num_gaps)
+                values.append(first_gap)
+                self._num_gaps += 1
             else:
-                gaps.gap(end_1 - last, synced)
-            self._record_gap(end_1 - last)
-        after_first = self._num_gaps
-        for req in self.pending:
-            gap = end_1 - req._last_token_s
-            if req._last_token_s == times.start_s:
-                gaps.gap(times.first_duration_s, 1)
-            else:
-                gaps.gap(gap, 1)
-            if gap > req._max_itl_s:
-                req._max_itl_s = gap
-            req._sync = after_first
-        self.pending.clear()
+                self._record_gap(first_gap)
+        if pending:
+            after_first = self._num_gaps
+            for req in pending:
+                gap = end_1 - req._last_token_s
+                gaps.gap(d0 if req._last_token_s == start else gap, 1)
+                if gap > req._max_itl_s:
+                    req._max_itl_s = gap
+                req._sync = after_first
+            pending.clear()
         if num_steps > 1:
             gaps.run(times, num_steps, self.size)
-            self._record_gap(max(times.duration(2), times.duration(num_steps)))
-        self.clock += num_steps
-        self.last_emit_s = times.end(num_steps)
-        finished: list[Request] = []
+            self._record_gap(max(d0 + inc, d0 + (num_steps - 1) * inc))
+        clock = self.clock = self.clock + num_steps
+        self.last_emit_s = start + num_steps * d0 + inc * (num_steps * (num_steps - 1) // 2)
         heap = self._finish
-        while heap and heap[0][0] <= self.clock:
+        if not heap or heap[0][0] > clock:
+            return NOBODY
+        finished: list[Request] = []
+        while heap and heap[0][0] <= clock:
             _, serial, req = heapq.heappop(heap)
-            if self._current(serial, req):
+            if req._batch is self and req._serial == serial:
                 finished.append(req)
         return finished
 

@@ -29,7 +29,7 @@ t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,7 +38,7 @@ import simpy
 from simpy.core import URGENT
 from simpy.events import Event
 
-from sim.core.decode_batch import DecodeBatch, GrowthIntegrals
+from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
 from sim.core.kv_cache import BlockManager
 from sim.core.kv_usage import KVUsage
 from sim.core.plan import Policy, StepFeatures, StepPlan
@@ -46,7 +46,7 @@ from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
 from sim.core.step_times import StepTimes, steps_before
 
-NO_GROWTH = GrowthIntegrals(0, 0.0, 0, 0.0)
+NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
 
 
@@ -93,17 +93,36 @@ class KVSpec:
     host_memory_bytes: float = 64e9
 
 
-@dataclass(slots=True)
 class Run:
     """The plan in flight: the steps of it not yet applied."""
 
-    plan: StepPlan
-    features: StepFeatures
-    times: StepTimes  # of its first unapplied step onwards
-    num_steps: int  # steps left (the first is under way)
-    interruptible: bool
-    num_preempted: int  # recorded with its first piece
-    swap_s: float
+    __slots__ = (
+        "features",
+        "interruptible",
+        "num_preempted",
+        "num_steps",
+        "plan",
+        "swap_s",
+        "times",
+    )
+
+    def __init__(
+        self,
+        plan: StepPlan,
+        features: StepFeatures,
+        times: StepTimes,  # of its first unapplied step onwards
+        num_steps: int,  # steps left (the first is under way)
+        interruptible: bool,
+        num_preempted: int,  # recorded with its first piece
+        swap_s: float,
+    ) -> None:
+        self.plan = plan
+        self.features = features
+        self.times = times
+        self.num_steps = num_steps
+        self.interruptible = interruptible
+        self.num_preempted = num_preempted
+        self.swap_s = swap_s
 
 
 class Instance:
@@ -151,7 +170,7 @@ class Instance:
         self.host_used_bytes = 0
         self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
         self._waiting_work = 0  # remaining work of the waiting requests
-        self._carried = (0, 0.0)  # preemptions (and swap seconds) of a plan with no step
+        self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
         self._run: Run | None = None
         self._busy = False
         self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
@@ -377,9 +396,90 @@ class Instance:
 
     def _begin(self, plan: StepPlan) -> Run:
         now = self._clock
-        pool, usage, batch = self.pool, self.usage, self.batch
+        usage = self.usage
         usage.step_started(now)
         num_preempted, swap_s = self._carried
+        freed = False
+        if plan.seat or plan.preempt or plan.swap_in or plan.admit:
+            num_preempted, swap_s, freed = self._move(plan, now, num_preempted, swap_s)
+        if not plan.has_work:
+            self._carried = (num_preempted, swap_s)
+            if freed and self.on_change is not None:
+                self.on_change(self)
+            return Run(plan, _NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
+        if num_preempted or swap_s:
+            self._carried = NO_CARRY
+
+        prefill_tokens = prefill_context = attention = 0
+        if plan.prefill:
+            hold = plan.hold
+            for req, n in plan.prefill.items():
+                target = req.num_computed_tokens + n
+                reserve = hold.get(req, 0) if hold else 0
+                self._grow(req, reserve if reserve > target else target)
+                prefill_tokens += n
+                prefill_context += target
+                attention += n * target  # a chunk attends to everything computed before it
+            usage.stored_tokens += prefill_tokens
+        num_decodes = decode_context = 0
+        batch = self.batch
+        if plan.decode:
+            if batch.paged:
+                blocks, tails = batch.start_step()
+                self.pool.take(blocks)
+                usage.fragment_tokens += tails
+            if self.ready:
+                for req in self.ready:
+                    self._grow(req, req.num_computed_tokens + 1)
+                    batch.join(req)
+                self.ready.clear()
+            num_decodes = batch.size
+            decode_context = batch.sum_computed + num_decodes
+            usage.stored_tokens += num_decodes
+        if freed and self.on_change is not None:
+            # planning freed blocks (preemption): tell the cluster now, as a step-by-step loop
+            # would, not at the end of a run
+            self.on_change(self)
+
+        pad = plan.padding
+        num_prefills = len(plan.prefill)
+        repeats = plan.repeat > 1 and self.coalesce and not swap_s and num_prefills <= 1
+        features = StepFeatures(
+            num_prefills + num_decodes + pad.num_seqs,
+            prefill_tokens + num_decodes + pad.num_seqs + pad.prefill_tokens,
+            prefill_tokens + pad.prefill_tokens,
+            num_decodes,
+            prefill_context + decode_context + pad.context_tokens,
+            attention + pad.attention_term,
+            num_decodes + pad.num_seqs + (prefill_tokens if repeats else 0),
+            num_prefills + num_decodes,
+            prefill_tokens * prefill_tokens if repeats else 0,
+        )
+        first_s, increment_s = self.cost.run_times(features)
+        num_steps = 1
+        if repeats and not plan.preempt and not plan.swap_in:
+            num_steps = min(plan.repeat, batch.steps_to_finish())
+            num_steps = min(num_steps, self.cost.linear_steps(features))
+            if prefill_tokens:
+                num_steps = self._chunk_run_steps(plan, num_steps)
+            else:
+                num_steps = batch.steps_until_dry(self.pool.num_free, num_steps)
+        self._busy = True
+        return Run(
+            plan,
+            features,
+            StepTimes(now, first_s + swap_s, increment_s),
+            num_steps,
+            plan.interruptible and num_steps > 1,
+            num_preempted,
+            swap_s,
+        )
+
+    def _move(
+        self, plan: StepPlan, now: float, num_preempted: int, swap_s: float
+    ) -> tuple[int, float, bool]:
+        """A plan's seats, evictions, swap-ins and admissions, in that order (sim.core.plan)."""
+        usage = self.usage
         bandwidth = self.kv_spec.swap_bandwidth_bytes_per_s
         freed = False
         for req in plan.seat:
@@ -424,79 +524,64 @@ class Instance:
             req.admit(now)
             self.running.append(req)
             self.prefilling.append(req)
-        if not plan.has_work:
-            self._carried = (num_preempted, swap_s)
-            if freed and self.on_change is not None:
-                self.on_change(self)
-            return Run(plan, _NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
-        self._carried = (0, 0.0)
-
-        prefill_tokens = prefill_context = attention = 0
-        hold = plan.hold
-        for req, n in plan.prefill.items():
-            computed = req.num_computed_tokens
-            target = computed + n
-            reserve = hold.get(req, 0) if hold else 0
-            self._grow(req, reserve if reserve > target else target)
-            prefill_tokens += n
-            prefill_context += target
-            attention += n * target  # a chunk attends to everything computed so far and itself
-        usage.stored_tokens += prefill_tokens
-        num_decodes = decode_context = 0
-        if plan.decode:
-            blocks, tails = batch.start_step()
-            pool.take(blocks)
-            usage.fragment_tokens += tails
-            for req in self.ready:
-                self._grow(req, req.num_computed_tokens + 1)
-                batch.join(req)
-            self.ready.clear()
-            num_decodes = batch.size
-            decode_context = batch.sum_computed + num_decodes
-            usage.stored_tokens += num_decodes
-        if freed and self.on_change is not None:
-            # planning freed blocks (preemption): tell the cluster now, as a step-by-step loop
-            # would, not at the end of a run
-            self.on_change(self)
-
-        pad = plan.padding
-        features = StepFeatures(
-            num_seqs=len(plan.prefill) + num_decodes + pad.num_seqs,
-            num_tokens=prefill_tokens + num_decodes + pad.num_seqs + pad.prefill_tokens,
-            num_prefill_tokens=prefill_tokens + pad.prefill_tokens,
-            num_decode_tokens=num_decodes,
-            sum_context_tokens=prefill_context + decode_context + pad.context_tokens,
-            prefill_attention_term=attention + pad.attention_term,
-            context_growth_per_step=num_decodes + pad.num_seqs,
-            num_active_seqs=len(plan.prefill) + num_decodes,
-        )
-        first_s, increment_s = self.cost.run_times(features)
-        num_steps = 1
-        pure_decode = not plan.prefill and not plan.preempt and not plan.swap_in and not swap_s
-        if plan.repeat > 1 and pure_decode and self.coalesce:
-            num_steps = min(
-                plan.repeat,
-                batch.steps_to_finish(),
-                batch.steps_until_dry(pool.num_free),
-                self.cost.linear_steps(features),
-            )
-        interruptible = plan.interruptible and num_steps > 1
-        self._busy = True
-        return Run(
-            plan,
-            features,
-            StepTimes(now, first_s + swap_s, increment_s),
-            max(1, num_steps),
-            interruptible,
-            num_preempted,
-            swap_s,
-        )
+        return num_preempted, swap_s, freed
 
     def _grow(self, req: Request, num_tokens: int) -> None:
-        before = req.kv_blocks
-        if self.pool.grow(req, num_tokens):
-            usage = self.usage
-            usage.fragment_tokens += usage.over(req, req.kv_blocks) - usage.over(req, before)
+        """Grow a (non-member) request's holding; the blocks past its sequence are fragment."""
+        added = self.pool.grow(req, num_tokens)
+        if added:
+            bs = self.pool.block_size
+            final = req.num_prompt_tokens + req.max_output_tokens
+            held = req._kv_blocks
+            was = (held - added) * bs - final
+            now = held * bs - final
+            if now > 0:
+                self.usage.fragment_tokens += now - (was if was > 0 else 0)
+
+    def _chunk_run_steps(self, plan: StepPlan, limit: int) -> int:
+        """How many steps of a repeated prompt chunk (with the decodes) find their blocks."""
+        ((req, chunk),) = plan.prefill.items()
+        pool, batch = self.pool, self.batch
+        free = pool.num_free
+        computed = req.num_computed_tokens + chunk  # after the first step
+        for j in range(2, limit + 1):
+            grown = computed + chunk
+            need = (
+                pool.blocks_for(grown)
+                - pool.blocks_for(computed)
+                + batch.demand_at(batch.clock + j - 1)
+            )
+            if need > free:
+                return j - 1
+            free -= need
+            computed = grown
+        return limit
+
+    def _chunk_growth(self, req: Request, chunk: int, num_steps: int, times: StepTimes) -> Any:
+        """What a prompt chunk repeated for steps 2..k allocates and adds to the KV integrals
+        (like `DecodeBatch.growth` for the decodes); the blocks are not taken here."""
+        bs = self.pool.block_size
+        final = req.sequence_tokens
+        total = times.elapsed(num_steps)
+        computed = req.num_computed_tokens + chunk
+        held = req._kv_blocks
+        blocks = 0
+        block_seconds = fragment_seconds = 0.0
+        fragment = 0
+        for a in range(2, num_steps + 1):
+            computed += chunk
+            need = -(-computed // bs) - held
+            if need > 0:
+                held += need
+                blocks += need
+                rest = total - times.elapsed(a - 1)
+                block_seconds += need * rest
+                over = held * bs - final
+                if over > 0:  # the block past its sequence's end (only its last)
+                    added = over - max(0, (held - need) * bs - final)
+                    fragment += added
+                    fragment_seconds += added * rest
+        return GrowthIntegrals(blocks, block_seconds, fragment, fragment_seconds)
 
     def _free(self, req: Request) -> None:
         """Return a (non-member) request's KV to the pool and take it out of the tallies."""
@@ -521,21 +606,33 @@ class Instance:
         before an outside look); returns when they ended."""
         plan, times, batch, pool = run.plan, run.times, self.batch, self.pool
         growth = batch.growth(num_steps, times) if plan.decode else NO_GROWTH
+        stored_growth = batch.size if plan.decode else 0
+        chunk_run = num_steps > 1 and plan.prefill
+        if chunk_run:  # a repeated prompt chunk grows its holding too
+            ((grower, chunk),) = plan.prefill.items()
+            own = self._chunk_growth(grower, chunk, num_steps, times)
+            growth = GrowthIntegrals(
+                growth.blocks + own.blocks,
+                growth.block_seconds + own.block_seconds,
+                growth.fragment_tokens + own.fragment_tokens,
+                growth.fragment_token_seconds + own.fragment_token_seconds,
+            )
+            stored_growth += chunk
         used = pool.num_used
         pool.take(growth.blocks)
-        piece = self.usage.integrate(
-            times, num_steps, used, batch.size if plan.decode else 0, growth
-        )
+        piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
-        finished: list[Request] = []
-        if plan.decode:
-            finished = batch.advance(num_steps, times, self.itl)
+        finished = batch.advance(num_steps, times, self.itl) if plan.decode else []
+        if not finished:
+            finished = []  # the batch's shared empty result is never appended to
         if plan.prefill:
-            start, itl = times.start_s, self.itl
+            start, itl = end - times.duration(num_steps), self.itl
             for req in plan.prefill:
                 if req.state != RUNNING:  # a chunk's request cannot have left mid-step
                     raise AssertionError(f"request {req.id} left during its own step")
-                gap = req.compute(plan.prefill[req], start, end)
+                if chunk_run:
+                    req.set_kv_blocks(req.kv_blocks + own.blocks)
+                gap = req.compute(plan.prefill[req] * num_steps, start, end)
                 if gap is None:
                     continue  # a prefill chunk: no token yet
                 if gap == gap:  # not NaN: a recomputed request's next token
@@ -591,48 +688,54 @@ class Instance:
     def _continue(self, run: Run, done: int) -> None:
         """After applying `done` steps of a run mid-flight: the rest, its first step under way."""
         f = run.features
-        run.features = StepFeatures(
-            f.num_seqs,
-            f.num_tokens,
-            f.num_prefill_tokens,
-            f.num_decode_tokens,
-            f.sum_context_tokens + f.context_growth_per_step * done,
-            f.prefill_attention_term,
-            f.context_growth_per_step,
-            f.num_active_seqs,
+        run.features = f._replace(
+            sum_context_tokens=f.sum_context_tokens + f.context_growth_per_step * done,
+            prefill_attention_term=f.prefill_attention_term + f.attention_growth_per_step * done,
         )
         run.times = run.times.after(done)
         run.num_steps -= done
         run.num_preempted = 0
         run.swap_s = 0.0
-        blocks, tails = self.batch.start_step()
-        self.pool.take(blocks)
-        self.usage.fragment_tokens += tails
-        self.usage.stored_tokens += self.batch.size
+        if run.plan.decode:
+            blocks, tails = self.batch.start_step()
+            self.pool.take(blocks)
+            self.usage.fragment_tokens += tails
+            self.usage.stored_tokens += self.batch.size
+        for req, chunk in run.plan.prefill.items():  # a repeated chunk's next step
+            self._grow(req, req.num_computed_tokens + chunk)
+            self.usage.stored_tokens += chunk
 
 
 _NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
 
 
 class Source:
-    """Feeds requests to a dispatch function at their arrival times (URGENT priority)."""
+    """Feeds requests to a dispatch function at their arrival times (URGENT priority).
+
+    `columns` are the workload's per-request arrays (arrival times first, then the remaining
+    `Request` arguments in order); they are turned into Python values a block at a time, so a
+    workload of millions never exists as Python objects all at once."""
+
+    BLOCK = 1 << 14
 
     def __init__(
         self,
         env: simpy.Environment,
-        arrival_s: np.ndarray,
-        make_request: Callable[[int], Request],
+        columns: Sequence[np.ndarray],
         dispatch: Callable[[Request], None],
     ) -> None:
         self.env = env
-        self.arrival_s = arrival_s.tolist()
-        self.make_request = make_request
+        self.columns = columns
         self.dispatch = dispatch
         self.process = env.process(self._feed())
 
     def _feed(self) -> Generator[Event, Any, None]:
         env = self.env
-        for i, t in enumerate(self.arrival_s):
-            if t > env.now:
-                yield UrgentTimeout(env, t - env.now)
-            self.dispatch(self.make_request(i))
+        n = len(self.columns[0])
+        for first in range(0, n, self.BLOCK):
+            block = [c[first : first + self.BLOCK].tolist() for c in self.columns]
+            for offset, args in enumerate(zip(*block, strict=True)):
+                t = args[0]
+                if t > env.now:
+                    yield UrgentTimeout(env, t - env.now)
+                self.dispatch(Request(first + offset, *args))

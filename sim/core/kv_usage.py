@@ -29,6 +29,8 @@ from sim.core.decode_batch import GrowthIntegrals
 from sim.core.request import Request
 from sim.core.step_times import StepTimes
 
+NOTHING_EARLY = (0.0, 0.0, 0.0)
+
 
 class PieceUsage(NamedTuple):
     """The KV integrals of one applied run (or piece of a run) of steps."""
@@ -57,7 +59,7 @@ class KVUsage:
         self.fragment_tokens = 0  # held beyond every holder's whole sequence
         self.accrued_until_s = 0.0  # integrals are complete up to here within the busy step
         # integrated mid-step (before an outside change) for the step that is under way
-        self._early = (0.0, 0.0, 0.0)
+        self._early = NOTHING_EARLY
 
     def over(self, req: Request, held_blocks: int) -> int:
         """Tokens `held_blocks` blocks hold beyond the request's whole sequence."""
@@ -65,7 +67,7 @@ class KVUsage:
 
     def step_started(self, start_s: float) -> None:
         self.accrued_until_s = start_s
-        self._early = (0.0, 0.0, 0.0)
+        self._early = NOTHING_EARLY
 
     def accrue_to(self, now_s: float, blocks_used: int) -> None:
         """Integrate the step under way up to `now_s` before an outside change at `now_s`."""
@@ -92,20 +94,28 @@ class KVUsage:
         `blocks_used` blocks and the current tallies, and each later step stores
         `stored_growth` more tokens and allocates as `growth` says. Leaves the tallies as they
         are in the last step."""
-        total = times.elapsed(num_steps)
-        already = self.accrued_until_s - times.start_s  # integrated before an outside change
+        start, d0, inc = times
+        k = num_steps
+        tri = k * (k - 1) // 2
+        total = k * d0 + inc * tri  # times.elapsed(k)
         stored = self.stored_tokens
         fragment = self.fragment_tokens
         block_seconds = blocks_used * total + growth.block_seconds
-        stored_ts = series_sum(stored, stored_growth, num_steps, times)
+        # series_sum(stored, stored_growth, k, times), inlined: the hot path
+        stored_ts = k * stored * d0 + (stored * inc + stored_growth * d0) * tri
+        if stored_growth and inc:
+            stored_ts += stored_growth * inc * ((k - 1) * k * (2 * k - 1) // 6)
         fragment_ts = fragment * total + growth.fragment_token_seconds
+        already = self.accrued_until_s - start  # integrated before an outside change
         if already > 0.0:
             b, s, f = self._early
             block_seconds += b - blocks_used * already
             stored_ts += s - stored * already
             fragment_ts += f - fragment * already
-        self.stored_tokens = stored + stored_growth * (num_steps - 1)
-        self.fragment_tokens = fragment + growth.fragment_tokens
-        self.accrued_until_s = times.start_s + total
-        self._early = (0.0, 0.0, 0.0)
+            self._early = NOTHING_EARLY
+        if k > 1:
+            self.stored_tokens = stored + stored_growth * (k - 1)
+        if growth.fragment_tokens:
+            self.fragment_tokens = fragment + growth.fragment_tokens
+        self.accrued_until_s = start + total
         return PieceUsage(blocks_used + growth.blocks, block_seconds, stored_ts, fragment_ts)

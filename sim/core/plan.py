@@ -20,31 +20,33 @@ Then the step is priced (`sim.costs`), time passes, and at its end the token rul
 request computes its tokens; a request whose computed tokens catch up emits one), finished
 requests leave and free their KV, and the step is recorded.
 
-Repeating. A plan whose step would repeat unchanged (decodes only: no prefill, no preemption, no
-KV copy) may say so with `repeat > 1`: the engine runs up to that many identical decode steps as
-one event, fewer if a request finishes or the KV pool would run dry first (it knows when). With
-`interruptible`, an arrival during the run may change the next plan, so the engine ends the run
-at the first step boundary at or after the arrival: a run is exactly the steps the policy would
-have planned one by one.
+Repeating. A plan whose step would repeat unchanged may say so with `repeat > 1`: the same
+requests get the same tokens step after step, with no eviction or KV copy (decodes alone, or
+decodes and one prompt chunk that fills the token budget). The engine runs up to that many steps
+as one event, fewer if a request finishes or the KV pool would run dry first (it knows when).
+With `interruptible`, an arrival during the run may change the next plan, so the engine ends the
+run at the first step boundary at or after the arrival: a run is exactly the steps the policy
+would have planned one by one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import NamedTuple, Protocol
 
 from sim.core.request import Request
 
+# plans are immutable records (tuples: cheap to build on the hot path); this is the empty mapping
+NO_TOKENS: Mapping[Request, int] = MappingProxyType({})
 
-@dataclass(frozen=True, slots=True)
-class Preemption:
+
+class Preemption(NamedTuple):
     request: Request  # a running request
     swap: bool  # True: its KV is copied to host memory; False: dropped, recomputed later
 
 
-@dataclass(frozen=True, slots=True)
-class Padding:
+class Padding(NamedTuple):
     """Batch slots a step pays for that do no useful work (static batching): finished members
     still decoding padding, and prompts padded to the longest in the batch."""
 
@@ -57,11 +59,10 @@ class Padding:
 NO_PADDING = Padding()
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
     # prompt tokens (a whole prompt, a chunk, or a recompute) each request computes this step,
     # in the order planned; admitted, swapped-in and running requests alike
-    prefill: Mapping[Request, int] = field(default_factory=dict)
+    prefill: Mapping[Request, int] = NO_TOKENS
     # whether every decoding request (after the preemptions) computes its next token
     decode: bool = False
     # waiting requests that start running, in queue order (each is also in `prefill`)
@@ -74,10 +75,10 @@ class StepPlan:
     seat: tuple[Request, ...] = ()
     # tokens a request's KV holding must cover beyond its tokens after this step (contiguous
     # reservations made at admission; a swap-in's room for its next token)
-    hold: Mapping[Request, int] = field(default_factory=dict)
+    hold: Mapping[Request, int] = NO_TOKENS
     # slots paid for but idle (static batching)
     padding: Padding = NO_PADDING
-    # identical decode steps the policy accepts in a row (only plans with decodes alone)
+    # identical steps the policy accepts in a row (decodes, and at most one prompt chunk)
     repeat: int = 1
     # whether an arrival during a repeated run could change the next plan
     interruptible: bool = True
@@ -208,8 +209,7 @@ class Policy(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class StepFeatures:
+class StepFeatures(NamedTuple):
     """What a step costs depends on (DESIGN.md "Step cost model"), as the engine counts it."""
 
     num_seqs: int  # batch slots paid for
@@ -220,3 +220,4 @@ class StepFeatures:
     prefill_attention_term: int  # sum over prefill chunks of chunk x context after the step
     context_growth_per_step: int = 0  # growth of sum_context_tokens per repeated step
     num_active_seqs: int = 0  # slots doing useful work
+    attention_growth_per_step: int = 0  # growth of prefill_attention_term per repeated step

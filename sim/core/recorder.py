@@ -22,29 +22,30 @@ import numpy.typing as npt
 from sim.core.request import Request
 from sim.core.step_times import StepTimes
 
-# (name, array typecode): 'd' float64, 'q' int64
+# (name, array typecode): 'd' float64, 'q' int64, 'l'/'i' 32-bit ints for counts that fit
 STEP_SCHEMA: tuple[tuple[str, str], ...] = (
     ("start_s", "d"),
     ("end_s", "d"),
-    ("num_steps", "q"),
+    ("num_steps", "i"),
     ("duration_s", "d"),  # of the first step
     ("duration_increment_s", "d"),  # each later step is this much longer
-    ("num_seqs", "q"),
-    ("num_active_seqs", "q"),
-    ("num_tokens", "q"),
-    ("num_prefill_tokens", "q"),
-    ("num_decode_tokens", "q"),
+    ("num_seqs", "i"),
+    ("num_active_seqs", "i"),
+    ("num_tokens", "i"),
+    ("num_prefill_tokens", "i"),
+    ("num_decode_tokens", "i"),
     ("sum_context_tokens", "q"),  # in the first step
-    ("context_growth_per_step", "q"),
-    ("kv_blocks_used", "q"),  # during the last step, before finished requests free theirs
+    ("context_growth_per_step", "i"),
+    ("kv_blocks_used", "i"),  # during the last step, before finished requests free theirs
     ("kv_block_seconds", "d"),
-    ("num_waiting", "q"),
-    ("num_running", "q"),
-    ("num_preempted", "q"),
+    ("num_waiting", "i"),
+    ("num_running", "i"),
+    ("num_preempted", "i"),
     ("kv_stored_token_seconds", "d"),
     ("kv_fragment_token_seconds", "d"),
     ("swap_s", "d"),
 )
+_DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
 
 
@@ -64,7 +65,7 @@ class StepLog:
         """Every column as a numpy array (the instance column filled in)."""
         out: dict[str, np.ndarray] = {"instance": np.full(len(self), self.instance, dtype=np.int64)}
         for (name, code), col in zip(STEP_SCHEMA, self._columns, strict=True):
-            dtype = np.float64 if code == "d" else np.int64
+            dtype = _DTYPES[code]
             out[name] = np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype)
         return out
 
@@ -75,7 +76,11 @@ class ItlLog:
     def __init__(self) -> None:
         self.gap_s = array("d")
         self.count = array("q")
-        self.runs: list[tuple[float, float, int, int]] = []
+        # runs of growing gaps, column by column: first gap, increment, number of gaps, count
+        self.run_first_s = array("d")
+        self.run_increment_s = array("d")
+        self.run_gaps = array("q")
+        self.run_count = array("q")
 
     def gap(self, gap_s: float, count: int) -> None:
         if count > 0:
@@ -89,19 +94,23 @@ class ItlLog:
         if times.increment_s == 0.0:
             self.gap(times.first_duration_s, count * (num_steps - 1))
         else:
-            self.runs.append((times.duration(2), times.increment_s, num_steps - 1, count))
+            self.run_first_s.append(times.duration(2))
+            self.run_increment_s.append(times.increment_s)
+            self.run_gaps.append(num_steps - 1)
+            self.run_count.append(count)
 
     def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """All gaps and their counts, the runs expanded (vectorized)."""
         gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
         counts = np.frombuffer(self.count, dtype=np.int64) if self.count else np.zeros(0, "i8")
-        if not self.runs:
+        if not self.run_gaps:
             return gaps, counts
-        runs = np.asarray(self.runs, dtype=float)
-        num = runs[:, 2].astype(np.int64)
+        num = np.frombuffer(self.run_gaps, dtype=np.int64)
         offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
-        run_gaps = np.repeat(runs[:, 0], num) + np.repeat(runs[:, 1], num) * offsets
-        run_counts = np.repeat(runs[:, 3].astype(np.int64), num)
+        first = np.frombuffer(self.run_first_s, dtype=np.float64)
+        increment = np.frombuffer(self.run_increment_s, dtype=np.float64)
+        run_gaps = np.repeat(first, num) + np.repeat(increment, num) * offsets
+        run_counts = np.repeat(np.frombuffer(self.run_count, dtype=np.int64), num)
         return np.concatenate([gaps, run_gaps]), np.concatenate([counts, run_counts])
 
 

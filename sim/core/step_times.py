@@ -9,11 +9,10 @@ costs what one step costs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class StepTimes:
+class StepTimes(NamedTuple):
     start_s: float
     first_duration_s: float
     increment_s: float = 0.0

@@ -35,6 +35,9 @@ class _PlanFeatures(Protocol):
     @property
     def context_growth_per_step(self) -> int: ...
 
+    @property
+    def attention_growth_per_step(self) -> int: ...
+
 
 class CostModel:
     """Prices steps with one profile's coefficients."""
@@ -89,8 +92,25 @@ class CostModel:
 
     def run_times(self, features: _PlanFeatures) -> tuple[float, float]:
         """The first step's seconds, and how much longer each repeated step is: attention reads
-        `context_growth_per_step` more KV tokens per step."""
-        return self.plan_time(features), self.t_kv_s_per_token * features.context_growth_per_step
+        `context_growth_per_step` more KV tokens per step, and a repeated prompt chunk does
+        `attention_growth_per_step` more attention work."""
+        n = features.num_tokens
+        ridge = self.ridge_tokens
+        if n <= ridge:
+            flop = self.t_flop_s_per_token * n
+        else:
+            flop = self.t_flop_s_per_token * ridge + self.t_flop_high_s_per_token * (n - ridge)
+        t_kv = self.t_kv_s_per_token
+        first = (
+            self.t_mem_s
+            + flop
+            + t_kv * features.sum_context_tokens
+            + self.t_attn_s_per_token2 * features.prefill_attention_term
+        )
+        increment = t_kv * features.context_growth_per_step
+        if features.attention_growth_per_step:  # a prompt chunk repeated: it attends further
+            increment += self.t_attn_s_per_token2 * features.attention_growth_per_step
+        return first, increment
 
     def linear_steps(self, features: _PlanFeatures) -> int:
         """How many repeated steps keep growing by the same increment (all of them here: the

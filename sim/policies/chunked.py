@@ -4,7 +4,8 @@ Each step every running request decodes one token; what is left of `max_num_batc
 to prompt chunks: first the prompts already in progress (admission order), then new ones from
 the waiting queue, at most `max_prefill_seqs` prompts per step. A long prompt spreads over
 several steps, so running decodes never wait for it; a chunk's attention reads everything
-computed before it (priced by the cost model), so chunking is not free.
+computed before it (priced by the cost model), so chunking is not free. While one prompt's
+chunks fill the whole budget the steps repeat (same decodes, same chunk), and the plan says so.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class ChunkedPolicy(IterationPolicy):
         super().__init__(**limits)
 
     def schedule(self, view: InstanceView) -> StepPlan | None:
+        quick = self.decode_only(view)
+        if quick is not None:
+            return quick
         d = Draft(view)
         self.seat_arrived(d)
         self.plan_decodes(d)
@@ -30,4 +34,11 @@ class ChunkedPolicy(IterationPolicy):
         self.plan_admissions(d, budget, d.num_decodes)
         if not d.num_decodes and not d.prefill:
             return d.plan(decode=False) if d.preempt else None
+        if len(d.prefill) == 1 and not d.preempt and not d.swap_in:
+            ((req, chunk),) = d.prefill.items()
+            if chunk + d.num_decodes == self.max_num_batched_tokens:
+                # the chunk fills the budget: nobody else can get tokens, and the same chunk
+                # repeats while the prompt lasts (the engine stops at any finish or block need)
+                repeat = max(1, req.num_remaining // chunk)
+                return d.plan(decode=True, repeat=repeat, interruptible=False)
         return self.finish_plan(d)

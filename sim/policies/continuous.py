@@ -31,6 +31,9 @@ class ContinuousPolicy(IterationPolicy):
         self.mode = mode
 
     def schedule(self, view: InstanceView) -> StepPlan | None:
+        quick = self.decode_only(view)
+        if quick is not None:
+            return quick
         d = Draft(view)
         self.seat_arrived(d)
         budget = self.max_num_batched_tokens

@@ -32,6 +32,9 @@ from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
 
 FOREVER = 1 << 62
+# decodes alone, repeated while nothing else changes; an arrival may (or may not) cut the run
+DECODE_RUN = StepPlan(decode=True, repeat=FOREVER, interruptible=True)
+DECODE_RUN_FIXED = StepPlan(decode=True, repeat=FOREVER, interruptible=False)
 
 
 class Draft:
@@ -41,7 +44,7 @@ class Draft:
         self.view = view
         self.free = view.kv.num_free
         self.host_free = view.host_bytes_free
-        self.running: list[Request] = list(view.running)  # as it will be, admission order
+        self.num_running = len(view.running)  # as it will be after this plan's changes
         self.extra: dict[Request, int] = {}  # blocks planned for running requests this step
         self.preempt: list[Preemption] = []
         self.evicted: set[Request] = set()
@@ -144,10 +147,10 @@ class IterationPolicy:
     def seat_arrived(self, d: Draft) -> None:
         """P/D decode instances: transferred requests take free seats, oldest first."""
         for req in d.view.arrived:
-            if len(d.running) >= self.max_num_seqs:
+            if d.num_running >= self.max_num_seqs:
                 break
             d.seat.append(req)
-            d.running.append(req)
+            d.num_running += 1
             d.num_decodes += 1
 
     def plan_decodes(self, d: Draft) -> None:
@@ -159,7 +162,7 @@ class IterationPolicy:
         if demand <= d.free:
             d.free -= demand
             return
-        alive = d.running
+        alive = [*view.running, *d.seat]  # admission order; victims leave it
         i = 0
         while i < len(alive):
             req = alive[i]
@@ -178,25 +181,26 @@ class IterationPolicy:
                 d.free -= 1
                 d.extra[req] = 1
                 i += 1
+        d.num_running = len(alive)
 
     def plan_swap_ins(self, d: Draft) -> None:
         """Bring swapped requests back at a step that preempted nobody."""
         view = d.view
         if not view.swapped or d.preempt:
             return
-        seats = self.max_num_seqs - len(d.running)
+        seats = self.max_num_seqs - d.num_running
         for req in view.swapped:
             if len(d.swap_in) >= seats:
                 break
             target = self.reservation.target(req, req.num_computed_tokens + req.is_decoding)
             need = view.kv.blocks_needed(req, target)
-            keep = self.watermark_blocks if d.running else 0
+            keep = self.watermark_blocks if d.num_running else 0
             if need + keep > d.free:
                 break
             d.free -= need
             d.swap_in.append(req)
             d.hold[req] = target
-            d.running.append(req)
+            d.num_running += 1
             if req.is_decoding:
                 d.num_decodes += 1
 
@@ -226,8 +230,8 @@ class IterationPolicy:
         view = d.view
         if len(view.swapped) > len(d.swap_in):
             return  # swapped requests resume before anything new is admitted
-        seats = self.max_num_seqs - len(d.running)
-        if seats <= 0 or not len(view.waiting):
+        seats = self.max_num_seqs - d.num_running
+        if seats <= 0 or not (len(view.waiting) or d.requeued):
             return
         kv = view.kv
         paged = self.reservation.paged
@@ -252,7 +256,7 @@ class IterationPolicy:
             need = kv.blocks_for(target) if computed == 0 else kv.blocks_needed(req, target)
             # the watermark keeps room for running decodes; with none running it would only
             # keep out a request that fits the empty pool, forever
-            reserve = self.watermark_blocks if d.running or admitted else 0
+            reserve = self.watermark_blocks if d.num_running or admitted else 0
             if need + reserve > d.free:
                 break
             d.free -= need
@@ -266,14 +270,28 @@ class IterationPolicy:
         """Whether a request arriving during a decode run could change the next plan."""
         view = d.view
         if view.receives_transfers:  # a landing request takes a free seat at once
-            return len(d.running) < self.max_num_seqs
+            return d.num_running < self.max_num_seqs
         waiting = view.waiting
         return (
             not view.swapped
             and (not len(waiting) or waiting.may_be_overtaken())
-            and len(d.running) < self.max_num_seqs
+            and d.num_running < self.max_num_seqs
             and d.num_decodes < self.max_num_batched_tokens
         )
+
+    def decode_only(self, view: InstanceView) -> StepPlan | None:
+        """The common step, decided in O(1): nothing waits, nothing is mid-prompt, and every
+        decoding request finds its block; everyone decodes, for as long as that holds. None
+        when the full planning is needed."""
+        if len(view.waiting) or view.swapped or view.arrived or view.prefilling:
+            return None
+        decoding = view.num_decoding
+        if not decoding or view.decode_block_demand() > view.kv.num_free:
+            return None
+        seats_left = len(view.running) < self.max_num_seqs
+        if seats_left and (view.receives_transfers or decoding < self.max_num_batched_tokens):
+            return DECODE_RUN
+        return DECODE_RUN_FIXED
 
     def finish_plan(self, d: Draft) -> StepPlan:
         """The plan of a step that decodes (and maybe prefills): repeatable when it is decodes
