@@ -158,7 +158,10 @@ def run_variant(
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:
     """Every instance's step groups, ordered by start time (then instance)."""
     parts = [log.columns() for log in logs]
-    columns = {name: np.concatenate([p[name] for p in parts]) for name in STEP_COLUMNS}
+    if len(parts) == 1:
+        columns = parts[0]
+    else:
+        columns = {name: np.concatenate([p[name] for p in parts]) for name in STEP_COLUMNS}
     steps = pd.DataFrame(columns, copy=False)
     if len(logs) > 1:
         steps = steps.sort_values(["start_s", "instance"], kind="stable", ignore_index=True)

@@ -86,8 +86,9 @@ def instance_summary(
 
 def stall_summary(requests: pd.DataFrame) -> dict[str, float]:
     """Percentiles over requests of the longest gap each saw between two of its tokens."""
-    served = requests[~requests["rejected"].to_numpy(dtype=bool)]
-    stalls = served["max_itl_s"].to_numpy(dtype=float)
-    stalls = stalls[(served["num_output_tokens"] >= 2).to_numpy() & ~np.isnan(stalls)]
+    served = ~requests["rejected"].to_numpy(dtype=bool)
+    stalls = requests["max_itl_s"].to_numpy(dtype=float)
+    served &= (requests["num_output_tokens"] >= 2).to_numpy() & ~np.isnan(stalls)
+    stalls = stalls[served]
     stats = latency_stats("stall", stalls)
     return {k: v for k, v in stats.items() if k != "stall_mean_s" or not math.isnan(v)}

@@ -78,6 +78,17 @@ REQUEST_COLUMNS = (
     "rejected",
 )
 ITL_COLUMNS = ("gap_s", "count")
+MEASURED_COLUMNS = (
+    "arrival_s",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "finish_s",
+    "queue_s",
+    "ttft_s",
+    "tpot_s",
+    "e2e_s",
+    "tier",
+)
 
 
 def _with_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -118,7 +129,10 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
         in_window = (arrival >= lo) & (arrival <= hi)
     else:
         in_window = np.zeros(0, dtype=bool)
-    measured = requests[in_window & ~rejected]
+    # only the columns the measured set is read for: a filtered copy of every column of a
+    # million-request table would cost more memory than the run itself
+    wanted = [c for c in MEASURED_COLUMNS if c in requests.columns]
+    measured = requests.loc[in_window & ~rejected, wanted]
     for metric in ("ttft", "tpot", "e2e", "queue"):
         out.update(latency_stats(metric, _floats(measured, f"{metric}_s")))
 
@@ -157,17 +171,17 @@ def summarize(
     itl = _with_columns(itl, ITL_COLUMNS)
     out = _request_summary(requests, ctx)
     out.update(weighted_stats("itl", _floats(itl, "gap_s"), _floats(itl, "count")))
-    stalls = _floats(requests[~requests["rejected"].to_numpy(dtype=bool)], "max_itl_s")
+    stalls = _floats(requests, "max_itl_s")[~requests["rejected"].to_numpy(dtype=bool)]
     stalls = stalls[~np.isnan(stalls)]
     out["itl_max_s"] = float(stalls.max()) if stalls.size else math.nan
     first_arrival = float(_floats(requests, "arrival_s").min()) if len(requests) else math.nan
     out.update(step_summary(steps, ctx, first_arrival))
     # time-average number of requests waiting for their first schedule (Little's law on the
     # queue): exact, unlike a per-step sample, whatever the grouping of steps
-    served = requests[~requests["rejected"].to_numpy(dtype=bool)]
-    waits = _floats(served, "queue_s")
+    served = ~requests["rejected"].to_numpy(dtype=bool)
+    waits = _floats(requests, "queue_s")[served]
     waits = waits[~np.isnan(waits)]
-    last = float(_floats(served, "finish_s").max()) if len(served) else math.nan
+    last = float(_floats(requests, "finish_s")[served].max()) if served.any() else math.nan
     span = last - first_arrival
     out["mean_queue_length"] = float(waits.sum() / span) if waits.size and span > 0 else math.nan
     # plain Python scalars so that json.dumps and YAML need no numpy awareness
