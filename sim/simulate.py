@@ -26,8 +26,8 @@ import simpy
 from sim.core.engine import Source
 from sim.core.recorder import STEP_COLUMNS, RequestLog, StepLog
 from sim.errors import ScenarioError
+from sim.metrics.context import SummaryContext
 from sim.metrics.results import Results, VariantResult
-from sim.metrics.summary import SummaryContext
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
 from sim.topology.cluster import build_cluster
 from sim.workload import RequestArrays, generate_requests

@@ -13,7 +13,8 @@ from test_metrics import make_context, make_itl, make_requests, make_steps
 from test_plots import make_results
 
 import sim.io.output
-from sim.io.output import format_summary, write_results
+from sim.io.output import write_results
+from sim.io.summary_table import format_summary
 from sim.metrics.results import VariantResult
 
 EXPECTED = {"scenario.yaml", "summary.json", "summary.csv", "requests.csv", "steps.csv",

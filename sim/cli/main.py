@@ -87,7 +87,8 @@ def _plug_in(name: str, sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.io.output import format_summary, write_results
+    from sim.io.output import write_results
+    from sim.io.summary_table import format_summary
     from sim.scenario.load import load_scenario
     from sim.simulate import simulate
 

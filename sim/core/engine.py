@@ -229,7 +229,7 @@ class Instance:
 
     def submit(self, req: Request) -> bool:
         """Queue an arriving request; False (and recorded) when it can never be served here."""
-        req.instance = self.index
+        req.arrive(self.index)
         reason = self.policy.rejection(req, self.pool)
         if reason:
             req.reject(reason)

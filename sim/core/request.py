@@ -31,10 +31,19 @@ other request.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from sim.core.decode_batch import DecodeBatch
+
+class _Batch(Protocol):
+    """What a member reads of its decode batch (`sim.core.decode_batch.DecodeBatch`)."""
+
+    clock: int
+    paged: bool
+    block_size: int
+    last_emit_s: float
+
+    def max_gap_since(self, record: int) -> float: ...
+
 
 NAN = math.nan
 
@@ -108,7 +117,7 @@ class Request:
         self._kv_blocks = 0  # blocks held in its instance's pool (paged members: derived)
         self._last_token_s = NAN
         self._max_itl_s = 0.0
-        self._batch: DecodeBatch | None = None
+        self._batch: _Batch | None = None
         self._sync = 0  # members: the batch's gap record this member's gaps start from
         self._serial = 0  # members: which membership the batch's heap entries belong to
         self.first_scheduled_s = NAN
@@ -199,6 +208,11 @@ class Request:
         return self.num_prompt_tokens + self.max_output_tokens
 
     # -- transitions (engine only) --------------------------------------------------------------
+
+    def arrive(self, instance: int) -> None:
+        """It reaches an instance (the prefill instance in P/D serving)."""
+        self._expect(WAITING)
+        self.instance = instance
 
     def _expect(self, *states: int) -> None:
         if self.state not in states:

@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from sim.io.summary_table import SUMMARY_ROWS
+
 # (file stem, heading, caption) of the plots embedded when present, in order
 PLOTS = (
     ("latency_cdf", "Latency distributions",
@@ -61,7 +63,6 @@ def _format(value: Any, scale: float, fmt: str) -> str:
 
 
 def _summary_table(variants: dict[str, dict[str, Any]]) -> str:
-    from sim.io.output import SUMMARY_ROWS  # sim.io.output calls this module: import late
 
     head = "".join(f"<th>{_esc(v)}</th>" for v in variants)
     rows = []

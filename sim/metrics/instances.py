@@ -14,9 +14,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from sim.metrics.context import SummaryContext
 from sim.metrics.percentiles import latency_stats
 from sim.metrics.steps import step_summary
-from sim.metrics.summary import SummaryContext
 
 INSTANCE_METRICS = (
     "num_steps",

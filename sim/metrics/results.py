@@ -27,8 +27,9 @@ from typing import Any
 
 import pandas as pd
 
+from sim.metrics.context import SummaryContext
 from sim.metrics.instances import instance_summary, stall_summary, transfer_summary
-from sim.metrics.summary import SummaryContext, summarize
+from sim.metrics.summary import summarize
 
 
 @dataclass

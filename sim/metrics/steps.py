@@ -22,14 +22,12 @@ Conventions:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-if TYPE_CHECKING:
-    from sim.metrics.summary import SummaryContext
+from sim.metrics.context import SummaryContext
 
 FloatArray = npt.NDArray[np.float64]
 

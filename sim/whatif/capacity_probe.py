@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ScenarioError
-from sim.metrics.summary import SummaryContext, summarize
+from sim.metrics.context import SummaryContext
+from sim.metrics.summary import summarize
 from sim.scenario.load import ScenarioSet, load_scenario_dict, set_path
 from sim.simulate import simulate
 from sim.whatif.sweep import read_raw

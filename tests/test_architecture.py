@@ -1,0 +1,106 @@
+"""The architecture's rules, checked on the code itself.
+
+* Layers and forbidden imports (the contracts in pyproject.toml, run with import-linter): a
+  package imports only from its own layer or below; `sim` never imports `calibration` or torch;
+  policies see only the contract in `sim.core.plan`, never the engine or its state.
+* No import cycles between `sim` modules.
+* One owner for request state: outside `sim.core`, no code assigns a request's fields, and its
+  lifecycle transitions are called only by the engine and the topology (which refuses requests
+  no instance could serve and moves them between instances over the KV link).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+from importlinter import cli
+
+from sim.core.request import Request
+
+ROOT = Path(__file__).resolve().parents[1]
+TRANSITIONS = {
+    "arrive",
+    "reject",
+    "admit",
+    "compute",
+    "finish",
+    "preempt_recompute",
+    "swap_out",
+    "swap_in",
+    "hand_off",
+    "start_transfer",
+    "land",
+    "seat",
+    "set_kv_blocks",
+    "drop_kv",
+}
+
+
+def test_import_contracts_hold() -> None:
+    assert cli.lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_no_import_cycles() -> None:
+    graph = grimp.build_graph("sim")
+    edges = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(edges.get(module, ())):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt) :], nxt] if nxt in path else [module, nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(graph.modules):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles
+
+
+def _python_files(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def test_request_fields_are_assigned_in_the_core_only() -> None:
+    fields = set(Request.__slots__) | {s.lstrip("_") for s in Request.__slots__}
+    offenders = []
+    for path in _python_files("sim"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("sim/core/request.py", "sim/core/decode_batch.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr in fields
+                    and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+                ):
+                    offenders.append(f"{rel}:{node.lineno}: .{target.attr} =")
+    assert not offenders, offenders
+
+
+def test_lifecycle_transitions_are_called_by_the_engine_and_the_topology_only() -> None:
+    offenders = []
+    for path in _python_files("sim"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("sim/core/", "sim/topology/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in TRANSITIONS
+            ):
+                offenders.append(f"{rel}:{node.lineno}: .{node.func.attr}(...)")
+    assert not offenders, offenders
