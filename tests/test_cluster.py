@@ -14,8 +14,10 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import scenario
+from helpers_sim import scenario, tiny_hardware, tiny_model
 
+from sim import simulate
+from sim.io.plots import timeline_figure, total_kv_blocks
 from sim.metrics.results import VariantResult
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import run_variant
@@ -197,3 +199,64 @@ def test_coalescing_decode_steps_does_not_change_a_cluster_run(router: str) -> N
     slow, _ = run_with_cluster(colocated(router, engine={"coalesce_decode_steps": False}))
     assert_same_times(fast.requests, slow.requests, TIMES)
     assert fast.steps["num_steps"].max() > 1 and slow.steps["num_steps"].max() == 1
+
+
+def test_a_heterogeneous_clusters_kv_use_is_its_blocks_over_all_its_blocks() -> None:
+    # a small (64-token) and a large (1024-token) instance: KV % is blocks used over the
+    # cluster's blocks, never instance 0's capacity times the instance count
+    raw = scenario(
+        policy={"name": "continuous", "max_num_seqs": 8, "block_size": 4},
+        workload={
+            "num_requests": 60,
+            "arrival": {"process": "poisson", "rate": 50.0},
+            "prompt_tokens": {"dist": "fixed", "value": 20},
+            "output_tokens": {"dist": "fixed", "value": 30},
+        },
+        model=tiny_model(),
+        hardware=tiny_hardware(64),
+        cluster={
+            "router": "round_robin",
+            "instances": [{"count": 1}, {"count": 1, "hardware": tiny_hardware(1024)}],
+        },
+    )
+    res = simulate(load_scenario_dict(raw))["default"]
+    assert res.instances["kv_blocks_total"].tolist() == [16, 256]
+    assert total_kv_blocks(res) == 272
+    fig = timeline_figure(res.steps.assign(variant="default"), {"default": total_kv_blocks(res)})
+    kv = np.asarray(fig.get_axes()[2].get_lines()[0].get_ydata(), dtype=float)
+    # the large instance alone holds up to 8 requests x 13 blocks: far above 2 x 16 blocks
+    assert res.steps["kv_blocks_used"].max() > 32
+    assert 0 < np.nanmax(kv) <= 100.0
+
+
+def test_kv_bytes_per_token_count_the_replicated_kv_heads_everywhere() -> None:
+    # 2-way tensor parallelism of a model with one KV head: each GPU keeps a copy of it, so a
+    # token's KV takes twice the model's bytes on the instance, for the pool as for transfers
+    model = {**tiny_model(), "num_attention_heads": 2, "hidden_size": 2}
+    hardware = {
+        **tiny_hardware(400),
+        "tensor_parallel": 2,
+        "interconnect_bandwidth_bytes_per_s": 1e9,
+    }
+    raw = scenario(
+        policy={"name": "continuous", "max_num_seqs": 4, "block_size": 1},
+        workload={
+            "num_requests": 3,
+            "arrival": {"process": "constant", "rate": 1.0},
+            "prompt_tokens": {"dist": "fixed", "value": 10},
+            "output_tokens": {"dist": "fixed", "value": 3},
+        },
+        model=model,
+        hardware=hardware,
+        disaggregation={
+            "prefill": {"count": 1},
+            "decode": {"count": 1},
+            "link": {"bandwidth_gb_per_s": 1e-6, "latency_s": 0.0},
+        },
+    )
+    res = simulate(load_scenario_dict(raw))["default"]
+    per_token = 2 * 1 * 2 * 1 * 1.0  # K and V, 1 layer, 2 replicated heads, head_dim 1, 1 byte
+    assert res.instances["kv_bytes_per_token"].tolist() == [per_token, per_token]
+    # 10 prompt tokens of KV over a 1000 B/s link
+    transfer = res.requests["transfer_s"].to_numpy()
+    np.testing.assert_allclose(transfer, 10 * per_token / 1e3, rtol=1e-12)

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from sim.io.plots_slots import slot_timeline_figure
 
 if TYPE_CHECKING:
-    from sim.metrics.results import Results
+    from sim.metrics.results import Results, VariantResult
 
 MAX_POINTS = 2000  # points per plotted line; plenty for a screen-wide PNG
 FloatArray = npt.NDArray[np.float64]
@@ -111,8 +111,9 @@ def timeline_figure(
 ) -> Figure:
     """Batch size, queue length and KV use over time, one line per variant.
 
-    `kv_blocks_total` maps a variant to its per-instance KV capacity in blocks; without it the
-    KV panel shows blocks used instead of a percentage.
+    `kv_blocks_total` maps a variant to its KV capacity in blocks, all its instances together
+    (a cluster's KV use is its blocks used over its blocks, whatever each instance's size);
+    without it the KV panel shows blocks used instead of a percentage.
     """
     fig = Figure(figsize=(12, 9), layout="constrained")
     ax_batch, ax_queue, ax_kv = fig.subplots(3, 1, sharex=True)
@@ -130,7 +131,7 @@ def timeline_figure(
         edges = np.linspace(start.min(), max(end.max(), start.min() + 1e-9), MAX_POINTS + 1)
         kv = groups["kv_blocks_used"].to_numpy(dtype=float)
         if kv_blocks_total is not None:
-            capacity = kv_blocks_total.get(variant, 0) * groups["instance"].nunique()
+            capacity = kv_blocks_total.get(variant, 0)
             kv = 100.0 * kv / capacity if capacity > 0 else np.full_like(kv, np.nan)
         series: list[tuple[Axes, FloatArray]] = [
             (ax_batch, binned_mean(start, end, groups["num_seqs"].to_numpy(dtype=float), edges)),
@@ -173,6 +174,14 @@ def plot_timeline(
 PLOT_NAMES = ("latency_cdf", "timeline", "slots")
 
 
+def total_kv_blocks(variant: VariantResult) -> int:
+    """KV blocks of all of a variant's instances (from its instance table)."""
+    table = variant.instances
+    if len(table) and "kv_blocks_total" in table.columns:
+        return int(table["kv_blocks_total"].sum())
+    return variant.context.kv_blocks_total * variant.context.num_instances
+
+
 def _is_static(results: Results, name: str) -> bool:
     policy = results[name].scenario.get("policy") or {}
     return isinstance(policy, dict) and policy.get("name") == "static"
@@ -185,7 +194,7 @@ def save_plots(
 
     Returns the paths, figure by figure in `PLOT_NAMES` order, formats in the given order.
     """
-    capacity = {name: v.context.kv_blocks_total for name, v in results.variants.items()}
+    capacity = {name: total_kv_blocks(v) for name, v in results.variants.items()}
     requests = results.requests
     static = {name: _is_static(results, name) for name in results.variants}
     figures = [
