@@ -24,12 +24,13 @@ import pandas as pd
 import simpy
 
 from sim.core.engine import Source
-from sim.core.recorder import STEP_COLUMNS, RequestLog, StepLog
+from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.results import Results, VariantResult
+from sim.metrics.streaming import StreamSummary
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
-from sim.topology.cluster import build_cluster
+from sim.topology.cluster import Cluster, build_cluster
 from sim.workload import RequestArrays, generate_requests
 
 ProgressFn = Callable[[str], None]
@@ -41,8 +42,11 @@ def simulate(
     *,
     overrides: list[str] | tuple[str, ...] = (),
     progress: ProgressFn | None = None,
+    tables: bool = True,
 ) -> Results:
-    """Run every variant of a scenario (a loaded `ScenarioSet` or a YAML path)."""
+    """Run every variant of a scenario (a loaded `ScenarioSet` or a YAML path). With
+    `tables=False` no per-request, per-step or gap tables are kept: each variant's summary is
+    folded from its records as they come (flat memory; percentiles from sketches)."""
     if not isinstance(scenario, ScenarioSet):
         scenario = load_scenario(scenario, overrides)
     elif overrides:
@@ -68,7 +72,7 @@ def simulate(
                 raise ScenarioError(str(exc), file=scenario.file, path="slo.tiers") from None
         if progress:
             progress(f"{resolved.variant}: {len(workloads[key])} requests")
-        variants[resolved.variant] = run_variant(resolved, workloads[key], progress)
+        variants[resolved.variant] = run_variant(resolved, workloads[key], progress, tables=tables)
     return Results(scenario_name=scenario.name, variants=variants)
 
 
@@ -87,14 +91,46 @@ def _watch(
 
 
 def run_variant(
-    resolved: ResolvedScenario, requests: RequestArrays, progress: ProgressFn | None = None
+    resolved: ResolvedScenario,
+    requests: RequestArrays,
+    progress: ProgressFn | None = None,
+    *,
+    tables: bool = True,
 ) -> VariantResult:
+    """One variant on the given requests. `tables=False` streams the records into the summary
+    (`sim.metrics.streaming`) and keeps no per-request, per-step or gap tables: memory stays
+    flat, percentiles come from sketches."""
     spec = resolved.spec
-    model = spec.model
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
-    log = RequestLog(len(requests))
-    cluster = build_cluster(env, resolved, routing_rng, log)
+    stream: StreamSummary | None = None
+    records = None
+    if tables:
+        log = RequestLog(len(requests))
+    else:
+
+        def take_requests(log: RequestLog) -> None:
+            assert stream is not None
+            stream.add_requests(requests_table(requests, log))
+
+        def make_records(index: int) -> tuple[StepLog, ItlLog]:
+            def take_steps(steps: StepLog) -> None:
+                assert stream is not None
+                stream.add_steps(steps.instance, pd.DataFrame(steps.columns(), copy=False))
+
+            def take_gaps(itl: ItlLog) -> None:
+                assert stream is not None
+                stream.add_itl(*itl.arrays())
+
+            return StepLog(index, on_full=take_steps), ItlLog(on_full=take_gaps)
+
+        log = RequestLog(len(requests), on_full=take_requests)
+        records = make_records
+    cluster = build_cluster(env, resolved, routing_rng, log, records)
+    context = _context(resolved, cluster)
+    if not tables:
+        num_links = cluster.link.num_links if cluster.link is not None else 0
+        stream = StreamSummary(context, requests.arrival_s, num_links)
     assert requests.tier_index is not None and requests.predicted_output_tokens is not None
     tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
     columns = (
@@ -112,9 +148,43 @@ def run_variant(
     if log.num_done != len(requests):  # the loop only stops when the queues drain
         missing = len(requests) - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
+    instances = pd.DataFrame([vars(i) for i in cluster.info])
+    scenario_doc = resolved.spec.model_dump(mode="json")
+    if stream is not None:
+        log.hand_over()
+        for inst in cluster.instances:
+            inst.steps.hand_over(force=True)
+            inst.itl.hand_over(force=True)
+        return VariantResult(
+            name=resolved.variant,
+            requests=pd.DataFrame(),
+            steps=pd.DataFrame(),
+            itl=pd.DataFrame(),
+            context=context,
+            scenario=scenario_doc,
+            instances=instances,
+            streamed=stream,
+        )
+    steps = steps_table([inst.steps for inst in cluster.instances])
+    itl_parts = [inst.itl.arrays() for inst in cluster.instances]
+    gaps = np.concatenate([g for g, _ in itl_parts])
+    counts = np.concatenate([c for _, c in itl_parts])
+    return VariantResult(
+        name=resolved.variant,
+        requests=requests_table(requests, log),
+        steps=steps,
+        itl=pd.DataFrame({"gap_s": gaps, "count": counts}, copy=False),
+        context=context,
+        scenario=scenario_doc,
+        instances=instances,
+    )
 
+
+def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
+    spec = resolved.spec
+    model = spec.model
     first = cluster.info[0]
-    context = SummaryContext(
+    return SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
         slo_tpot_s=spec.slo.tpot_s,
         slo_tiers=tuple((t, *spec.slo.targets(t)) for t in spec.slo.tiers),
@@ -140,19 +210,6 @@ def run_variant(
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
     )
-    steps = steps_table([inst.steps for inst in cluster.instances])
-    itl_parts = [inst.itl.arrays() for inst in cluster.instances]
-    gaps = np.concatenate([g for g, _ in itl_parts])
-    counts = np.concatenate([c for _, c in itl_parts])
-    return VariantResult(
-        name=resolved.variant,
-        requests=requests_table(requests, log),
-        steps=steps,
-        itl=pd.DataFrame({"gap_s": gaps, "count": counts}, copy=False),
-        context=context,
-        scenario=resolved.spec.model_dump(mode="json"),
-        instances=pd.DataFrame([vars(i) for i in cluster.info]),
-    )
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:
@@ -169,18 +226,19 @@ def steps_table(logs: list[StepLog]) -> pd.DataFrame:
 
 
 def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
-    """One row per request, in id order: the workload's columns and the run's outcomes."""
-    f, n = log.floats, log.ints
+    """One row per request the log holds (all of them, in id order, unless streamed): the
+    workload's columns and the run's outcomes."""
+    ids, f, n = log.block()
     assert requests.tier_index is not None and requests.predicted_output_tokens is not None
-    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
+    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index[ids]]
     reasons = np.asarray(log.reasons, dtype=object)[n["reject_code"]]
     df = pd.DataFrame(
         {
-            "id": np.arange(len(requests)),
+            "id": ids,
             "instance": n["instance"],
-            "arrival_s": requests.arrival_s,
-            "num_prompt_tokens": requests.prompt_tokens,
-            "max_output_tokens": requests.output_tokens,
+            "arrival_s": requests.arrival_s[ids],
+            "num_prompt_tokens": requests.prompt_tokens[ids],
+            "max_output_tokens": requests.output_tokens[ids],
             "num_output_tokens": n["num_output_tokens"],
             "first_scheduled_s": f["first_scheduled_s"],
             "first_token_s": f["first_token_s"],
@@ -191,7 +249,7 @@ def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
             "num_swaps": n["num_swaps"],
             "swapped_bytes": n["swapped_bytes"],
             "tier": tiers,
-            "predicted_output_tokens": requests.predicted_output_tokens,
+            "predicted_output_tokens": requests.predicted_output_tokens[ids],
             "rejected": n["reject_code"] > 0,
             "reject_reason": reasons,
             "decode_instance": n["decode_instance"],

@@ -143,6 +143,8 @@ class Instance:
         hands_off: bool = False,
         receives: bool = False,
         start: bool = True,
+        steps: StepLog | None = None,
+        itl: ItlLog | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -165,8 +167,9 @@ class Instance:
         self.arrived: deque[Request] = deque()  # P/D decode: KV landed, waiting for a seat
         self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
         self.usage = KVUsage(pool.block_size)
-        self.steps = StepLog(index)
-        self.itl = ItlLog()
+        self.steps = steps if steps is not None else StepLog(index)
+        self.itl = itl if itl is not None else ItlLog()
+        self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
         self.host_used_bytes = 0
         self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
         self._waiting_work = 0  # remaining work of the waiting requests
@@ -683,6 +686,9 @@ class Instance:
         a[17](piece.stored_token_seconds)
         a[18](piece.fragment_token_seconds)
         a[19](run.swap_s)
+        if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
+            self.steps.hand_over()
+            self.itl.hand_over()
         return end
 
     def _continue(self, run: Run, done: int) -> None:

@@ -50,16 +50,31 @@ STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
 
 
 class StepLog:
-    """Step-group rows of one instance."""
+    """Step-group rows of one instance. With `on_full`, the rows are handed over (`columns()`)
+    and dropped whenever `capacity` have gathered: a streamed run keeps no table."""
 
-    def __init__(self, instance: int = 0) -> None:
+    def __init__(
+        self,
+        instance: int = 0,
+        on_full: Callable[[StepLog], None] | None = None,
+        capacity: int = 1 << 16,
+    ) -> None:
         self.instance = instance
+        self.on_full = on_full
+        self.capacity = capacity
         self._columns = [array(code) for _, code in STEP_SCHEMA]
         # bound appends, in schema order: the hot path calls them directly
         self.append: tuple[Callable[[Any], None], ...] = tuple(c.append for c in self._columns)
 
     def __len__(self) -> int:
         return len(self._columns[0])
+
+    def hand_over(self, *, force: bool = False) -> None:
+        """Give the rows to `on_full` when there are `capacity` of them (or any, `force`)."""
+        if self.on_full is not None and (len(self) >= self.capacity or (force and len(self))):
+            self.on_full(self)
+            for col in self._columns:
+                del col[:]
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every column as a numpy array (the instance column filled in)."""
@@ -71,9 +86,13 @@ class StepLog:
 
 
 class ItlLog:
-    """Pooled inter-token gaps of one instance."""
+    """Pooled inter-token gaps of one instance (handed over in chunks with `on_full`)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, on_full: Callable[[ItlLog], None] | None = None, capacity: int = 1 << 16
+    ) -> None:
+        self.on_full = on_full
+        self.capacity = capacity
         self.gap_s = array("d")
         self.count = array("q")
         # runs of growing gaps, column by column: first gap, increment, number of gaps, count
@@ -99,6 +118,15 @@ class ItlLog:
             self.run_gaps.append(num_steps - 1)
             self.run_count.append(count)
 
+    def hand_over(self, *, force: bool = False) -> None:
+        size = len(self.gap_s) + len(self.run_gaps)
+        if self.on_full is not None and (size >= self.capacity or (force and size)):
+            self.on_full(self)
+            for col in (self.gap_s, self.count, self.run_first_s, self.run_increment_s):
+                del col[:]
+            del self.run_gaps[:]
+            del self.run_count[:]
+
     def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
         """All gaps and their counts, the runs expanded (vectorized)."""
         gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
@@ -115,7 +143,10 @@ class ItlLog:
 
 
 class RequestLog:
-    """Per-request outcomes, written at finish or rejection, indexed by request id."""
+    """Per-request outcomes, written when a request finishes or is rejected.
+
+    Rows live at their request id (`num_requests` rows), or, with `on_full`, in a block of
+    `capacity` rows with their `ids`, handed over when full: a streamed run keeps no table."""
 
     FLOAT_COLUMNS = (
         "first_scheduled_s",
@@ -137,22 +168,44 @@ class RequestLog:
         "reject_code",
     )
 
-    def __init__(self, num_requests: int) -> None:
-        self.floats = {c: np.full(num_requests, np.nan) for c in self.FLOAT_COLUMNS}
-        self.ints = {c: np.zeros(num_requests, dtype=np.int64) for c in self.INT_COLUMNS}
-        self.ints["instance"][:] = -1
-        self.ints["decode_instance"][:] = -1
+    def __init__(
+        self,
+        num_requests: int,
+        on_full: Callable[[RequestLog], None] | None = None,
+        capacity: int = 1 << 16,
+    ) -> None:
+        self.on_full = on_full
+        rows = num_requests if on_full is None else min(capacity, max(1, num_requests))
+        self.floats = {c: np.full(rows, np.nan) for c in self.FLOAT_COLUMNS}
+        self.ints = {c: np.zeros(rows, dtype=np.int64) for c in self.INT_COLUMNS}
+        self.ids = np.arange(rows) if on_full is None else np.zeros(rows, dtype=np.int64)
+        self._reset()
         self.done = np.zeros(num_requests, dtype=bool)
         self.num_done = 0
+        self.rows = 0  # rows held now (streamed: since the last hand-over)
         self.reasons: list[str] = [""]  # rejection causes; `reject_code` indexes this list
+
+    def _reset(self) -> None:
+        for col in self.floats.values():
+            col[:] = np.nan
+        for col in self.ints.values():
+            col[:] = 0
+        self.ints["instance"][:] = -1
+        self.ints["decode_instance"][:] = -1
 
     def record(self, req: Request) -> None:
         """Write a finished or rejected request's row."""
-        i = req.id
-        if self.done[i]:
-            raise AssertionError(f"request {i} recorded twice")
-        self.done[i] = True
+        rid = req.id
+        if self.done[rid]:
+            raise AssertionError(f"request {rid} recorded twice")
+        self.done[rid] = True
         self.num_done += 1
+        if self.on_full is None:
+            i = rid
+        else:
+            i = self.rows
+            self.ids[i] = rid
+        self.rows += 1
         f, n = self.floats, self.ints
         f["first_scheduled_s"][i] = req.first_scheduled_s
         f["first_token_s"][i] = req.first_token_s
@@ -174,3 +227,21 @@ class RequestLog:
             if req.reject_reason not in self.reasons:
                 self.reasons.append(req.reject_reason)
             n["reject_code"][i] = self.reasons.index(req.reject_reason)
+        if self.on_full is not None and self.rows == len(self.ids):
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """Streamed: give the rows held to `on_full` (`block()`) and start a new block."""
+        if self.on_full is not None and self.rows:
+            self.on_full(self)
+            self._reset()
+            self.rows = 0
+
+    def block(self) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The rows held: their request ids, float columns and int columns."""
+        rows = self.rows if self.on_full is not None else len(self.ids)
+        return (
+            self.ids[:rows],
+            {c: a[:rows] for c, a in self.floats.items()},
+            {c: a[:rows] for c, a in self.ints.items()},
+        )

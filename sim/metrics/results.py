@@ -29,6 +29,7 @@ import pandas as pd
 
 from sim.metrics.context import SummaryContext
 from sim.metrics.instances import instance_summary, stall_summary, transfer_summary
+from sim.metrics.streaming import StreamSummary
 from sim.metrics.summary import summarize
 
 
@@ -43,8 +44,12 @@ class VariantResult:
     scenario: dict[str, Any] = field(default_factory=dict)
     # one row per instance: index, role (serve|prefill|decode), group, hardware, KV blocks, ...
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # a streamed run (no tables): the summary folded from its records as they came
+    streamed: StreamSummary | None = None
 
     def summary(self) -> dict[str, float]:
+        if self.streamed is not None:
+            return self.streamed.summary()
         out = summarize(self.requests, self.steps, self.itl, self.context)
         out.update(stall_summary(self.requests))
         out.update(transfer_summary(self.requests, self.context))
@@ -52,6 +57,8 @@ class VariantResult:
 
     def instance_summary(self) -> pd.DataFrame:
         """One row per instance: role, group, hardware, requests taken and step metrics."""
+        if self.streamed is not None:
+            return self.streamed.instance_summary(self.instances)
         return instance_summary(self.requests, self.steps, self.instances, self.context)
 
 

@@ -22,6 +22,7 @@ Conventions:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -80,21 +81,90 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else math.nan
 
 
+@dataclass
+class StepTotals:
+    """Mergeable sums over one instance's step groups: everything `step_summary` reads.
+
+    Built from a steps table (`from_table`) or chunk by chunk while a run streams (`add`), so a
+    summary of ten million requests needs no table at all."""
+
+    num_steps: float = 0.0
+    busy_s: float = 0.0
+    seq_steps: float = 0.0  # sum of k * num_seqs
+    seq_seconds: float = 0.0  # sum of group time * num_seqs
+    active_steps: float = 0.0  # sum of k * num_active_seqs
+    max_seqs: int = 0
+    tokens: float = 0.0  # sum of k * (prefill + decode tokens)
+    context_tokens: float = 0.0  # KV tokens read, summed over steps
+    kv_block_seconds: float = 0.0
+    kv_blocks_peak: float = 0.0
+    stored_token_seconds: float = 0.0
+    fragment_token_seconds: float = 0.0
+    has_token_seconds: bool = True
+    start_s: float = math.inf
+    end_s: float = -math.inf
+
+    def add(self, steps: pd.DataFrame) -> None:
+        """Add the groups of `steps` (one instance's)."""
+        if not len(steps):
+            return
+        k = _col(steps, "num_steps", 1.0)
+        time = group_durations(steps)
+        seqs = _col(steps, "num_seqs")
+        kv_used = _col(steps, "kv_blocks_used")
+        self.num_steps += float(k.sum())
+        self.busy_s += float(time.sum())
+        self.seq_steps += float((k * seqs).sum())
+        self.seq_seconds += float((time * seqs).sum())
+        self.active_steps += float((k * _col(steps, "num_active_seqs")).sum())
+        self.max_seqs = max(self.max_seqs, int(seqs.max()))
+        tokens = _col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens")
+        self.tokens += float((k * tokens).sum())
+        context = _series_sum(
+            k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
+        )
+        self.context_tokens += float(context.sum())
+        held = (
+            _col(steps, "kv_block_seconds")
+            if "kv_block_seconds" in steps.columns
+            else kv_used * time
+        )
+        self.kv_block_seconds += float(held.sum())
+        self.kv_blocks_peak = max(self.kv_blocks_peak, float(kv_used.max()))
+        if "kv_stored_token_seconds" in steps.columns:
+            self.stored_token_seconds += float(_col(steps, "kv_stored_token_seconds").sum())
+            self.fragment_token_seconds += float(_col(steps, "kv_fragment_token_seconds").sum())
+        else:
+            self.has_token_seconds = False
+        self.start_s = min(self.start_s, float(_col(steps, "start_s").min()))
+        self.end_s = max(self.end_s, float(_col(steps, "end_s").max()))
+
+
+def totals_by_instance(steps: pd.DataFrame) -> dict[int, StepTotals]:
+    """Per instance index, the totals of a steps table (a table without `instance`: one)."""
+    if "instance" not in steps.columns:
+        totals = StepTotals()
+        totals.add(steps)
+        return {0: totals}
+    out: dict[int, StepTotals] = {}
+    codes, uniques = pd.factorize(steps["instance"], sort=True)
+    for code, index in enumerate(np.asarray(uniques).tolist()):
+        out[int(index)] = totals = StepTotals()
+        totals.add(steps[codes == code])
+    return out
+
+
 def step_summary(
     steps: pd.DataFrame, ctx: SummaryContext, first_arrival_s: float
 ) -> dict[str, float]:
     """Metrics of the step table; `first_arrival_s` starts the span for `busy_fraction`."""
-    k = _col(steps, "num_steps", 1.0)
-    time = group_durations(steps)
-    num_steps = float(k.sum())
-    busy_s = float(time.sum())
-    seqs = _col(steps, "num_seqs")
-    # per-row hardware figures, so that heterogeneous clusters weigh each instance by its own
-    if "instance" in steps.columns:
-        codes, found = pd.factorize(steps["instance"])
-        uniques = np.asarray(found)
-    else:
-        codes, uniques = np.zeros(len(steps), dtype=np.int64), np.zeros(1, dtype=np.int64)
+    return summary_of_totals(totals_by_instance(steps), ctx, first_arrival_s)
+
+
+def summary_of_totals(
+    totals: dict[int, StepTotals], ctx: SummaryContext, first_arrival_s: float
+) -> dict[str, float]:
+    """The step metrics from per-instance totals, each instance weighed by its own hardware."""
     table = dict(enumerate(ctx.instances))
     default = (
         ctx.kv_blocks_total,
@@ -103,77 +173,54 @@ def step_summary(
         ctx.kv_bytes_per_token,
         ctx.block_size,
     )
-    per_instance = np.array([table.get(int(u), default) for u in uniques], dtype=float)
-    per_instance = per_instance.reshape(-1, 5)
-    kv_total = per_instance[codes, 0] if len(steps) else np.zeros(0)
-    peak = per_instance[codes, 1] if len(steps) else np.zeros(0)
-    bandwidth = per_instance[codes, 2] if len(steps) else np.zeros(0)
-    kv_bytes = per_instance[codes, 3] if len(steps) else np.zeros(0)
-    block_size = per_instance[codes, 4] if len(steps) else np.zeros(0)
-    step_tokens = k * (_col(steps, "num_prefill_tokens") + _col(steps, "num_decode_tokens"))
-    step_context = _series_sum(
-        k, _col(steps, "sum_context_tokens"), _col(steps, "context_growth_per_step")
-    )
-    step_bytes = ctx.weight_bytes * k + kv_bytes * step_context
-    flops_capacity = float((time * peak).sum())
-    bytes_capacity = float((time * bandwidth).sum())
-
-    kv_used = _col(steps, "kv_blocks_used")
-    kv_mean = math.nan
+    active = {i: t for i, t in totals.items() if t.num_steps > 0 or t.busy_s > 0}
+    num_steps = sum(t.num_steps for t in active.values())
+    busy_s = sum(t.busy_s for t in active.values())
+    seq_steps = sum(t.seq_steps for t in active.values())
+    flops_capacity = bytes_capacity = step_bytes = allocated = 0.0
+    kv_means: list[float] = []
     kv_peak = math.nan
-    if len(steps) and (per_instance[:, 0] > 0).all():
-        # time-weighted per instance first, so a busy instance does not outweigh an idle one
-        inst_time = np.bincount(codes, weights=time)
-        held = (
-            _col(steps, "kv_block_seconds")
-            if "kv_block_seconds" in steps.columns
-            else kv_used * time
-        )
-        inst_kv = np.bincount(codes, weights=held)
-        valid = inst_time > 0
-        if valid.any():
-            kv_mean = float((inst_kv[valid] / inst_time[valid] / per_instance[valid, 0]).mean())
-        kv_peak = float((kv_used / kv_total).max())
-
-    kv_stats = _kv_token_stats(steps, time, block_size)
-    span_end = float(_col(steps, "end_s").max()) if len(steps) else math.nan
+    kv_ok = all(table.get(i, default)[0] > 0 for i in active)
+    for i, t in active.items():
+        kv_total, peak, bandwidth, kv_bytes, block_size = table.get(i, default)
+        flops_capacity += t.busy_s * peak
+        bytes_capacity += t.busy_s * bandwidth
+        step_bytes += ctx.weight_bytes * t.num_steps + kv_bytes * t.context_tokens
+        allocated += t.kv_block_seconds * block_size
+        if kv_ok:
+            # time-weighted per instance first, so a busy instance does not outweigh an idle one
+            if t.busy_s > 0:
+                kv_means.append(t.kv_block_seconds / t.busy_s / kv_total)
+            fraction = t.kv_blocks_peak / kv_total
+            kv_peak = fraction if math.isnan(kv_peak) else max(kv_peak, fraction)
+    span_end = max((t.end_s for t in active.values()), default=math.nan)
     span_start = first_arrival_s
-    if math.isnan(span_start) and len(steps):
-        span_start = float(_col(steps, "start_s").min())
+    if math.isnan(span_start) and active:
+        span_start = min(t.start_s for t in active.values())
     span_s = span_end - span_start
-    return {
+    out = {
         "num_steps": int(num_steps),
         "busy_s": busy_s,
-        "mean_batch_size": _ratio(float((k * seqs).sum()), num_steps),
-        "mean_batch_size_time_weighted": _ratio(float((time * seqs).sum()), busy_s),
-        "max_batch_size": int(seqs.max()) if len(steps) else 0,
-        "slot_utilization": _ratio(
-            float((k * _col(steps, "num_active_seqs")).sum()), float((k * seqs).sum())
+        "mean_batch_size": _ratio(seq_steps, num_steps),
+        "mean_batch_size_time_weighted": _ratio(
+            sum(t.seq_seconds for t in active.values()), busy_s
         ),
-        "kv_utilization_mean": kv_mean,
+        "max_batch_size": max((t.max_seqs for t in active.values()), default=0),
+        "slot_utilization": _ratio(sum(t.active_steps for t in active.values()), seq_steps),
+        "kv_utilization_mean": float(np.mean(kv_means)) if kv_means else math.nan,
         "kv_utilization_peak": kv_peak,
         "busy_fraction": (
             _ratio(busy_s, ctx.num_instances * span_s) if not math.isnan(span_s) else math.nan
         ),
-        "mfu": _ratio(ctx.flops_per_token * float(step_tokens.sum()), flops_capacity),
-        "bandwidth_utilization": _ratio(float(step_bytes.sum()), bytes_capacity),
-        **kv_stats,
+        "mfu": _ratio(ctx.flops_per_token * sum(t.tokens for t in active.values()), flops_capacity),
+        "bandwidth_utilization": _ratio(step_bytes, bytes_capacity),
     }
-
-
-def _kv_token_stats(
-    steps: pd.DataFrame, time: FloatArray, block_size: FloatArray
-) -> dict[str, float]:
-    """Stored tokens and how allocated KV memory is used (sim/core/kv_usage.py), time-weighted over
-    busy time and summed over instances; absent for tables without the token-second columns."""
-    if "kv_stored_token_seconds" not in steps.columns:
-        return {}
-    stored = float(_col(steps, "kv_stored_token_seconds").sum())
-    fragment = float(_col(steps, "kv_fragment_token_seconds").sum())
-    allocated = float((_col(steps, "kv_block_seconds") * block_size).sum())
-    busy = float(time.sum())
-    return {
-        "kv_tokens_stored_mean": _ratio(stored, busy),
-        "kv_reserved_utilization": _ratio(stored, allocated),
-        "internal_fragmentation": _ratio(fragment, allocated),
-    }
+    if active and all(t.has_token_seconds for t in active.values()):
+        # stored tokens and how allocated KV memory is used (sim/core/kv_usage.py),
+        # time-weighted over busy time and summed over instances
+        stored = sum(t.stored_token_seconds for t in active.values())
+        fragment = sum(t.fragment_token_seconds for t in active.values())
+        out["kv_tokens_stored_mean"] = _ratio(stored, busy_s)
+        out["kv_reserved_utilization"] = _ratio(stored, allocated)
+        out["internal_fragmentation"] = _ratio(fragment, allocated)
+    return out

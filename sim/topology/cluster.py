@@ -20,7 +20,7 @@ import simpy
 
 from sim.core.engine import Instance, KVSpec
 from sim.core.kv_cache import BlockManager
-from sim.core.recorder import RequestLog
+from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.costs.catalog import (
     ModelSpec,
@@ -66,8 +66,14 @@ def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
 
 
 def build_cluster(
-    env: simpy.Environment, resolved: ResolvedScenario, rng: np.random.Generator, log: RequestLog
+    env: simpy.Environment,
+    resolved: ResolvedScenario,
+    rng: np.random.Generator,
+    log: RequestLog,
+    records: Callable[[int], tuple[StepLog, ItlLog]] | None = None,
 ) -> Cluster:
+    """The instances and topology of a resolved scenario; `records(index)` gives an instance's
+    step and gap logs (default: in-memory tables)."""
     spec = resolved.spec
     model = spec.model
     instances: list[Instance] = []
@@ -90,6 +96,7 @@ def build_cluster(
                 kv = KVSpec(
                     bytes_per_token, pre.swap_bandwidth_gb_per_s * 1e9, pre.host_memory_gb * 1e9
                 )
+            steps, itl = records(index) if records is not None else (None, None)
             instance = Instance(
                 env,
                 index,
@@ -102,6 +109,8 @@ def build_cluster(
                 coalesce=spec.engine.coalesce_decode_steps,
                 hands_off=group.role == "prefill",
                 receives=group.role == "decode",
+                steps=steps,
+                itl=itl,
             )
             instances.append(instance)
             info.append(

@@ -1,0 +1,313 @@
+"""Summaries of runs too large to keep as tables: chunks in, mergeable sums and sketches out.
+
+With tables off (`simulate(..., tables=False)`, `batchsim run --tables summary`) the engine hands
+its records over in chunks of bounded size and forgets them; `StreamSummary` folds each chunk into
+counts, sums, maxima, per-instance step totals (`sim.metrics.steps.StepTotals`) and quantile
+sketches, so memory stays flat whatever the number of requests, and the summary has the same keys
+as the tables' (`sim.metrics.summary.summarize`).
+
+Counts, sums, means, rates, utilizations and maxima are exact. Percentiles come from DDSketch
+(Masson et al., VLDB 2019; the `ddsketch` package), which guarantees a relative error: a reported
+percentile `p` of a sample lies within `RELATIVE_ACCURACY` of the sample's order statistic at rank
+`floor(q * (n - 1))`, i.e. `|p - x| <= RELATIVE_ACCURACY * x` (the exact tables interpolate
+between that order statistic and the next). Values are binned with numpy a chunk at a time and
+added to the sketch once per occupied bin, so a sketch costs O(bins) per chunk, not O(values).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from ddsketch import DDSketch
+from ddsketch.mapping import LogarithmicMapping
+
+from sim.metrics.context import SummaryContext
+from sim.metrics.instances import INSTANCE_METRICS
+from sim.metrics.percentiles import QUANTILES
+from sim.metrics.steps import StepTotals, summary_of_totals
+from sim.metrics.tiers import meets_slo, slo_targets
+
+RELATIVE_ACCURACY = 0.005  # 0.5 %: about 460 bins cover 1 ms to 10,000 s
+
+
+def _max(current: float, value: float) -> float:
+    """The larger, where NaN means no value yet."""
+    return value if math.isnan(current) else max(current, value)
+
+
+class Sketch:
+    """A quantile sketch of non-negative values (weighted), with exact count, sum and max."""
+
+    def __init__(self, relative_accuracy: float = RELATIVE_ACCURACY) -> None:
+        self.sketch = DDSketch(relative_accuracy)
+        self.mapping = LogarithmicMapping(relative_accuracy)  # the sketch's own binning
+        self.log_gamma = math.log(self.mapping.gamma)
+        self.count = 0.0
+        self.total = 0.0
+        self.max = -math.inf
+
+    def add(self, values: npt.ArrayLike, weights: npt.ArrayLike | None = None) -> None:
+        v = np.asarray(values, dtype=float)
+        w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
+        keep = ~np.isnan(v) & (w > 0)
+        v, w = v[keep], w[keep]
+        if not v.size:
+            return
+        self.count += float(w.sum())
+        self.total += float((v * w).sum())
+        self.max = max(self.max, float(v.max()))
+        positive = v > self.mapping.min_possible
+        if not positive.all():
+            self.sketch.add(0.0, float(w[~positive].sum()))
+        if positive.any():
+            # the bin of each value, as the sketch's mapping computes it: log base gamma, up
+            keys = np.ceil(np.log(v[positive]) / self.log_gamma).astype(np.int64)
+            bins, inverse = np.unique(keys, return_inverse=True)
+            weight = np.bincount(inverse, weights=w[positive])
+            for key, total in zip(bins.tolist(), weight.tolist(), strict=True):
+                self.sketch.add(self.mapping.value(key), total)
+
+    def quantile(self, q: float) -> float:
+        """The q-th percentile (0..100); NaN when empty."""
+        if not self.count:
+            return math.nan
+        value = self.sketch.get_quantile_value(q / 100.0)
+        return math.nan if value is None else float(value)
+
+    def stats(self, prefix: str, quantiles: Sequence[int] = QUANTILES) -> dict[str, float]:
+        """`<prefix>_mean_s` (exact) and `<prefix>_p<q>_s`, like `latency_stats`."""
+        out = {f"{prefix}_mean_s": self.total / self.count if self.count else math.nan}
+        for q in quantiles:
+            out[f"{prefix}_p{q}_s"] = self.quantile(q)
+        return out
+
+
+class _Tier:
+    def __init__(self) -> None:
+        self.num = 0
+        self.good = 0
+        self.ttft = Sketch()
+        self.e2e = Sketch()
+        self.oldest_wait = math.nan
+
+
+class StreamSummary:
+    """One variant's summary, built from chunks of its requests, steps and gaps."""
+
+    def __init__(
+        self, ctx: SummaryContext, arrival_s: npt.NDArray[np.float64], num_links: int = 0
+    ) -> None:
+        self.ctx = ctx
+        n = len(arrival_s)
+        self.first_arrival = float(arrival_s.min()) if n else math.nan
+        self.last_arrival = float(arrival_s.max()) if n else math.nan
+        self.window = (self.first_arrival + ctx.warmup_s, self.last_arrival - ctx.cooldown_s)
+        self.counts = dict.fromkeys(
+            (
+                "num_requests",
+                "num_finished",
+                "num_rejected",
+                "num_preemptions",
+                "num_recomputed_tokens",
+                "num_swaps",
+                "swapped_bytes",
+                "num_kv_transfers",
+            ),
+            0,
+        )
+        self.latency = {m: Sketch() for m in ("ttft", "tpot", "e2e", "queue", "stall")}
+        self.transfer = {m: Sketch() for m in ("kv_transfer", "kv_transfer_queue")}
+        self.transfer_busy_s = 0.0
+        self.itl = Sketch()
+        self.itl_max = math.nan
+        self.measured = self.offered = self.good = self.done = 0
+        self.measured_first_arrival = math.inf
+        self.measured_last_finish = -math.inf
+        self.output_tokens = self.prompt_tokens = 0.0
+        self.oldest_wait = math.nan
+        self.served_waits = 0.0
+        self.served_wait_count = 0
+        self.served_last_finish = -math.inf
+        self.last_finish = -math.inf
+        self.tiers: dict[str, _Tier] = {}
+        self.steps: dict[int, StepTotals] = {}
+        self.taken: dict[int, int] = {}  # requests per instance (prefill and decode sides)
+        self.num_links = num_links
+
+    # -- chunks in --------------------------------------------------------------------------------
+
+    def add_requests(self, chunk: pd.DataFrame) -> None:
+        """A chunk of the requests table (any rows, any order)."""
+        c = self.counts
+        rejected = chunk["rejected"].to_numpy(dtype=bool)
+        finish = chunk["finish_s"].to_numpy(dtype=float)
+        arrival = chunk["arrival_s"].to_numpy(dtype=float)
+        c["num_requests"] += len(chunk)
+        c["num_finished"] += int((~rejected & ~np.isnan(finish)).sum())
+        c["num_rejected"] += int(rejected.sum())
+        for key in ("num_preemptions", "num_recomputed_tokens", "num_swaps", "swapped_bytes"):
+            c[key] += int(chunk[key].sum())
+        for column in ("instance", "decode_instance"):
+            for index, count in chunk[column].value_counts().items():
+                if int(index) >= 0:  # type: ignore[call-overload]
+                    key = int(index)  # type: ignore[call-overload]
+                    self.taken[key] = self.taken.get(key, 0) + int(count)
+        if (~np.isnan(finish)).any():
+            self.last_finish = max(self.last_finish, float(np.nanmax(finish)))
+        served = ~rejected
+        waits = chunk["queue_s"].to_numpy(dtype=float)[served]
+        self.served_waits += float(np.nansum(waits))
+        self.served_wait_count += int((~np.isnan(waits)).sum())
+        if (~np.isnan(finish[served])).any():
+            self.served_last_finish = max(self.served_last_finish, float(np.nanmax(finish[served])))
+        stalls = chunk["max_itl_s"].to_numpy(dtype=float)
+        multi = served & (chunk["num_output_tokens"].to_numpy() >= 2)
+        self.latency["stall"].add(stalls[multi])
+        if (~np.isnan(stalls[served])).any():
+            self.itl_max = _max(self.itl_max, float(np.nanmax(stalls[served])))
+        lo, hi = self.window
+        in_window = (arrival >= lo) & (arrival <= hi)
+        self.offered += int((in_window & rejected).sum())
+        measured = chunk[in_window & served]
+        self._add_measured(measured)
+        if self.num_links and "transfer_s" in chunk.columns:
+            moved = chunk[chunk["transfer_s"].notna()]
+            c["num_kv_transfers"] += len(moved)
+            self.transfer["kv_transfer"].add(moved["transfer_s"].to_numpy(dtype=float))
+            self.transfer["kv_transfer_queue"].add(moved["transfer_queue_s"].to_numpy(dtype=float))
+            self.transfer_busy_s += float(moved["transfer_s"].sum())
+
+    def _add_measured(self, measured: pd.DataFrame) -> None:
+        if not len(measured):
+            return
+        ctx = self.ctx
+        for metric in ("ttft", "tpot", "e2e", "queue"):
+            self.latency[metric].add(measured[f"{metric}_s"].to_numpy(dtype=float))
+        finish = measured["finish_s"].to_numpy(dtype=float)
+        done = ~np.isnan(finish)
+        self.measured += len(measured)
+        self.offered += len(measured)
+        self.done += int(done.sum())
+        self.measured_first_arrival = min(
+            self.measured_first_arrival, float(measured["arrival_s"].min())
+        )
+        if done.any():
+            self.measured_last_finish = max(self.measured_last_finish, float(finish[done].max()))
+        self.output_tokens += float(measured["num_output_tokens"].to_numpy()[done].sum())
+        self.prompt_tokens += float(measured["num_prompt_tokens"].to_numpy()[done].sum())
+        ttft_target, tpot_target = slo_targets(
+            measured, ctx.slo_ttft_s, ctx.slo_tpot_s, ctx.slo_tiers
+        )
+        good = meets_slo(measured, ttft_target, tpot_target)
+        self.good += int(good.sum())
+        waits = measured["queue_s"].to_numpy(dtype=float)
+        if (~np.isnan(waits)).any():
+            worst = float(np.nanmax(waits))
+            self.oldest_wait = (
+                worst if math.isnan(self.oldest_wait) else max(self.oldest_wait, worst)
+            )
+        if "tier" in measured.columns:
+            tiers = measured["tier"].to_numpy()
+            for name in dict.fromkeys(tiers.tolist()):
+                mask = tiers == name
+                tier = self.tiers.setdefault(str(name), _Tier())
+                tier.num += int(mask.sum())
+                tier.good += int(good[mask].sum())
+                tier.ttft.add(measured["ttft_s"].to_numpy(dtype=float)[mask])
+                tier.e2e.add(measured["e2e_s"].to_numpy(dtype=float)[mask])
+                w = waits[mask]
+                if (~np.isnan(w)).any():
+                    tier.oldest_wait = _max(tier.oldest_wait, float(np.nanmax(w)))
+
+    def add_steps(self, instance: int, chunk: pd.DataFrame) -> None:
+        """A chunk of one instance's step groups."""
+        self.steps.setdefault(instance, StepTotals()).add(chunk)
+
+    def add_itl(self, gaps: npt.ArrayLike, counts: npt.ArrayLike) -> None:
+        self.itl.add(gaps, counts)
+
+    # -- the summary ------------------------------------------------------------------------------
+
+    def instance_summary(self, instances: pd.DataFrame) -> pd.DataFrame:
+        """`sim.metrics.instances.instance_summary` from the streamed step totals."""
+        rows = []
+        for inst in instances.to_dict("records"):
+            index = int(inst["index"])
+            own = replace(
+                self.ctx,
+                num_instances=1,
+                instances=(),
+                kv_blocks_total=int(inst["kv_blocks_total"]),
+                peak_flops=float(inst["peak_flops"]),
+                hbm_bandwidth_bytes_per_s=float(inst["hbm_bandwidth_bytes_per_s"]),
+                kv_bytes_per_token=float(inst["kv_bytes_per_token"]),
+                block_size=int(inst["block_size"]),
+            )
+            totals = {0: self.steps[index]} if index in self.steps else {}
+            metrics = summary_of_totals(totals, own, self.first_arrival)
+            row: dict[str, object] = {
+                "instance": index,
+                "role": inst["role"],
+                "group": inst["group"],
+                "hardware": inst["hardware"],
+                "requests": self.taken.get(index, 0),
+            }
+            row.update({key: metrics[key] for key in INSTANCE_METRICS})
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def summary(self) -> dict[str, float]:
+        out: dict[str, float] = {k: v for k, v in self.counts.items() if k != "num_kv_transfers"}
+        for metric in ("ttft", "tpot", "e2e", "queue"):
+            out.update(self.latency[metric].stats(metric))
+        duration = math.nan
+        if self.done:
+            duration = self.measured_last_finish - self.measured_first_arrival
+
+        def rate(x: float) -> float:
+            return x / duration if duration > 0 else math.nan
+
+        out.update(
+            duration_s=duration,
+            output_tokens_per_s=rate(self.output_tokens),
+            total_tokens_per_s=rate(self.output_tokens + self.prompt_tokens),
+            requests_per_s=rate(float(self.done)),
+            goodput_rps=rate(float(self.good)),
+            slo_attainment=self.good / self.offered if self.offered else math.nan,
+            oldest_wait_s=self.oldest_wait,
+        )
+        if list(self.tiers) != ["default"]:
+            for name, tier in self.tiers.items():
+                key = f"tier_{name}"
+                out[f"{key}_num_requests"] = tier.num
+                out[f"{key}_ttft_p50_s"] = tier.ttft.quantile(50)
+                out[f"{key}_ttft_p99_s"] = tier.ttft.quantile(99)
+                out[f"{key}_e2e_p50_s"] = tier.e2e.quantile(50)
+                out[f"{key}_e2e_p99_s"] = tier.e2e.quantile(99)
+                out[f"{key}_slo_attainment"] = tier.good / tier.num if tier.num else math.nan
+                out[f"{key}_oldest_wait_s"] = tier.oldest_wait
+        out.update(self.itl.stats("itl"))
+        out["itl_max_s"] = self.itl_max
+        out.update(summary_of_totals(self.steps, self.ctx, self.first_arrival))
+        span = self.served_last_finish - self.first_arrival
+        waited = self.served_wait_count and span > 0
+        out["mean_queue_length"] = self.served_waits / span if waited else math.nan
+        stall = self.latency["stall"].stats("stall")
+        if math.isnan(stall["stall_mean_s"]):
+            del stall["stall_mean_s"]
+        out.update(stall)
+        if self.num_links:
+            for metric, sketch in self.transfer.items():
+                out.update(sketch.stats(metric))
+            out["num_kv_transfers"] = self.counts["num_kv_transfers"]
+            span = self.last_finish - self.first_arrival
+            busy = self.transfer_busy_s
+            out["link_utilization"] = busy / (self.num_links * span) if span > 0 else math.nan
+        return {
+            k: (int(v) if isinstance(v, (int, np.integer)) else float(v)) for k, v in out.items()
+        }

@@ -1,0 +1,141 @@
+"""Streamed runs (no tables): the same summary as the tables give, sketches within their bound.
+
+* `Sketch` (hypothesis): every percentile lies within `RELATIVE_ACCURACY` of the order statistic
+  at rank floor(q * (n - 1)) of the (weighted) sample, the bound the module states.
+* A streamed run has exactly the tables' summary keys; every count, sum, mean, rate and
+  utilization is the same number, and each percentile is within the bound of its order statistic
+  in the tables; the records are handed over in chunks and never held whole.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers_sim import scenario, tiny_hardware, tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim import load_scenario_dict, simulate
+from sim.core.recorder import ItlLog, RequestLog, StepLog
+from sim.metrics.percentiles import QUANTILES
+from sim.metrics.streaming import RELATIVE_ACCURACY, Sketch
+
+ALPHA = RELATIVE_ACCURACY * (1 + 1e-9)
+
+
+def order_statistic(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The expanded sample's element at rank floor(q/100 * (n - 1))."""
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    rank = math.floor(q / 100.0 * (cum[-1] - 1))
+    return float(values[order][np.searchsorted(cum, rank, side="right")])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    values=st.lists(
+        st.floats(0.0, 1e4, allow_nan=False).filter(lambda v: v == 0 or v > 1e-6),
+        min_size=1,
+        max_size=300,
+    ),
+    weighted=st.booleans(),
+    chunks=st.integers(1, 4),
+    data=st.data(),
+)
+def test_sketch_percentiles_are_within_the_stated_bound(values, weighted, chunks, data) -> None:
+    v = np.asarray(values)
+    w = (
+        np.asarray(data.draw(st.lists(st.integers(1, 9), min_size=len(v), max_size=len(v))))
+        if weighted
+        else np.ones(len(v), dtype=int)
+    )
+    sketch = Sketch()
+    for part in np.array_split(np.arange(len(v)), chunks):  # chunk by chunk, as streamed
+        sketch.add(v[part], w[part])
+    assert sketch.count == w.sum() and sketch.max == v.max()
+    assert math.isclose(sketch.total, float((v * w).sum()), rel_tol=1e-12)
+    for q in (*QUANTILES, 0, 100):
+        x = order_statistic(v, w, q)
+        assert abs(sketch.quantile(q) - x) <= ALPHA * x + 1e-12, (q, x, sketch.quantile(q))
+
+
+PERCENTILE_SOURCES = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "queue": "queue_s"}
+
+
+def _raw(name: str) -> dict:
+    policy = {"name": name, "max_num_seqs": 8, "max_num_batched_tokens": 128, "block_size": 4}
+    if name == "static":
+        policy = {"name": "static", "max_batch_size": 6, "max_wait_s": 0.01}
+    return scenario(
+        policy=policy,
+        workload={
+            "num_requests": 400,
+            "arrival": {"process": "poisson", "rate": 20.0},
+            "prompt_tokens": {"dist": "uniform", "low": 5, "high": 60},
+            "output_tokens": {"dist": "lognormal", "median": 20, "sigma": 0.8, "max": 120},
+        },
+        model=tiny_model(),
+        hardware=tiny_hardware(1500),
+        slo={"ttft_s": 0.2, "tpot_s": 0.05},
+        metrics={"warmup_s": 1.0, "cooldown_s": 1.0},
+        cluster={"router": "least_kv", "instances": [{"count": 2}]},
+    )
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Hand records over every 64 rows, and note how many rows were ever held at once."""
+    held: list[int] = []
+    for cls in (StepLog, ItlLog, RequestLog):
+        init = cls.__init__
+
+        def small(self, *args, _init=init, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            _init(self, *args, **{**kwargs, "capacity": 64})
+
+        monkeypatch.setattr(cls, "__init__", small)
+    hand_over = StepLog.hand_over
+
+    def watched(self: StepLog, *, force: bool = False) -> None:
+        held.append(len(self))
+        hand_over(self, force=force)
+
+    monkeypatch.setattr(StepLog, "hand_over", watched)
+    return held
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked", "static"])
+def test_a_streamed_run_summarizes_like_the_tables(small_chunks, policy) -> None:
+    loaded = load_scenario_dict(_raw(policy))
+    table = simulate(loaded)["default"]
+    streamed = simulate(loaded, tables=False)["default"]
+    assert streamed.requests.empty and streamed.steps.empty and streamed.itl.empty
+    assert max(small_chunks) <= 64  # the step records were never held whole
+    a, b = table.summary(), streamed.summary()
+    assert set(a) == set(b)
+    req = table.requests
+    arrival = req["arrival_s"].to_numpy()
+    lo, hi = arrival.min() + 1.0, arrival.max() - 1.0
+    measured = req[(arrival >= lo) & (arrival <= hi) & ~req["rejected"]]
+    served = req[~req["rejected"] & (req["num_output_tokens"] >= 2)]
+    samples = {
+        metric: (measured[column].dropna().to_numpy(), None)
+        for metric, column in PERCENTILE_SOURCES.items()
+    }
+    samples["stall"] = (served["max_itl_s"].dropna().to_numpy(), None)
+    samples["itl"] = (table.itl["gap_s"].to_numpy(), table.itl["count"].to_numpy())
+    for key, exact in a.items():
+        metric, _, rest = key.partition("_p")
+        if metric in samples and rest.endswith("_s") and rest[:-2].isdigit():
+            values, weights = samples[metric]
+            w = np.ones(len(values)) if weights is None else weights
+            x = order_statistic(values, w, int(rest[:-2]))
+            assert abs(b[key] - x) <= ALPHA * x, key
+        elif isinstance(exact, float) and math.isnan(exact):
+            assert math.isnan(b[key]), key
+        else:
+            assert b[key] == pytest.approx(exact, rel=1e-9, abs=1e-12), key
+    inst_a, inst_b = table.instance_summary(), streamed.instance_summary()
+    assert inst_a["requests"].tolist() == inst_b["requests"].tolist()
+    np.testing.assert_allclose(inst_a["mfu"], inst_b["mfu"], rtol=1e-9)
