@@ -9,6 +9,11 @@ Each size runs in a fresh process, so peak RSS belongs to that run alone.
     python benchmarks/bench_sim.py                  # 10k and 100k requests
     python benchmarks/bench_sim.py --sizes 1000000  # any sizes
     python benchmarks/bench_sim.py --policy static  # the other policy
+    python benchmarks/bench_sim.py --stream --sizes 10000000   # no tables: summary streamed
+
+`us/req` is the wall time per simulated request: flat across sizes means the cost is linear in
+the number of requests. With `--stream` the run keeps no per-request, per-step or gap tables
+(`simulate(..., tables=False)`), so peak RSS stays flat.
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ POLICIES = {
 }
 
 
-def one_run(num_requests: int, rate: float, policy: str) -> dict[str, Any]:
+def one_run(num_requests: int, rate: float, policy: str, stream: bool = False) -> dict[str, Any]:
     from sim import load_scenario_dict, simulate
 
     raw = json.loads(json.dumps(BASE))
@@ -51,24 +56,24 @@ def one_run(num_requests: int, rate: float, policy: str) -> dict[str, Any]:
     raw["policy"] = POLICIES[policy]
     scenario = load_scenario_dict(raw)
     start = time.perf_counter()
-    results = simulate(scenario)
-    wall = time.perf_counter() - start
+    results = simulate(scenario, tables=not stream)
     summary = results["default"].summary()
+    wall = time.perf_counter() - start
     return {
         "requests": num_requests,
         "wall_s": wall,
         "sim_req_per_s": num_requests / wall,
         "steps": int(summary["num_steps"]),
-        "step_groups": len(results["default"].steps),
+        "step_groups": len(results["default"].steps) if not stream else -1,
         "throughput_rps": summary["requests_per_s"],
         "mean_batch": summary["mean_batch_size"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
-def in_subprocess(num_requests: int, rate: float, policy: str) -> dict[str, Any]:
+def in_subprocess(num_requests: int, rate: float, policy: str, stream: bool) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(num_requests), str(rate), policy],
+        [sys.executable, __file__, "--child", str(num_requests), str(rate), policy, str(stream)],
         check=True,
         capture_output=True,
         text=True,
@@ -81,29 +86,32 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--policy", choices=sorted(POLICIES), default="continuous")
     parser.add_argument("--load", type=float, default=0.8, help="fraction of saturation")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--stream", action="store_true", help="keep no tables (flat memory)")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_run(int(args.child[0]), float(args.child[1]), args.child[2])))
+        n, rate, policy, stream = args.child
+        print(json.dumps(one_run(int(n), float(rate), policy, stream == "True")))
         return
-    saturation = in_subprocess(5_000, 1e6, args.policy)["throughput_rps"]
+    saturation = in_subprocess(5_000, 1e6, args.policy, False)["throughput_rps"]
     rate = args.load * saturation
     print(
         f"policy {args.policy}: saturation {saturation:.2f} req/s; "
-        f"arrivals at {args.load:.0%} = {rate:.2f} req/s"
+        f"arrivals at {args.load:.0%} = {rate:.2f} req/s; "
+        f"{'summary streamed, no tables' if args.stream else 'with tables'}"
     )
     header = (
-        f"{'requests':>9} {'wall s':>8} {'sim req/s':>10} {'steps':>10} {'groups':>9} "
+        f"{'requests':>9} {'wall s':>8} {'us/req':>7} {'steps':>10} {'groups':>9} "
         f"{'mean batch':>10} {'peak RSS MB':>11}"
     )
     print(header)
     print("-" * len(header))
     for n in args.sizes:
-        r = in_subprocess(n, rate, args.policy)
+        r = in_subprocess(n, rate, args.policy, args.stream)
+        groups = str(r["step_groups"]) if r["step_groups"] >= 0 else "-"
         print(
-            f"{r['requests']:>9} {r['wall_s']:>8.2f} {r['sim_req_per_s']:>10.0f} "
-            f"{r['steps']:>10} {r['step_groups']:>9} {r['mean_batch']:>10.1f} "
-            f"{r['peak_rss_mb']:>11.0f}"
+            f"{r['requests']:>9} {r['wall_s']:>8.2f} {1e6 * r['wall_s'] / n:>7.1f} "
+            f"{r['steps']:>10} {groups:>9} {r['mean_batch']:>10.1f} {r['peak_rss_mb']:>11.0f}"
         )
 
 
