@@ -414,15 +414,20 @@ class Instance:
             self._carried = NO_CARRY
 
         prefill_tokens = prefill_context = attention = 0
+        chunks: tuple[tuple[int, int], ...] = ()
         if plan.prefill:
             hold = plan.hold
+            shapes = []
             for req, n in plan.prefill.items():
-                target = req.num_computed_tokens + n
+                before = req.num_computed_tokens
+                target = before + n
                 reserve = hold.get(req, 0) if hold else 0
                 self._grow(req, reserve if reserve > target else target)
                 prefill_tokens += n
                 prefill_context += target
                 attention += n * target  # a chunk attends to everything computed before it
+                shapes.append((n, before))
+            chunks = tuple(shapes)
             usage.stored_tokens += prefill_tokens
         num_decodes = decode_context = 0
         batch = self.batch
@@ -457,6 +462,7 @@ class Instance:
             num_decodes + pad.num_seqs + (prefill_tokens if repeats else 0),
             num_prefills + num_decodes,
             prefill_tokens * prefill_tokens if repeats else 0,
+            chunks,
         )
         first_s, increment_s = self.cost.run_times(features)
         num_steps = 1
@@ -697,6 +703,7 @@ class Instance:
         run.features = f._replace(
             sum_context_tokens=f.sum_context_tokens + f.context_growth_per_step * done,
             prefill_attention_term=f.prefill_attention_term + f.attention_growth_per_step * done,
+            chunks=tuple((n, before + n * done) for n, before in f.chunks),
         )
         run.times = run.times.after(done)
         run.num_steps -= done

@@ -221,3 +221,5 @@ class StepFeatures(NamedTuple):
     context_growth_per_step: int = 0  # growth of sum_context_tokens per repeated step
     num_active_seqs: int = 0  # slots doing useful work
     attention_growth_per_step: int = 0  # growth of prefill_attention_term per repeated step
+    # each prefill chunk's (tokens, context before it), for costs that price chunk shapes
+    chunks: tuple[tuple[int, int], ...] = ()

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import chain
 
-from sim.core.plan import InstanceView, KVView, Preemption, StepPlan
+from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, StepPlan
 from sim.core.request import Request
 from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
@@ -39,6 +39,23 @@ DECODE_RUN_FIXED = StepPlan(decode=True, repeat=FOREVER, interruptible=False)
 
 class Draft:
     """A step plan in the making, and what is left to give."""
+
+    __slots__ = (
+        "admit",
+        "evicted",
+        "extra",
+        "free",
+        "hold",
+        "host_free",
+        "num_decodes",
+        "num_running",
+        "preempt",
+        "prefill",
+        "requeued",
+        "seat",
+        "swap_in",
+        "view",
+    )
 
     def __init__(self, view: InstanceView) -> None:
         self.view = view
@@ -77,15 +94,16 @@ class Draft:
 
     def plan(self, *, decode: bool, repeat: int = 1, interruptible: bool = True) -> StepPlan:
         return StepPlan(
-            prefill=self.prefill,
-            decode=decode and self.num_decodes > 0,
-            admit=tuple(self.admit),
-            preempt=tuple(self.preempt),
-            swap_in=tuple(self.swap_in),
-            seat=tuple(self.seat),
-            hold=self.hold,
-            repeat=repeat,
-            interruptible=interruptible,
+            self.prefill,
+            decode and self.num_decodes > 0,
+            tuple(self.admit) if self.admit else (),
+            tuple(self.preempt) if self.preempt else (),
+            tuple(self.swap_in) if self.swap_in else (),
+            tuple(self.seat) if self.seat else (),
+            self.hold,
+            NO_PADDING,
+            repeat,
+            interruptible,
         )
 
 
