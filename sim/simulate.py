@@ -247,6 +247,7 @@ def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
             "num_preemptions": n["num_preemptions"],
             "num_recomputed_tokens": n["num_recomputed_tokens"],
             "num_swaps": n["num_swaps"],
+            "num_cached_tokens": n["num_cached_tokens"],
             "swapped_bytes": n["swapped_bytes"],
             "tier": tiers,
             "predicted_output_tokens": requests.predicted_output_tokens[ids],

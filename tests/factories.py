@@ -15,6 +15,7 @@ import simpy
 from sim.core.engine import Instance, KVSpec, Run
 from sim.core.kv_cache import BlockManager
 from sim.core.plan import StepFeatures, StepPlan
+from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.policies import ChunkedPolicy, ContinuousPolicy, StaticPolicy
@@ -169,7 +170,12 @@ def _iteration_args(num_blocks: int, block_size: int, kw: dict[str, Any]) -> dic
 
 
 def make_continuous(
-    num_blocks: int = 1000, block_size: int = 16, *, kv: KVSpec | None = None, **kw: Any
+    num_blocks: int = 1000,
+    block_size: int = 16,
+    *,
+    kv: KVSpec | None = None,
+    prefix_caching: bool = False,
+    **kw: Any,
 ) -> Bench:
     mode = kw.pop("mode", "prefill_first")
     queue = kw.pop("queue", None)
@@ -179,7 +185,8 @@ def make_continuous(
     else:
         args.pop("max_prefill_seqs", None)
         policy = ContinuousPolicy(mode=mode, **args)
-    return Bench(policy, BlockManager(num_blocks, block_size), queue=queue, kv=kv)
+    pool_type = PrefixCachingPool if prefix_caching else BlockManager
+    return Bench(policy, pool_type(num_blocks, block_size), queue=queue, kv=kv)
 
 
 def make_static(capacity_tokens: int = 10_000, **kw: Any) -> Bench:

@@ -42,6 +42,7 @@ from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
 from sim.core.kv_cache import BlockManager
 from sim.core.kv_usage import KVUsage
 from sim.core.plan import Policy, StepFeatures, StepPlan
+from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
 from sim.core.step_times import StepTimes, steps_before
@@ -526,11 +527,20 @@ class Instance:
             self._grow(req, plan.hold.get(req, req.num_computed_tokens))
             usage.stored_tokens += req.num_computed_tokens
             (self.ready if req.is_decoding else self.prefilling).append(req)
+        cached = plan.cached
         for req in plan.admit:
             if self.waiting.pop(now) is not req:
                 raise AssertionError(f"admission of request {req.id} out of queue order")
             self._waiting_work -= req.remaining_work
-            req.admit(now)
+            hits = cached.get(req, 0) if cached else 0
+            if hits:  # its prompt's leading blocks are cached: it starts from them
+                assert isinstance(self.pool, PrefixCachingPool)
+                bs = self.pool.block_size
+                shared = self.pool.acquire(req, hits)
+                usage.stored_tokens += (hits - shared) * bs  # shared blocks are stored once
+                req.admit(now, hits * bs)
+            else:
+                req.admit(now)
             self.running.append(req)
             self.prefilling.append(req)
         return num_preempted, swap_s, freed
@@ -597,7 +607,14 @@ class Instance:
         usage = self.usage
         usage.stored_tokens -= req.num_computed_tokens
         usage.fragment_tokens -= usage.over(req, req.kv_blocks)
-        self.pool.release(req)
+        pool = self.pool
+        if isinstance(pool, PrefixCachingPool):
+            # its full blocks stay cached; those others still hold stay stored, once
+            pool.register(req, req.num_computed_tokens)
+            pool.release(req)
+            usage.stored_tokens += pool.shared_tokens_delta
+        else:
+            pool.release(req)
 
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)
@@ -636,12 +653,15 @@ class Instance:
             finished = []  # the batch's shared empty result is never appended to
         if plan.prefill:
             start, itl = end - times.duration(num_steps), self.itl
+            caching = pool if isinstance(pool, PrefixCachingPool) else None
             for req in plan.prefill:
                 if req.state != RUNNING:  # a chunk's request cannot have left mid-step
                     raise AssertionError(f"request {req.id} left during its own step")
                 if chunk_run:
                     req.set_kv_blocks(req.kv_blocks + own.blocks)
                 gap = req.compute(plan.prefill[req] * num_steps, start, end)
+                if caching is not None:  # the prompt blocks it has just filled are cached now
+                    caching.register(req, req.num_computed_tokens)
                 if gap is None:
                     continue  # a prefill chunk: no token yet
                 if gap == gap:  # not NaN: a recomputed request's next token
@@ -692,6 +712,7 @@ class Instance:
         a[17](piece.stored_token_seconds)
         a[18](piece.fragment_token_seconds)
         a[19](run.swap_s)
+        a[20](pool.num_cached_free if isinstance(pool, PrefixCachingPool) else 0)
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()

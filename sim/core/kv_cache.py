@@ -19,15 +19,23 @@ from sim.core.request import Request
 
 
 class BlockManager:
+    caching = False  # no prefix caching (`sim.core.prefix_cache.PrefixCachingPool` caches)
+
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks < 0 or block_size < 1:
             raise ValueError(f"bad KV pool: {num_blocks} blocks of {block_size} tokens")
         self.num_total = num_blocks
         self.block_size = block_size
-        self.num_free = num_blocks
+        self._free = num_blocks
+
+    @property
+    def num_free(self) -> int:
+        """Blocks a policy may hand out now."""
+        return self._free
 
     @property
     def num_used(self) -> int:
+        """Blocks held by requests (or reserved for transfers)."""
         return self.num_total - self.num_free
 
     @property
@@ -43,14 +51,14 @@ class BlockManager:
 
     def take(self, num_blocks: int) -> None:
         """Hand out `num_blocks` blocks (to a request, or to decode-batch members' growth)."""
-        if num_blocks > self.num_free:
-            raise AssertionError(f"KV pool: {num_blocks} blocks asked, {self.num_free} free")
-        self.num_free -= num_blocks
+        if num_blocks > self._free:
+            raise AssertionError(f"KV pool: {num_blocks} blocks asked, {self._free} free")
+        self._free -= num_blocks
 
     def give_back(self, num_blocks: int) -> None:
-        if self.num_free + num_blocks > self.num_total:  # a double free corrupts all that follows
+        if self._free + num_blocks > self.num_total:  # a double free corrupts all that follows
             raise AssertionError(f"KV pool over-freed by {num_blocks} blocks")
-        self.num_free += num_blocks
+        self._free += num_blocks
 
     def grow(self, req: Request, num_tokens: int) -> int:
         """Grow `req`'s holding to cover `num_tokens` tokens; the number of new blocks."""

@@ -10,7 +10,8 @@ applies the plan in a fixed order, at the step's start:
 2. `preempt`: victims leave the batch in the order given; by recompute (blocks freed, back to
    the front of the waiting queue) or by swap (KV copied to host memory);
 3. `swap_in`: swapped requests come back (oldest first), their blocks allocated;
-4. `admit`: waiting requests become running, in queue order;
+4. `admit`: waiting requests become running, in queue order, each holding the cached blocks of
+   its prompt prefix that `cached` says it starts from (prefix caching);
 5. blocks: every request in `prefill` gets a holding that covers its computed tokens plus its
    tokens this step (or `hold`'s larger reservation); if `decode`, every decoding request gets
    room for one more token. The policy must have planned within the free blocks it saw: an
@@ -82,6 +83,8 @@ class StepPlan(NamedTuple):
     repeat: int = 1
     # whether an arrival during a repeated run could change the next plan
     interruptible: bool = True
+    # prefix caching: leading cached blocks each admitted request starts from
+    cached: Mapping[Request, int] = NO_TOKENS
 
     @property
     def has_work(self) -> bool:
@@ -126,6 +129,9 @@ class KVView(Protocol):
     def blocks_for(self, num_tokens: int) -> int: ...
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int: ...
+
+    # prefix caching (`sim.core.prefix_cache.PrefixCachingPool`); plain pools say False
+    caching: bool
 
 
 class InstanceView(Protocol):

@@ -44,6 +44,7 @@ STEP_SCHEMA: tuple[tuple[str, str], ...] = (
     ("kv_stored_token_seconds", "d"),
     ("kv_fragment_token_seconds", "d"),
     ("swap_s", "d"),
+    ("kv_blocks_cached", "i"),  # prefix caching: cached free blocks after the group
 )
 _DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
@@ -159,6 +160,7 @@ class RequestLog:
     )
     INT_COLUMNS = (
         "instance",
+        "num_cached_tokens",
         "num_output_tokens",
         "num_preemptions",
         "num_recomputed_tokens",
@@ -213,6 +215,8 @@ class RequestLog:
         f["max_itl_s"][i] = req.max_itl_s
         n["instance"][i] = req.instance
         n["num_output_tokens"][i] = req.num_output_tokens
+        if req.num_cached_tokens:
+            n["num_cached_tokens"][i] = req.num_cached_tokens
         if req.num_preemptions:
             n["num_preemptions"][i] = req.num_preemptions
             n["num_recomputed_tokens"][i] = req.num_recomputed_tokens

@@ -31,6 +31,7 @@ other request.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -67,6 +68,8 @@ class Request:
     __slots__ = (
         "_batch",
         "_computed",
+        "_hash_bs",
+        "_hashes",
         "_kv_blocks",
         "_last_token_s",
         "_max_itl_s",
@@ -74,6 +77,10 @@ class Request:
         "_serial",
         "_sync",
         "arrival_s",
+        "cached_blocks",
+        "content",
+        "content_tokens",
+        "content_unit",
         "decode_instance",
         "finish_s",
         "first_scheduled_s",
@@ -83,6 +90,7 @@ class Request:
         "id",
         "instance",
         "max_output_tokens",
+        "num_cached_tokens",
         "num_preemptions",
         "num_prompt_tokens",
         "num_recomputed_tokens",
@@ -134,6 +142,16 @@ class Request:
         self.transfer_start_s = NAN
         self.transfer_end_s = NAN
         self.reject_reason = ""
+        # prefix caching: what the tokens are (a content id per `content_unit` tokens, equal ids
+        # meaning equal tokens), the chained hashes of its full blocks (per block size), the
+        # hashes of the cached blocks it holds, and the prompt tokens it found cached
+        self.content: Sequence[int] = ()
+        self.content_unit = 0
+        self.content_tokens = 0  # how many of its tokens the content describes
+        self._hashes: tuple[int, ...] = ()
+        self._hash_bs = 0
+        self.cached_blocks: list[int] = []
+        self.num_cached_tokens = 0
 
     def __repr__(self) -> str:
         return (
@@ -207,6 +225,30 @@ class Request:
         """Tokens of its whole sequence, prompt plus true output: the most KV it can need."""
         return self.num_prompt_tokens + self.max_output_tokens
 
+    def block_hashes(self, block_size: int) -> tuple[int, ...]:
+        """Chained hashes of its full blocks whose content is known (prompt, and outputs where
+        the workload knows them): block b's hash covers the content of blocks 0..b, so equal
+        hashes mean equal prefixes, as in vLLM's automatic prefix caching."""
+        if self._hash_bs == block_size:
+            return self._hashes
+        unit = self.content_unit
+        covered = min(len(self.content) * unit, self.content_tokens) if unit else 0
+        hashes = []
+        chained = 0
+        content = self.content
+        for b in range(covered // block_size):
+            start = b * block_size
+            # the content units the block covers, and where in the first one it starts
+            key = (
+                tuple(content[start // unit : (start + block_size - 1) // unit + 1]),
+                start % unit,
+            )
+            chained = hash((chained, key))
+            hashes.append(chained)
+        self._hashes = tuple(hashes)
+        self._hash_bs = block_size
+        return self._hashes
+
     # -- transitions (engine only) --------------------------------------------------------------
 
     def arrive(self, instance: int) -> None:
@@ -224,12 +266,16 @@ class Request:
         self.state = REJECTED
         self.reject_reason = reason
 
-    def admit(self, now: float) -> None:
-        """Waiting -> running: it gets its first tokens in the step starting at `now`."""
+    def admit(self, now: float, cached_tokens: int = 0) -> None:
+        """Waiting -> running: it gets its first tokens in the step starting at `now`, after
+        `cached_tokens` whose KV it found in the prefix cache (it holds their blocks now)."""
         self._expect(WAITING)
         self.state = RUNNING
         if self.first_scheduled_s != self.first_scheduled_s:  # NaN: first time scheduled
             self.first_scheduled_s = now
+        if cached_tokens:
+            self._computed = cached_tokens
+            self.num_cached_tokens += cached_tokens
 
     def compute(self, n: int, start_s: float, end_s: float) -> float | None:
         """Compute `n` tokens in a single step [start_s, end_s] (not as a batch member).

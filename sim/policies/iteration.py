@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from itertools import chain
 
 from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, StepPlan
+from sim.core.prefix_cache import PrefixCachingPool, hit_blocks
 from sim.core.request import Request
 from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
@@ -42,6 +43,7 @@ class Draft:
 
     __slots__ = (
         "admit",
+        "cached",
         "evicted",
         "extra",
         "free",
@@ -54,6 +56,7 @@ class Draft:
         "requeued",
         "seat",
         "swap_in",
+        "taken",
         "view",
     )
 
@@ -72,6 +75,10 @@ class Draft:
         self.admit: list[Request] = []
         self.hold: dict[Request, int] = {}
         self.num_decodes = view.num_decoding
+        # prefix caching: cached blocks each admission starts from, and the cached free blocks
+        # this plan takes (they are in use once taken)
+        self.cached: dict[Request, int] = {}
+        self.taken: set[int] = set()
 
     def held(self, req: Request) -> int:
         return req.kv_blocks + self.extra.get(req, 0)
@@ -104,6 +111,7 @@ class Draft:
             NO_PADDING,
             repeat,
             interruptible,
+            self.cached,
         )
 
 
@@ -255,12 +263,24 @@ class IterationPolicy:
         paged = self.reservation.paged
         admitted = d.admit
         requeued = d.requeued
+        caching = kv if isinstance(kv, PrefixCachingPool) else None
+        freed: list[int] = []
+        if caching is not None:  # this plan's victims leave their blocks in the cache
+            for p in d.preempt:
+                freed += caching.hashes_on_release(p.request)
         for req in chain(requeued, view.waiting.ordered()) if requeued else view.waiting.ordered():
             if len(admitted) >= seats or len(d.prefill) >= self.max_prefill_seqs:
                 break
             # a victim of this very step recomputes from scratch
             computed = 0 if requeued and req in d.evicted else req.num_computed_tokens
-            tokens = req.num_prompt_tokens + req.num_output_tokens - computed
+            known = req.num_prompt_tokens + req.num_output_tokens
+            hits = from_free = 0
+            if caching is not None and computed == 0:
+                # it starts from its longest cached prefix, but computes at least one token
+                limit = (known - 1) // caching.block_size
+                hits, from_free = hit_blocks(caching, req, limit, d.taken, freed)
+                computed = hits * caching.block_size
+            tokens = known - computed
             if self.chunked:
                 tokens = min(tokens, budget)
                 if tokens <= 0:
@@ -271,7 +291,10 @@ class IterationPolicy:
             target = computed + tokens
             if not paged:
                 target = self.reservation.target(req, target)
-            need = kv.blocks_for(target) if computed == 0 else kv.blocks_needed(req, target)
+            if hits:  # new blocks beyond the cached ones; cached free ones leave the free count
+                need = kv.blocks_for(target) - hits + from_free
+            else:
+                need = kv.blocks_for(target) if computed == 0 else kv.blocks_needed(req, target)
             # the watermark keeps room for running decodes; with none running it would only
             # keep out a request that fits the empty pool, forever
             reserve = self.watermark_blocks if d.num_running or admitted else 0
@@ -279,6 +302,10 @@ class IterationPolicy:
                 break
             d.free -= need
             admitted.append(req)
+            if hits:
+                assert caching is not None
+                d.cached[req] = hits
+                d.taken.update(req.block_hashes(caching.block_size)[:hits])
             d.prefill[req] = tokens
             if not paged:
                 d.hold[req] = target

@@ -80,8 +80,19 @@ class _IterationLevelSpec(_Strict):
     # exact: prompt + true output reserved at admission (an oracle)
     kv_reservation: Literal["paged", "max_length", "exact"] = "paged"
     queue: QueueSpec = QueueSpec()
+    # automatic prefix caching (vLLM): full blocks of known content are shared and kept cached
+    prefix_caching: bool = False
 
     _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
+
+    @model_validator(mode="after")
+    def _caching_needs_paged_blocks(self) -> _IterationLevelSpec:
+        if self.prefix_caching and self.kv_reservation != "paged":
+            raise ValueError(
+                "prefix_caching shares paged KV blocks: it needs kv_reservation: paged "
+                f"(got {self.kv_reservation})"
+            )
+        return self
 
     def _check_budget(self, budget: int, why: str) -> None:
         if budget < self.max_num_seqs:

@@ -20,6 +20,7 @@ import simpy
 
 from sim.core.engine import Instance, KVSpec
 from sim.core.kv_cache import BlockManager
+from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.costs.catalog import (
@@ -62,6 +63,8 @@ def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
         return BlockManager(kv_capacity_tokens(model, group.hardware), 1)
     blocks = kv_capacity_blocks(model, group.hardware, policy.block_size)
+    if policy.prefix_caching:
+        return PrefixCachingPool(blocks, policy.block_size)
     return BlockManager(blocks, policy.block_size)
 
 
