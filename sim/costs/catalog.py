@@ -37,7 +37,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from sim.inputs.strict_model import StrictModel
 
 GiB = 1024**3
 MiB = 1024**2
@@ -248,10 +250,10 @@ def _resolve(data: Any, table: dict[str, dict[str, Any]], kind: str) -> Any:
     return data
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """Dimensions and data types of one decoder-only transformer (dense or mixture of experts)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     num_parameters: int = Field(gt=0)  # total, every expert included: the weight memory
@@ -349,10 +351,10 @@ class ModelSpec(BaseModel):
         return w if w == kv else f"w-{w}/kv-{kv}"
 
 
-class HardwareSpec(BaseModel):
+class HardwareSpec(StrictModel):
     """One serving instance: `tensor_parallel` GPUs of one kind, with datasheet figures per GPU."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     memory_bytes: int = Field(gt=0)  # per GPU
