@@ -65,7 +65,9 @@ def test_expansion_is_a_product_and_ids_ignore_grid_order() -> None:
     ("grid", "expected"),
     [
         (["policy.max_num_seqz=4,8"], "--grid policy.max_num_seqz=4: .*unknown key"),
-        (["policy.max_num_seqs=4,-1"], "--grid policy.max_num_seqs=-1: .*greater than 0"),
+        (["policy.max_num_seqs=4,-1"], "--grid policy.max_num_seqs=-1: .*must be > 0"),
+        (["policy.max_num_seqs=4,8,4"], "--grid policy.max_num_seqs: value 4 is listed twice"),
+        (["workload.arrival.rate=1,1.0"], "value 1.0 is listed twice"),
         (["seed.x=1"], "--grid seed.x=1: cannot set seed.x: seed is not a mapping"),
         (["variant=1,2"], "reserved"),
     ],
