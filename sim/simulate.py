@@ -5,19 +5,23 @@ build the policy and the cost model, run one SimPy environment until every reque
 or been rejected, and turn the flat records into pandas tables. Variants that share the workload
 and seed get the very same requests.
 
-Progress: with a `progress` callback, each variant also runs a watcher process that wakes every
-1/200 of the arrival span (at least 1 simulated second), and, at most once per `PROGRESS_WALL_S`
-wall-clock seconds, reports the simulated time and the requests done. It only reads state, and
-it stops once nothing else is scheduled, so it changes neither the schedule nor the results.
+The scenario may be a file path, a mapping (as in a notebook) or a loaded `ScenarioSet`.
+
+Progress: with a `progress` callback, a watcher thread wakes every `PROGRESS_WALL_S` seconds of
+wall-clock time and reports the simulated time and the requests done. It lives outside the SimPy
+environment and only reads state, so it changes neither the schedule nor the results, and its
+cost is bounded by wall time, whatever the simulated time spans (a run over 10^9 simulated
+seconds costs it nothing more). Without a callback there is no watcher at all.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import time
-from collections.abc import Callable, Generator
-from pathlib import Path
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +33,7 @@ from sim.core.request import Request
 from sim.errors import ScenarioError
 from sim.metrics.results import Results, VariantResult
 from sim.metrics.summary import SummaryContext
-from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
+from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import build_cluster
 from sim.workload import RequestArrays, generate_requests
 
@@ -38,16 +42,13 @@ PROGRESS_WALL_S = 1.0
 
 
 def simulate(
-    scenario: ScenarioSet | str | Path,
+    scenario: ScenarioSet | Mapping[str, Any] | str | os.PathLike[str],
     *,
     overrides: list[str] | tuple[str, ...] = (),
     progress: ProgressFn | None = None,
 ) -> Results:
-    """Run every variant of a scenario (a loaded `ScenarioSet` or a YAML path)."""
-    if not isinstance(scenario, ScenarioSet):
-        scenario = load_scenario(scenario, overrides)
-    elif overrides:
-        raise ValueError("overrides apply when loading: pass a path, or load_scenario(path, ...)")
+    """Run every variant of a scenario: a YAML path, a mapping or a loaded `ScenarioSet`."""
+    scenario = load_any(scenario, overrides)
     workloads: dict[str, RequestArrays] = {}
     variants: dict[str, VariantResult] = {}
     for resolved in scenario.variants:
@@ -73,19 +74,39 @@ def simulate(
     return Results(scenario_name=scenario.name, variants=variants)
 
 
-def _watch(
-    env: simpy.Environment, made: list[Request], total: int, name: str, progress: ProgressFn,
-    every_s: float,
-) -> Generator[simpy.Event, None, None]:  # fmt: skip
-    last = time.monotonic()
-    while True:
-        yield env.timeout(every_s)
-        if env.peek() == math.inf:  # only this watcher was left: the run is over
-            return
-        if time.monotonic() - last >= PROGRESS_WALL_S:
-            last = time.monotonic()
-            done = sum(1 for r in made if r.rejected or not math.isnan(r.finish_s))
-            progress(f"{name}: {env.now:.1f} s simulated, {done}/{total} requests done")
+class _Watcher:
+    """Reports progress from a thread every `PROGRESS_WALL_S` wall-clock seconds (see above)."""
+
+    def __init__(
+        self, env: simpy.Environment, made: list[Request], total: int, name: str,
+        progress: ProgressFn,
+    ) -> None:  # fmt: skip
+        self.env, self.made, self.total, self.name, self.progress = env, made, total, name, progress
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="batchsim-progress", daemon=True)
+
+    def _run(self) -> None:
+        settled = 0  # every request below this index is done: counted once, not every time
+        while not self.stop.wait(PROGRESS_WALL_S):
+            tail = self.made[settled:]  # a snapshot: the simulation appends meanwhile
+            first_open = next((k for k, r in enumerate(tail) if not _done(r)), len(tail))
+            settled += first_open
+            done = settled + sum(1 for r in tail[first_open:] if _done(r))
+            self.progress(
+                f"{self.name}: {self.env.now:.1f} s simulated, {done}/{self.total} requests done"
+            )
+
+    def __enter__(self) -> _Watcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _done(req: Request) -> bool:
+    return req.rejected or not math.isnan(req.finish_s)
 
 
 def run_variant(
@@ -112,10 +133,11 @@ def run_variant(
         return req
 
     Source(env, requests.arrival_s, make_request, cluster.dispatch)
-    if progress is not None and len(requests):
-        every_s = max(float(requests.arrival_s.max()) / 200.0, 1.0)
-        env.process(_watch(env, made, len(requests), resolved.variant, progress, every_s))
-    env.run()
+    if progress is not None:
+        with _Watcher(env, made, len(requests), resolved.variant, progress):
+            env.run()
+    else:
+        env.run()
     unfinished = [r for r in made if not r.rejected and math.isnan(r.finish_s)]
     if unfinished or len(made) != len(requests):  # the loop only stops when the queues drain
         raise AssertionError(f"{len(unfinished)} requests never finished in {resolved.variant}")

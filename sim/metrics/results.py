@@ -18,20 +18,27 @@ Tables (column names are part of the public contract):
   held integrated over the group, exact), `num_waiting, num_running, num_preempted`.
   `sim.metrics.summary.expand_steps` gives one row per step.
 * itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
+
+In a notebook a `Results` shows itself as the side-by-side summary table (`_repr_html_`), and
+`side_by_side()` returns that table as a DataFrame; `repr()` stays one line, whatever the size
+of the tables.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from sim.metrics.instances import instance_summary, stall_summary, transfer_summary
+from sim.metrics.rejections import rejection_table
+from sim.metrics.side_by_side import side_by_side, summary_html
 from sim.metrics.summary import SummaryContext, summarize
 
 
-@dataclass
+@dataclass(repr=False)
 class VariantResult:
     name: str
     requests: pd.DataFrame
@@ -45,7 +52,7 @@ class VariantResult:
 
     def summary(self) -> dict[str, float]:
         out = summarize(self.requests, self.steps, self.itl, self.context)
-        out.update(stall_summary(self.requests))
+        out.update(stall_summary(self.requests, self.context))
         out.update(transfer_summary(self.requests, self.context))
         return out
 
@@ -53,11 +60,34 @@ class VariantResult:
         """One row per instance: role, group, hardware, requests taken and step metrics."""
         return instance_summary(self.requests, self.steps, self.instances, self.context)
 
+    def __repr__(self) -> str:
+        return (
+            f"VariantResult({self.name!r}: {len(self.requests)} requests, "
+            f"{len(self.steps)} step groups)"
+        )
 
-@dataclass
+
+@dataclass(repr=False)
 class Results:
     scenario_name: str
     variants: dict[str, VariantResult]
+
+    def __repr__(self) -> str:
+        sizes = {len(v.requests) for v in self.variants.values()}
+        each = f"{sizes.pop()} requests each" if len(sizes) == 1 else "requests differ"
+        names = ", ".join(self.variants)
+        return f"Results({self.scenario_name!r}: {len(self.variants)} variants [{names}], {each})"
+
+    def _repr_html_(self) -> str:
+        return f"<p><b>{html.escape(self.scenario_name)}</b></p>" + summary_html(self.summary())
+
+    def side_by_side(self) -> pd.DataFrame:
+        """The curated metrics (rows, unit in the label) of every variant (columns)."""
+        return side_by_side(self.summary())
+
+    def rejections(self) -> pd.DataFrame:
+        """`variant, cause, count` of the requests no schedule could serve."""
+        return rejection_table(self.variants)
 
     def __getitem__(self, name: str) -> VariantResult:
         return self.variants[name]
