@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.inputs.strict_model import StrictModel
 
@@ -231,6 +231,8 @@ def _dtype_name(dtype_bytes: float | None) -> str:
 def _resolve(data: Any, table: dict[str, dict[str, Any]], kind: str) -> Any:
     """Expand a catalog name, or a catalog name plus overrides, into a full field mapping."""
     known = ", ".join(sorted(table))
+    if not isinstance(data, (str, dict, BaseModel)):
+        raise ValueError(f"must be a catalog {kind} name (known: {known}) or a mapping")
     if isinstance(data, str):
         if data not in table:
             raise ValueError(f"unknown {kind} {data!r} (known: {known})")

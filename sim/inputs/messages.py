@@ -28,7 +28,7 @@ _SIMPLE = {
     "int_from_float": "must be a whole number",
     "float_type": "must be a number",
     "float_parsing": "must be a number",
-    "finite_number": "must be a finite number (not .inf or .nan)",
+    "finite_number": "must be a finite number",
     "bool_type": "must be true or false",
     "bool_parsing": "must be true or false",
     "string_type": "must be a string",
@@ -137,7 +137,8 @@ def _reason(err: Any, parent: Any, here: Any) -> str:
         name, op = _BOUNDS[kind]
         reason = f"must be {op} {_number(ctx.get(name))}"
     elif kind == "literal_error":
-        reason = f"must be one of {_choices(str(ctx.get('expected', '')))}"
+        choices = _choices(str(ctx.get("expected", "")))
+        reason = f"must be one of {choices}" if "," in choices else f"must be {choices}"
     elif kind == "too_short":
         reason = f"must have at least {ctx.get('min_length')} item(s)"
     elif kind in ("value_error", "assertion_error"):
@@ -147,7 +148,8 @@ def _reason(err: Any, parent: Any, here: Any) -> str:
     value = err.get("input")
     if kind != "missing" and isinstance(value, (int, float, str, Boolean)):
         shown = repr(value) if not isinstance(value, str) or len(value) <= 60 else repr(value[:60])
-        reason += f" (got {shown})"
+        if not (isinstance(value, str) and shown in reason):  # a check may quote it already
+            reason += f" (got {shown})"
     return reason
 
 
@@ -165,15 +167,24 @@ def _merge(reasons: list[str]) -> str:
 
 
 def problems(exc: ValidationError, root: type[BaseModel]) -> list[tuple[str, str]]:
-    """Every problem of `exc` as (dotted key path, reason), in pydantic's order, one per key."""
+    """Every problem of `exc` as (dotted key path, reason), in pydantic's order, one per key;
+    several required keys missing from one mapping are one problem naming them all."""
     found: dict[str, list[str]] = {}
+    missing: dict[str, list[str]] = {}
     for err in exc.errors():
         parts, parent, here = locate(root, tuple(err["loc"]))
         cause = (err.get("ctx") or {}).get("error")
         extra_key = getattr(cause, "key", None)  # a cross-field check naming its key
         if isinstance(extra_key, str):
             parts.append(extra_key)
+        if err["type"] == "missing" and parts:
+            missing.setdefault(".".join(parts[:-1]), []).append(parts[-1])
         found.setdefault(".".join(parts), []).append(_reason(err, parent, here))
+    for parent_path, keys in missing.items():
+        if len(keys) > 1:  # {x: 1} given for a model: one line, not one per required key
+            for key in keys:
+                found.pop(".".join(p for p in (parent_path, key) if p), None)
+            found[parent_path] = [f"required keys missing: {', '.join(keys)}"]
     return [(path, _merge(reasons)) for path, reasons in found.items()]
 
 

@@ -194,9 +194,10 @@ def write_report(folder: Path) -> Path:
     """Write `folder/report.html` (temporary file, then rename); return its path."""
     folder = Path(folder)
     path = folder / "report.html"
+    text = render_report(folder)  # checks the folder before anything is written into it
     tmp = folder / f".report.html.tmp-{os.getpid()}"
     try:
-        tmp.write_text(render_report(folder), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

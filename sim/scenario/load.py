@@ -121,13 +121,14 @@ class ScenarioSet:
 
 
 def _where(path: str, variant: str | None, override: dict[str, Any]) -> tuple[str, str]:
-    """Key path and a note naming the variant: blame the override when it set that key."""
+    """Key path and a note naming the variant: blame the override when it set that key, the
+    base when the override does not touch it, and say "in variant" when the two combine."""
     if variant is None:
         return path, ""
     node: Any = override
-    for key in path.split("."):
+    for depth, key in enumerate(path.split(".")):
         if not isinstance(node, dict) or key not in node:
-            return path, f" (in variant {variant!r})"
+            return path, f" (in variant {variant!r})" if depth else ""
         node = node[key]
     return f"variants.{variant}.{path}", ""
 

@@ -32,7 +32,10 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
     try:
         value = load_yaml(text, "value") if text.strip() else ""
     except ScenarioError as exc:
-        raise ScenarioError(f"--set {assignment!r}: {exc.message()}") from None
+        where = (exc.file or "").removeprefix("value").lstrip(":")
+        at = f" (line:column {where})" if where else ""
+        reason = f"the value is not valid YAML{at}: {exc.reason}"
+        raise ScenarioError(f"--set {assignment!r}: {reason}") from None
     return path, value
 
 
@@ -98,4 +101,9 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str] | tuple[str, ...])
     """Apply `--set` assignments to `raw` in place, in order."""
     check_variant_overrides(raw, overrides)
     for assignment in overrides:
-        set_path(raw, *parse_set(assignment))
+        try:
+            set_path(raw, *parse_set(assignment))
+        except ScenarioError as exc:
+            if exc.reason.startswith("--set"):
+                raise
+            raise ScenarioError(f"--set {assignment}: {exc.reason}") from None

@@ -48,7 +48,7 @@ from sim.io.destination import check_sweep_folder, mark_sweep_folder
 from sim.io.output import summary_document
 from sim.scenario.load import ScenarioSet, load_scenario_dict, parse_set, set_path, source_of
 from sim.simulate import simulate
-from sim.whatif.sweep_backends import Progress, default_workers, run_local, run_ray
+from sim.whatif.sweep_backends import Progress, check_ray, default_workers, run_local, run_ray
 from sim.whatif.sweep_store import PointTask, Summaries, load_points, save_point, table, write_table
 from sim.workload.budget import expected_requests
 
@@ -203,6 +203,8 @@ def sweep(
         )
     if out is not None:
         check_sweep_folder(Path(out))
+    if backend == "ray":
+        check_ray(address)
     base_dir = str(base_path)
     base = PointTask("", {}, raw, file, base_dir)
     tasks = [PointTask(point_id(p), p, raw, file, base_dir) for p in expand(grids)]

@@ -126,6 +126,17 @@ def run_local(
     pool.shutdown(wait=True)
 
 
+def check_ray(address: str | None) -> None:
+    """Ray is installed and `address` (if any) looks reachable; else a one-line ScenarioError."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ScenarioError(
+            "--backend ray needs Ray: pip install 'ray[default]' (or batchsim[ray])"
+        ) from None
+    check_ray_address(address)
+
+
 def check_ray_address(address: str | None) -> None:
     """Refuse, quickly and in one line, an address Ray could not use (see the module docstring)."""
     if address is None or address in ("auto", "local"):

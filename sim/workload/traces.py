@@ -21,6 +21,7 @@ Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -78,6 +79,11 @@ def read_trace(
         raise ScenarioError("trace file is empty", file=file) from None
     except pd.errors.ParserError as exc:
         # pandas words this as "Expected 3 fields in line 7, saw 4" with a 1-based line number.
+        found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if found:
+            expected, line, saw = found.groups()
+            reason = f"{saw} fields where the header has {expected}"
+            raise ScenarioError(reason, file=file, path=f"line {line}") from None
         raise ScenarioError(f"malformed CSV: {' '.join(str(exc).split())}", file=file) from None
 
     time_col, prompt_col, output_col = COLUMNS[fmt]
@@ -170,11 +176,17 @@ def _azure_seconds(
     stamps = pd.to_datetime(times_raw, format="ISO8601", errors="coerce", utc=bool(has_offset[0]))
     lo, hi = (pd.Timestamp(f"{year}-01-01", tz=stamps.dt.tz) for year in TIMESTAMP_YEARS)
     outside = (stamps.notna() & ((stamps < lo) | (stamps >= hi))).to_numpy(dtype=bool)
+    # years pandas cannot hold at nanosecond resolution come back unparsed: read the year itself
+    year = pd.to_numeric(times_raw.str.extract(r"^(\d{4})-", expand=False), errors="coerce")
+    year_np = year.to_numpy(dtype=float)
+    outside = outside | (year_np < TIMESTAMP_YEARS[0]) | (year_np >= TIMESTAMP_YEARS[1])
     if outside.any():
         row = int(np.argmax(outside))
+        count = int(outside.sum())
+        more = f" ({count} such rows in total)" if count > 1 else ""
         raise ScenarioError(
             f"{column} {times_raw.iloc[row]!r} is outside the supported years "
-            f"{TIMESTAMP_YEARS[0]}-{TIMESTAMP_YEARS[1] - 1} ({int(outside.sum())} such rows)",
+            f"{TIMESTAMP_YEARS[0]}-{TIMESTAMP_YEARS[1] - 1}{more}",
             file=file,
             path=f"line {lines[row]}",
         )
