@@ -68,8 +68,16 @@ def test_round_trip(tmp_path: Path) -> None:
             "coefficients.t_memory",
             "unknown key (did you mean t_mem_s?)",
         ),
-        (lambda d: d["coefficients"].update(t_mem_s=float("inf")), "coefficients.t_mem_s", "finite"),
-        (lambda d: d["coefficients"].update(t_mem_s=float("nan")), "coefficients.t_mem_s", "finite"),
+        (
+            lambda d: d["coefficients"].update(t_mem_s=float("inf")),
+            "coefficients.t_mem_s",
+            "finite",
+        ),
+        (
+            lambda d: d["coefficients"].update(t_mem_s=float("nan")),
+            "coefficients.t_mem_s",
+            "finite",
+        ),
         (lambda d: d["coefficients"].update(t_mem_s=True), "coefficients.t_mem_s", "number"),
         (lambda d: d.update(source="guessed"), "source", "measured"),
         (lambda d: d.update(schema_version=2), "schema_version", "1"),

@@ -129,9 +129,7 @@ def test_variants_merge_and_a_new_policy_name_replaces_the_mapping() -> None:
 
 def test_variant_errors_point_into_the_variant(tmp_path: Path) -> None:
     raw = {**BASE, "variants": {"v": {"policy": {"max_num_seqs": -3}}}}
-    assert "variants.v.policy.max_num_seqs: must be > 0 (got -3)" in error_of(
-        tmp_path, raw
-    )
+    assert "variants.v.policy.max_num_seqs: must be > 0 (got -3)" in error_of(tmp_path, raw)
     raw = {**BASE, "variants": {"v": {"policy": {"name": "static", "max_num_seqs": 3}}}}
     assert "variants.v.policy.max_num_seqs: unknown key" in error_of(tmp_path, raw)
 

@@ -1,0 +1,66 @@
+"""Interrupts in a real process: SIGTERM is handled like Ctrl-C, and a Ctrl-C in the first
+moments (while the modules load) is as clean as a late one. No traceback, no temporary folder
+left behind, earlier results untouched."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fuzz_corpus import BASE
+from test_fuzz import snapshot
+
+# long enough to be interrupted while simulating (tens of seconds uninterrupted)
+SLOW = {**BASE, "name": "slow", "workload": {**BASE["workload"], "num_requests": 200_000}}
+SLOW["workload"]["arrival"] = {"process": "poisson", "rate": 50.0}
+
+
+def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sim", "run", "s.yaml", "--no-plots", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def prepare(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(SLOW))
+    previous = tmp_path / "results" / "slow"
+    previous.mkdir(parents=True)
+    (previous / ".batchsim").write_text("{}\n")
+    (previous / "summary.json").write_text('{"variants": {}}\n')
+    return snapshot(tmp_path)
+
+
+def test_sigterm_while_simulating_is_handled_like_ctrl_c(tmp_path: Path) -> None:
+    before = prepare(tmp_path)
+    proc = start(tmp_path)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # the first progress line: the simulation is running
+    assert line.startswith("simulating "), line
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "batchsim: terminated; no results were written"
+    assert snapshot(tmp_path) == before  # previous results as they were, nothing added
+
+
+@pytest.mark.parametrize("delay_s", [0.1, 0.25, 0.5])
+def test_ctrl_c_in_the_first_half_second_is_clean(tmp_path: Path, delay_s: float) -> None:
+    before = prepare(tmp_path)
+    proc = start(tmp_path, "-q")
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 130, err
+    assert err.strip() == "batchsim: interrupted; no results were written"
+    assert snapshot(tmp_path) == before
