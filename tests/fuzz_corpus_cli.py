@@ -7,6 +7,7 @@ flag (`--workers`, `--slo`) or the path in its line.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 
@@ -162,6 +163,15 @@ def sweep_cases() -> list[Case]:
             expect=("--address", f"127.0.0.1:{port}", "reachable"),
         ),
         sweep(
+            "sweep-ray-client",
+            *grid,
+            "--backend",
+            "ray",
+            "--address",
+            f"ray://127.0.0.1:{port}",
+            expect=("--address", f"ray://127.0.0.1:{port}"),
+        ),
+        sweep(
             "sweep-ray-bad-address",
             *grid,
             "--backend",
@@ -257,6 +267,42 @@ def report_cases() -> list[Case]:
     ]
 
 
+def calibration_cases() -> list[Case]:
+    """The calibration plug-in's commands (`calibrate` only where torch is installed)."""
+    timings = b"num_seqs,num_tokens,sum_context_tokens,step_s\n1,1,10,0.01\n"
+    cases = [
+        Case("fit-missing", ("fit", "t.csv", "--out", "o"), ("t.csv", "not found"), {}),
+        Case(
+            "fit-latin1",
+            ("fit", "t.csv", "--out", "o"),
+            ("t.csv", "line 3", "not UTF-8"),
+            {"t.csv": timings + b"2,2,\xe9,0.02\n"},
+        ),
+        Case(
+            "fit-header",
+            ("fit", "t.csv", "--out", "o"),
+            ("t.csv", "header", "step_s"),
+            {"t.csv": b"a,b\n1,2\n"},
+        ),
+        Case(
+            "fit-step",
+            ("fit", "t.csv", "--out", "o"),
+            ("t.csv", "line 3", "step_s"),
+            {"t.csv": timings + b"2,2,20,-1\n"},
+        ),
+    ]
+    if importlib.util.find_spec("torch") is not None:
+        cases.append(
+            Case(
+                "calibrate-device",
+                ("calibrate", "--model", "llama-56m-example", "--device", "nope", "--out", "o"),
+                ("--device", "'nope'"),
+                {},
+            )
+        )
+    return cases
+
+
 def other_cases() -> list[Case]:
     return [
         Case("catalog-model", ("catalog", "--model", "nope"), ("--model", "nope"), {}),
@@ -296,5 +342,6 @@ def cli_cases() -> list[Case]:
         *sweep_cases(),
         *capacity_cases(),
         *report_cases(),
+        *calibration_cases(),
         *other_cases(),
     ]
