@@ -10,6 +10,7 @@ import pytest
 import yaml
 from fuzz_corpus import BASE
 
+import sim.io.output
 from sim.cli.main import main
 
 
@@ -45,8 +46,12 @@ def test_tables_and_their_format_are_chosen(
 
 
 def test_a_run_counts_requests_once_and_shows_progress_while_writing(
-    scenario: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    scenario: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(sim.io.output, "PROGRESS_DELAY_S", 0.0)  # the bar even for a small run
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--no-plots"]) == 0
     captured = capsys.readouterr()
     last = captured.out.strip().splitlines()[-1]

@@ -18,7 +18,8 @@ Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario
 and SVG plots of `sim.io.plots.save_plots`; `report.html` (`sim.io.report`) and, when asked
 for, `trace.json` (`sim.io.trace_export`). The report is built last, from the files already in
 the temporary folder, so it is part of the same atomic swap. With `progress`, a bar on stderr
-names each file as it is written (large tables take seconds).
+names each file as it is written (large tables take seconds), once writing has taken half a
+second.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SUMMARY_ROWS", "format_summary", "summary_document", "write_results"]
 
+# the writing bar appears only once writing has taken this long (small runs print nothing)
+PROGRESS_DELAY_S = 0.5
 Tables = Literal["summary", "requests", "all"]
 TableFormat = Literal["parquet", "csv"]
 TABLE_CHOICES: tuple[str, ...] = ("summary", "requests", "all")
@@ -133,7 +136,15 @@ def _write_folder(
         return
     from tqdm import tqdm
 
-    with tqdm(total=len(steps), desc="writing", unit="file", file=sys.stderr, leave=False) as bar:
+    bar = tqdm(
+        total=len(steps),
+        desc="writing",
+        unit="file",
+        file=sys.stderr,
+        leave=False,
+        delay=PROGRESS_DELAY_S,
+    )
+    with bar:
         for name, write in steps:
             bar.set_postfix_str(name)
             write()
