@@ -18,21 +18,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from sim import __version__
 from sim.cli.args import nonnegative_int
+from sim.cli.signals import interrupted, interrupts, report
 from sim.errors import ScenarioError
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (a KeyboardInterrupt) but reported with exit code 143."""
 
 
 class _UsageError(Exception):
@@ -183,43 +178,27 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises `Terminated` while the command runs; the old handler comes back after."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread (an embedding application): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
-    try:
-        with _sigterm_as_interrupt():
+    with interrupts():
+        try:
             try:
                 args = _parser().parse_args(argv)
             except SystemExit as done:  # --help, --version
                 return done.code if isinstance(done.code, int) else 0
             code: int = args.handler(args)
             return code
-    except _UsageError as exc:
-        print(f"batchsim: error: {exc}", file=sys.stderr)
-        return 2
-    except ScenarioError as exc:
-        print(f"batchsim: error: {exc.message()}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        print(f"batchsim: {what}; no results were written", file=sys.stderr)
-        return 143 if isinstance(exc, Terminated) else 130
+        except _UsageError as exc:
+            print(f"batchsim: error: {exc}", file=sys.stderr)
+            return 2
+        except ScenarioError as exc:
+            print(f"batchsim: error: {exc.message()}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            return report(exc)
+        except Exception as exc:
+            if not interrupted():
+                raise
+            return report(exc)  # an import or a library call cut short by the signal
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ def register(sub: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from sim.cli.main import Terminated
+    from sim.cli.signals import Terminated
     from sim.io.destination import results_folder_name
     from sim.scenario.load import load_scenario
     from sim.whatif.sweep import sweep
