@@ -263,6 +263,11 @@ def report_cases() -> list[Case]:
         ),
         report("report-no-scenario", _results_folder(good_summary, None), "scenario.yaml"),
         report("report-bad-scenario", _results_folder(good_summary, b"a: [\n"), "scenario.yaml"),
+        report(
+            "report-foreign",
+            {**_results_folder(good_summary, scenario), "r/notes.txt": b"mine"},
+            "not written by batchsim",
+        ),
         report("report-latin1", _results_folder(b'{"s": "caf\xe9"}', scenario), "not UTF-8"),
     ]
 

@@ -8,7 +8,8 @@ step-cost profile of each variant with its provenance, and the resolved scenario
 
 Self-contained: images are inlined as base64 PNG, the CSS is inline, nothing refers to another
 file or to the network (the only link, to `trace.json` when present, is relative), so the file
-can be mailed or archived on its own. The file is written to a temporary name and renamed.
+can be mailed or archived on its own. The file is written to a temporary name and renamed, and
+only into a folder batchsim wrote (`sim.io.destination.is_ours`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import yaml
 from sim.errors import ScenarioError
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import read_text
+from sim.io.destination import MARKER, is_ours
 from sim.metrics.side_by_side import summary_html
 
 # (file stem, heading, caption) of the plots embedded when present, in order
@@ -195,6 +197,11 @@ def write_report(folder: Path) -> Path:
     folder = Path(folder)
     path = folder / "report.html"
     text = render_report(folder)  # checks the folder before anything is written into it
+    if not is_ours(folder):
+        raise ScenarioError(
+            f"not written by batchsim (no {MARKER} marker): its report.html is not replaced",
+            file=str(folder),
+        )
     tmp = folder / f".report.html.tmp-{os.getpid()}"
     try:
         tmp.write_text(text, encoding="utf-8")
