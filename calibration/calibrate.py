@@ -92,6 +92,12 @@ def resolve_dims(model: str) -> ModelDims:
 def run_calibration(
     model: str, device: str, dtype_name: str, grid: Grid, out_dir: Path, name: str | None = None
 ) -> FitOutcome:
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ScenarioError(
+            f"{device!r} is not a torch device (cpu, cuda, cuda:1, ...)", path="--device"
+        ) from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ScenarioError("CUDA is not available to torch on this machine", path="--device")
     dims = resolve_dims(model)

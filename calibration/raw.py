@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.errors import ScenarioError
+from sim.inputs.text import read_text
 
 RAW_COLUMNS = (
     "kind",
@@ -128,8 +129,8 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
     file = str(path)
     if not path.is_file():
         raise ScenarioError("timings file not found", file=file)
-    with path.open(newline="") as f:
-        lines = [ln for ln in f if not ln.startswith("#")]
+    text = read_text(path, "timings file", max_bytes=None)  # a bad byte: its line, not a crash
+    lines = [ln for ln in text.splitlines(keepends=True) if not ln.startswith("#")]
     reader = csv.DictReader(lines)
     header = [c.strip() for c in reader.fieldnames or []]
     if not header:

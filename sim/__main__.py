@@ -2,6 +2,6 @@
 
 import sys
 
-from sim.cli.main import main
+from sim.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -5,19 +5,22 @@ build the policy and the cost model, run one SimPy environment until every reque
 or been rejected, and turn the flat records into pandas tables. Variants that share the workload
 and seed get the very same requests.
 
-Progress: with a `progress` callback, each variant also runs a watcher process that wakes every
-1/200 of the arrival span (at least 1 simulated second), and, at most once per `PROGRESS_WALL_S`
-wall-clock seconds, reports the simulated time and the requests done. It only reads state, and
-it stops once nothing else is scheduled, so it changes neither the schedule nor the results.
+The scenario may be a file path, a mapping (as in a notebook) or a loaded `ScenarioSet`.
+
+Progress: with a `progress` callback, a watcher thread wakes every `PROGRESS_WALL_S` seconds of
+wall-clock time and reports the simulated time and the requests done. It lives outside the SimPy
+environment and only reads state, so it changes neither the schedule nor the results, and its
+cost is bounded by wall time, whatever the simulated time spans (a run over 10^9 simulated
+seconds costs it nothing more). Without a callback there is no watcher at all.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import time
-from collections.abc import Callable, Generator
-from pathlib import Path
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,7 +32,7 @@ from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.results import Results, VariantResult
 from sim.metrics.streaming import StreamSummary
-from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_scenario
+from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload import RequestArrays, generate_requests
 
@@ -38,19 +41,16 @@ PROGRESS_WALL_S = 1.0
 
 
 def simulate(
-    scenario: ScenarioSet | str | Path,
+    scenario: ScenarioSet | Mapping[str, Any] | str | os.PathLike[str],
     *,
     overrides: list[str] | tuple[str, ...] = (),
     progress: ProgressFn | None = None,
     tables: bool = True,
 ) -> Results:
-    """Run every variant of a scenario (a loaded `ScenarioSet` or a YAML path). With
+    """Run every variant of a scenario: a YAML path, a mapping or a loaded `ScenarioSet`. With
     `tables=False` no per-request, per-step or gap tables are kept: each variant's summary is
     folded from its records as they come (flat memory; percentiles from sketches)."""
-    if not isinstance(scenario, ScenarioSet):
-        scenario = load_scenario(scenario, overrides)
-    elif overrides:
-        raise ValueError("overrides apply when loading: pass a path, or load_scenario(path, ...)")
+    scenario = load_any(scenario, overrides)
     workloads: dict[str, RequestArrays] = {}
     variants: dict[str, VariantResult] = {}
     for resolved in scenario.variants:
@@ -76,18 +76,31 @@ def simulate(
     return Results(scenario_name=scenario.name, variants=variants)
 
 
-def _watch(
-    env: simpy.Environment, log: RequestLog, total: int, name: str, progress: ProgressFn,
-    every_s: float,
-) -> Generator[simpy.Event, None, None]:  # fmt: skip
-    last = time.monotonic()
-    while True:
-        yield env.timeout(every_s)
-        if env.peek() == math.inf:  # only this watcher was left: the run is over
-            return
-        if time.monotonic() - last >= PROGRESS_WALL_S:
-            last = time.monotonic()
-            progress(f"{name}: {env.now:.1f} s simulated, {log.num_done}/{total} requests done")
+class _Watcher:
+    """Reports progress from a thread every `PROGRESS_WALL_S` wall-clock seconds (see above)."""
+
+    def __init__(
+        self, env: simpy.Environment, log: RequestLog, total: int, name: str,
+        progress: ProgressFn,
+    ) -> None:  # fmt: skip
+        self.env, self.log, self.total, self.name, self.progress = env, log, total, name, progress
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="batchsim-progress", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(PROGRESS_WALL_S):
+            done = self.log.num_done  # finished or rejected: an int the run only increments
+            self.progress(
+                f"{self.name}: {self.env.now:.1f} s simulated, {done}/{self.total} requests done"
+            )
+
+    def __enter__(self) -> _Watcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
 
 
 def run_variant(
@@ -141,10 +154,11 @@ def run_variant(
         requests.predicted_output_tokens,
     )
     Source(env, columns, cluster.dispatch)
-    if progress is not None and len(requests):
-        every_s = max(float(requests.arrival_s.max()) / 200.0, 1.0)
-        env.process(_watch(env, log, len(requests), resolved.variant, progress, every_s))
-    env.run()
+    if progress is not None:
+        with _Watcher(env, log, len(requests), resolved.variant, progress):
+            env.run()
+    else:
+        env.run()
     if log.num_done != len(requests):  # the loop only stops when the queues drain
         missing = len(requests) - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")

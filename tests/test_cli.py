@@ -45,7 +45,8 @@ def test_run_writes_results_and_prints_a_side_by_side_table(
     assert "static" in printed and "cont" in printed and "TTFT p50 ms" in printed
     folder = out / "clitest"
     names = {p.name for p in folder.iterdir()}
-    assert {"summary.json", "requests.csv", "steps.csv", "scenario.yaml"} <= names
+    assert {"summary.json", "requests.parquet", "scenario.yaml", ".batchsim"} <= names
+    assert not names & {"steps.parquet", "itl.parquet"}  # --tables all adds them
     assert {"latency_cdf.png", "timeline.png"} <= names
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["variants"]["cont"]["num_finished"] == 60
@@ -69,15 +70,17 @@ def test_set_override_reaches_the_run(scenario_file: Path, tmp_path: Path) -> No
         ]
     )
     assert code == 0
-    summary = json.loads((out / "clitest" / "summary.json").read_text())
+    # a run with --set gets a folder of its own, named after the overrides
+    assert [p.name for p in out.iterdir()] == ["clitest--num_requests=10"]
+    summary = json.loads((out / "clitest--num_requests=10" / "summary.json").read_text())
     assert summary["variants"]["static"]["num_requests"] == 10
-    assert not (out / "clitest" / "timeline.png").exists()
+    assert not (out / "clitest--num_requests=10" / "timeline.png").exists()
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--set", "policy.max_num_seqs=0"], "policy.max_num_seqs: Input should be greater than 0"),
+        (["--set", "policy.max_num_seqs=0"], "policy.max_num_seqs: must be > 0 (got 0)"),
         (["--set", "workload.arrival.process=burst"], "workload.arrival"),
         (["--set", "nonsense"], "expected KEY.PATH=VALUE"),
     ],
@@ -93,7 +96,7 @@ def test_user_errors_exit_2_with_one_line(
 
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", str(tmp_path / "nope.yaml")]) == 2
-    assert "nope.yaml: cannot read scenario" in capsys.readouterr().err
+    assert "nope.yaml: scenario file not found" in capsys.readouterr().err
 
 
 def test_python_dash_m_sim_is_the_same_command(scenario_file: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="notebook tests need nbformat (dev extra)")
@@ -29,12 +31,8 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
             assert cell["outputs"] == [] and cell["execution_count"] is None
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_executes_and_prints_its_answer(
-    path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
+def execute(path: Path) -> Any:
+    """Run a notebook headless; the executed notebook."""
     book = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         book,
@@ -43,12 +41,61 @@ def test_notebook_executes_and_prints_its_answer(
         resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()
+    return book
+
+
+def answer_of(book: Any) -> str:
     last = book.cells[-1]
     printed = "".join(o.get("text", "") for o in last.outputs if o.get("output_type") == "stream")
     answer = [line for line in printed.splitlines() if line.startswith("Answer: ")]
-    assert answer, f"the last cell of {path.name} printed no answer: {printed!r}"
+    assert answer, f"the last cell printed no answer: {printed!r}"
     assert any(ch.isdigit() for ch in answer[0])  # computed numbers, not a typed sentence
+    return answer[0]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_executes_and_prints_its_answer(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
+    book = execute(path)
+    answer_of(book)
     outputs = [o for c in book.cells for o in c.get("outputs", [])]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert images, "no figure was displayed"
     assert os.environ.get("BATCHSIM_AZURE_TRACE") is None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_need_no_temporary_scenario_files(path: Path) -> None:
+    # simulate, sweep and capacity_search take the scenario mapping itself
+    text = path.read_text()
+    assert "safe_dump" not in text and "tempfile" not in text
+
+
+def azure_trace(path: Path, rows: int = 400, rate: float = 6.0) -> Path:
+    """An Azure-format trace (TIMESTAMP,ContextTokens,GeneratedTokens) with 7-digit fractions."""
+    rng = np.random.default_rng(5)
+    start = np.datetime64("2023-11-16T18:15:46", "ns")
+    gaps = np.cumsum(rng.exponential(1e9 / rate, rows)).astype("timedelta64[ns]")
+    prompt = np.clip(rng.lognormal(np.log(1020), 0.5, rows), 1, 3072).astype(int)
+    output = np.clip(rng.lognormal(np.log(129), 1.0, rows), 0, 1024).astype(int)
+    lines = ["TIMESTAMP,ContextTokens,GeneratedTokens"]
+    for stamp, p, o in zip(start + gaps, prompt, output, strict=True):
+        text = str(stamp).replace("T", " ")[:27]  # 2023-11-16 18:15:46.1234567
+        lines.append(f"{text},{p},{o}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_policy_comparison_replays_an_azure_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = azure_trace(tmp_path / "azure_conv.csv")
+    monkeypatch.setenv("BATCHSIM_AZURE_TRACE", str(trace))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    book = execute(NOTEBOOKS[1])
+    printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert f"Azure trace {trace}" in printed
+    assert "batching sustains the most goodput" in answer_of(book)

@@ -13,13 +13,13 @@ from test_metrics import make_context, make_itl, make_requests, make_steps
 from test_plots import make_results
 
 import sim.io.output
-from sim.io.output import write_results
-from sim.io.summary_table import format_summary
+from sim.io.destination import TMP_TAG
+from sim.io.output import format_summary, write_results
 from sim.metrics.results import VariantResult
 
-EXPECTED = {"scenario.yaml", "summary.json", "summary.csv", "requests.csv", "steps.csv",
-            "itl.csv", "latency_cdf.png", "timeline.png", "slots.png", "latency_cdf.svg",
-            "timeline.svg", "slots.svg", "report.html"}  # fmt: skip
+EXPECTED = {".batchsim", "scenario.yaml", "summary.json", "summary.csv", "requests.parquet",
+            "steps.parquet", "itl.parquet", "latency_cdf.png", "timeline.png", "slots.png",
+            "latency_cdf.svg", "timeline.svg", "slots.svg", "report.html"}  # fmt: skip
 
 
 def siblings(out_dir: Path) -> list[str]:
@@ -27,14 +27,14 @@ def siblings(out_dir: Path) -> list[str]:
 
 
 def test_writes_every_file(tmp_path: Path) -> None:
-    out = write_results(make_results(), tmp_path / "tiny", "name: tiny\n")
+    out = write_results(make_results(), tmp_path / "tiny", "name: tiny\n", tables="all")
     assert out == tmp_path / "tiny"
     assert {p.name for p in out.iterdir()} == EXPECTED
     assert (out / "scenario.yaml").read_text() == "name: tiny\n"
-    requests = pd.read_csv(out / "requests.csv")
+    requests = pd.read_parquet(out / "requests.parquet")
     assert len(requests) == 10 and set(requests["variant"]) == {"continuous", "static"}
-    assert set(pd.read_csv(out / "steps.csv")["variant"]) == {"continuous", "static"}
-    assert len(pd.read_csv(out / "itl.csv")) == 8
+    assert set(pd.read_parquet(out / "steps.parquet")["variant"]) == {"continuous", "static"}
+    assert len(pd.read_parquet(out / "itl.parquet")) == 8
     summary = pd.read_csv(out / "summary.csv", index_col="variant")
     assert list(summary.index) == ["continuous", "static"]
     assert summary.at["continuous", "num_finished"] == 4
@@ -73,18 +73,18 @@ def test_failure_while_writing_keeps_previous_results(
 ) -> None:
     out = tmp_path / "tiny"
     write_results(make_results(), out, "version: 1\n", plots=False)
-    real_write_csv = sim.io.output._write_csv
+    real_write_table = sim.io.output._write_table
 
-    def failing_write_csv(frame: pd.DataFrame, path: Path, *, index: bool = False) -> None:
-        if path.name == "steps.csv":
+    def failing_write_table(frame: pd.DataFrame, path: Path) -> None:
+        if path.name == "requests.parquet":
             raise OSError("disk full")
-        real_write_csv(frame, path, index=index)
+        real_write_table(frame, path)
 
-    monkeypatch.setattr(sim.io.output, "_write_csv", failing_write_csv)
+    monkeypatch.setattr(sim.io.output, "_write_table", failing_write_table)
     with pytest.raises(OSError, match="disk full"):
         write_results(make_results(), out, "version: 2\n", plots=False)
     assert (out / "scenario.yaml").read_text() == "version: 1\n"
-    assert (out / "steps.csv").is_file()
+    assert (out / "requests.parquet").is_file()
     assert siblings(out) == ["tiny"]
 
 
@@ -96,7 +96,7 @@ def test_failed_swap_restores_previous_results(
     real_rename = Path.rename
 
     def rename(self: Path, target: Path) -> Path:
-        if ".tmp-" in self.name:
+        if TMP_TAG in self.name:
             raise OSError("rename failed")
         return real_rename(self, target)
 

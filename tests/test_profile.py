@@ -57,13 +57,28 @@ def test_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "key_path", "reason"),
     [
-        (lambda d: d["coefficients"].update(t_mem_s=-1), "coefficients.t_mem_s", "greater than"),
+        (lambda d: d["coefficients"].update(t_mem_s=-1), "coefficients.t_mem_s", "must be >= 0"),
         (
             lambda d: d["coefficients"].pop("t_flop_s_per_token"),
             "coefficients.t_flop_s_per_token",
             "required",
         ),
-        (lambda d: d["coefficients"].update(t_memory=1), "coefficients.t_memory", "not permitted"),
+        (
+            lambda d: d["coefficients"].update(t_memory=1),
+            "coefficients.t_memory",
+            "unknown key (did you mean t_mem_s?)",
+        ),
+        (
+            lambda d: d["coefficients"].update(t_mem_s=float("inf")),
+            "coefficients.t_mem_s",
+            "finite",
+        ),
+        (
+            lambda d: d["coefficients"].update(t_mem_s=float("nan")),
+            "coefficients.t_mem_s",
+            "finite",
+        ),
+        (lambda d: d["coefficients"].update(t_mem_s=True), "coefficients.t_mem_s", "number"),
         (lambda d: d.update(source="guessed"), "source", "measured"),
         (lambda d: d.update(schema_version=2), "schema_version", "1"),
         (lambda d: d.update(model_form="two_regime"), "coefficients.ridge_tokens", "required"),
@@ -92,7 +107,7 @@ def test_file_errors(tmp_path: Path) -> None:
     assert info.value.file == str(tmp_path / "missing.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("coefficients: [1, 2\n")
-    with pytest.raises(ScenarioError, match="invalid YAML"):
+    with pytest.raises(ScenarioError, match=r"bad.yaml:2:1: expected ',' or '\]'"):
         load_profile(bad)
     with pytest.raises(ScenarioError, match="mapping"):
         load_profile(write(tmp_path, [1, 2]))
@@ -133,7 +148,11 @@ def test_resolve_profile_forms(tmp_path: Path) -> None:
     assert two.model_form == "two_regime"
     with pytest.raises(ScenarioError) as info:
         resolve_profile(
-            {"coefficients": {"t_mem_s": "fast"}}, MODEL, HW, tmp_path, key="instance.profile"
+            {"coefficients": {"t_mem_s": "fast", "t_flop_s_per_token": 0}},
+            MODEL,
+            HW,
+            tmp_path,
+            key="instance.profile",
         )
     assert info.value.path == "instance.profile.coefficients.t_mem_s"
     with pytest.raises(ScenarioError, match="not found"):

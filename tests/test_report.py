@@ -14,7 +14,7 @@ import yaml
 from PIL import Image
 from test_plots_views import TINY, tiny_results
 
-import sim.io.output
+import sim.io.report
 from sim.cli.main import main
 from sim.io.output import write_results
 from sim.io.report import render_report
@@ -62,12 +62,14 @@ def test_report_command_rebuilds_the_same_report(
     assert main(["report", str(folder)]) == 0
     assert capsys.readouterr().out.strip() == str(folder / "report.html")
     assert (folder / "report.html").read_text() == original
-    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == [".batchsim"]
     # a trace in the folder gets a relative link on rebuild
     (folder / "trace.json").write_text("{}")
     assert 'href="trace.json"' in render_report(folder)
     assert main(["report", str(tmp_path / "nowhere")]) == 2
-    assert "not a results folder" in capsys.readouterr().err
+    assert "nowhere: no such folder" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert "not a results folder (no summary.json)" in capsys.readouterr().err
 
 
 def find_chromium() -> str | None:
@@ -103,7 +105,7 @@ def test_progress_reports_time_and_requests_without_changing_results(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # `sim.simulate` is the function (re-exported by `sim`); patch the module's constant
-    monkeypatch.setattr(importlib.import_module("sim.simulate"), "PROGRESS_WALL_S", 0.0)
+    monkeypatch.setattr(importlib.import_module("sim.simulate"), "PROGRESS_WALL_S", 0.001)
     raw = {**TINY, "workload": {**TINY["workload"], "num_requests": 300}}
     messages: list[str] = []
     with_progress = simulate(load_scenario_dict(raw), progress=messages.append)
@@ -130,8 +132,8 @@ def test_ctrl_c_while_writing_keeps_previous_results(
     def interrupted(folder: Path) -> Path:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.io.output, "write_report", interrupted)
-    assert main(["run", str(scenario), "--out", str(out), "-q", "--set", "seed=9"]) == 130
+    monkeypatch.setattr(sim.io.report, "write_report", interrupted)
+    assert main(["run", str(scenario), "--out", str(out), "-q"]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["tiny"]  # no temporary folders left
     assert {p.name: p.read_bytes() for p in (out / "tiny").iterdir()} == before

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +67,9 @@ def test_expansion_is_a_product_and_ids_ignore_grid_order() -> None:
     ("grid", "expected"),
     [
         (["policy.max_num_seqz=4,8"], "--grid policy.max_num_seqz=4: .*unknown key"),
-        (["policy.max_num_seqs=4,-1"], "--grid policy.max_num_seqs=-1: .*greater than 0"),
+        (["policy.max_num_seqs=4,-1"], "--grid policy.max_num_seqs=-1: .*must be > 0"),
+        (["policy.max_num_seqs=4,8,4"], "--grid policy.max_num_seqs: value 4 is listed twice"),
+        (["workload.arrival.rate=1,1.0"], "value 1.0 is listed twice"),
         (["seed.x=1"], "--grid seed.x=1: cannot set seed.x: seed is not a mapping"),
         (["variant=1,2"], "reserved"),
     ],
@@ -193,3 +197,40 @@ def test_cli_sweep_writes_tables_and_reports_bad_grids(
     monkeypatch.chdir(tmp_path)  # the default folder is results/<scenario name>-sweep
     assert main(["sweep", str(scenario_file), "--grid", "seed=1", "-q", "--workers", "1"]) == 0
     assert (tmp_path / "results" / "sweeptest-sweep" / "sweep.csv").exists()
+
+
+def test_a_large_sweep_states_its_size_and_time_before_it_starts(
+    scenario_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sweep_mod, "LARGE_SWEEP", 2)
+    started: list[str] = []
+
+    def runner(task: Any) -> Any:
+        started.append(capsys.readouterr().err)  # what was printed before the first point
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_mod, "run_point", runner)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(scenario_file, ["seed=1,2,3"], workers=1, progress=True)
+    assert "sweep: 3 points x 2 variants (about 400 requests per point); estimated " in started[0]
+
+
+def test_a_plain_script_may_sweep_on_several_workers(scenario_file: Path, tmp_path: Path) -> None:
+    # no `if __name__ == "__main__":` guard: spawned workers must not run the script again
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import sim\n"
+        f"table = sim.sweep({str(scenario_file)!r}, {{'policy.max_num_seqs': [4, 32]}}, "
+        "workers=2)\n"
+        "print(len(table))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"

@@ -129,7 +129,37 @@ def test_azure_bad_timestamp_and_backwards(tmp_path: Path) -> None:
 
 def test_too_many_fields_is_a_scenario_error(tmp_path: Path) -> None:
     err = error_of(write(tmp_path, CSV_HEADER + "0,5,5\n1,5,5,9\n"))
-    assert "line 3" in err.reason
+    assert err.path == "line 3" and err.reason == "4 fields where the header has 3"
+
+
+def test_azure_utc_offsets_are_compared_in_utc(tmp_path: Path) -> None:
+    # a daylight-saving change: the wall clock goes back an hour, UTC keeps going
+    rows = "2023-10-29 02:59:59+02:00,1,1\n2023-10-29 02:00:01+01:00,1,1\n"
+    trace = read_trace(write(tmp_path, AZURE_HEADER + rows), "azure")
+    assert trace.arrival_s.tolist() == [0.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "fragment"),
+    [
+        ("2023-11-16 18:15:46,1,1\n2023-11-16 18:15:47+00:00,1,1\n", "mixed timezones"),
+        ("2023-11-16 18:15:46Z,1,1\n2023-11-16 18:15:47,1,1\n", "has no UTC offset"),
+        ("2023-11-16 18:15:46,1,1\n1601-01-01 00:00:00,1,1\n", "outside the supported years"),
+        ("2023-11-16 18:15:46,1,1\n2500-01-01 00:00:00,1,1\n", "outside the supported years"),
+    ],
+)
+def test_azure_timestamps_that_cannot_be_ordered_say_why(
+    tmp_path: Path, rows: str, fragment: str
+) -> None:
+    err = error_of(write(tmp_path, AZURE_HEADER + rows), "azure")
+    assert err.path == "line 3" and fragment in err.reason and "out of order" not in err.reason
+
+
+def test_a_trace_that_is_not_utf8_names_the_line_and_byte(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes(CSV_HEADER.encode() + b"0,5,5\n1,5,5\xff\n")
+    err = error_of(path)
+    assert err.path == "line 3" and "byte 0xff" in err.reason
 
 
 # --- replaying a trace ------------------------------------------------------------------------

@@ -1,1 +1,28 @@
-"""The `batchsim` command line (also `python -m sim`): one module per group of subcommands."""
+"""The `batchsim` command line (also `python -m sim`): one module per group of subcommands.
+
+`entry` is the console entry point. It installs the interrupt handlers (`sim.cli.signals`)
+first and imports the command line inside its own `try`, so that a Ctrl-C or SIGTERM at any
+moment after the interpreter has started, even while the first modules load, ends in the same
+one-line message and exit code (130, or 143) as a later one.
+"""
+
+from __future__ import annotations
+
+
+def entry(argv: list[str] | None = None) -> int:
+    try:
+        from sim.cli import signals
+
+        with signals.interrupts():
+            try:
+                from sim.cli.main import main
+
+                return main(argv)
+            except Exception as exc:
+                if not signals.interrupted():
+                    raise
+                return signals.report(exc)  # an import cut short by the signal
+    except KeyboardInterrupt as exc:
+        from sim.cli.signals import report
+
+        return report(exc)

@@ -1,10 +1,17 @@
 """Command line: `batchsim run scenarios/x.yaml` (also `python -m sim run ...`).
 
-User errors (bad scenario, bad trace, bad override) print one line naming the file, the key and
-the reason, and exit with code 2; no traceback. Ctrl-C exits with 130 and leaves any earlier
-results in place, since results are written to a temporary folder and swapped in at the end.
-`run` reports progress on stderr (variant, simulated time, requests done; at most one line a
-second, so short runs print only the variant lines) unless `-q`.
+User errors (bad scenario, bad trace, bad override, bad flag) print one line naming the file,
+the key and the reason, and exit with code 2; no traceback. argparse's own errors are one line
+too. Ctrl-C exits with 130 and SIGTERM with 143, both after the same cleanup (temporary folders
+removed, earlier results untouched), since results are written to a temporary folder and
+swapped in at the end; the handlers are in place before anything heavy is imported, so an
+interrupt in the first moments is as clean as a late one.
+
+`run` checks where it will write before it simulates (`sim.io.destination`). A run with `--set`
+overrides writes to `<out>/<name>--<overrides>/` (for example `quickstart--rate=4`), so it never
+replaces the results of the unmodified scenario; `--set name=NAME` picks the folder instead.
+It reports progress on stderr (variant, simulated time, requests done; at most one line a
+second) unless `-q`, which also turns the progress machinery off entirely.
 """
 
 from __future__ import annotations
@@ -13,16 +20,32 @@ import argparse
 import importlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from sim import __version__
+from sim.cli.args import nonnegative_int
+from sim.cli.signals import interrupted, interrupts, report
 from sim.errors import ScenarioError
 
 
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (`usage:` lines go to `--help`)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="batchsim", description="Discrete-event simulator of LLM-serving batching policies."
     )
+    parser.add_argument("--version", action="version", version=f"batchsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a scenario and write results/<name>/")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
@@ -32,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a field by its dotted path, e.g. policy.max_num_seqs=64",
+        help="override a field by its dotted path, e.g. policy.max_num_seqs=64 (results then go "
+        "to <out>/<name>--<overrides>/)",
     )
     run.add_argument(
         "--out",
@@ -40,12 +64,25 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("results"),
         help="parent folder of the results (default: results)",
     )
+    run.add_argument(
+        "--tables",
+        choices=("summary", "requests", "all"),
+        default="requests",
+        help="tables to write: summary only, + per-request (default), + steps and inter-token",
+    )
+    run.add_argument(
+        "--format",
+        dest="table_format",
+        choices=("parquet", "csv"),
+        default="parquet",
+        help="file format of the tables (default parquet)",
+    )
     run.add_argument("--no-plots", action="store_true", help="skip the plots (PNG and SVG)")
     run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     run.add_argument("--trace", action="store_true", help="also write trace.json (Perfetto)")
     run.add_argument(
         "--trace-requests",
-        type=int,
+        type=nonnegative_int,
         default=200,
         metavar="N",
         help="request tracks in the trace: the first N requests (default 200)",
@@ -87,39 +124,49 @@ def _plug_in(name: str, sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.io.output import write_results
-    from sim.io.summary_table import format_summary
+    from sim.cli.run_report import rejection_check, simulated_line
+    from sim.io.destination import check_destination, results_folder_name
+    from sim.io.output import format_summary, write_results
     from sim.scenario.load import load_scenario
     from sim.simulate import simulate
 
-    if args.trace_requests < 0:
-        raise ScenarioError(f"--trace-requests {args.trace_requests}: must be >= 0")
     scenario = load_scenario(args.scenario, args.overrides)
-    say = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
+    folder = results_folder_name(scenario.name, args.overrides)
+    dest = check_destination(args.out, folder)  # before minutes of simulation, not after
     started = time.perf_counter()
-    results = simulate(scenario, progress=lambda msg: say(f"simulating {msg}"))
+    results = simulate(scenario, progress=_progress(args.quiet))
     elapsed = time.perf_counter() - started
+    # a variant whose every request was rejected measured nothing: a ScenarioError saying why
+    notes = rejection_check(results, str(args.scenario))
     out_dir = write_results(
         results,
-        args.out / scenario.name,
+        dest,
         scenario.dump(),
         plots=not args.no_plots,
         trace_requests=args.trace_requests if args.trace else None,
+        tables=args.tables,
+        table_format=args.table_format,
+        progress=not args.quiet,
     )
     if not args.quiet:
         print(format_summary(results.summary()))
-        print(
-            f"\n{sum(len(v.requests) for v in results.variants.values())} requests simulated "
-            f"in {elapsed:.2f} s; results in {out_dir}/"
-        )
+        for note in notes:
+            print(note)
+        named = " (a folder of its own: --set overrides)" if folder != scenario.name else ""
+        print(f"\n{simulated_line(results, elapsed)}; results in {out_dir}/{named}")
     return 0
+
+
+def _progress(quiet: bool) -> Callable[[str], None] | None:
+    """The progress callback of a run: lines on stderr, or none at all (no watcher) with -q."""
+    if quiet:
+        return None
+    return lambda msg: print(f"simulating {msg}", file=sys.stderr)
 
 
 def _report(args: argparse.Namespace) -> int:
     from sim.io.report import write_report
 
-    if not (args.folder / "summary.json").is_file():
-        raise ScenarioError("not a results folder (no summary.json)", file=str(args.folder))
     print(write_report(args.folder))
     return 0
 
@@ -132,16 +179,26 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        code: int = args.handler(args)
-        return code
-    except ScenarioError as exc:
-        print(f"batchsim: error: {exc.message()}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("batchsim: interrupted; no results were written", file=sys.stderr)
-        return 130
+    with interrupts():
+        try:
+            try:
+                args = _parser().parse_args(argv)
+            except SystemExit as done:  # --help, --version
+                return done.code if isinstance(done.code, int) else 0
+            code: int = args.handler(args)
+            return code
+        except _UsageError as exc:
+            print(f"batchsim: error: {exc}", file=sys.stderr)
+            return 2
+        except ScenarioError as exc:
+            print(f"batchsim: error: {exc.message()}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt as exc:
+            return report(exc)
+        except Exception as exc:
+            if not interrupted():
+                raise
+            return report(exc)  # an import or a library call cut short by the signal
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sim.cli.args import nonnegative_int, positive_int
+
 SWEEP_COLUMNS = ("requests_per_s", "goodput_rps", "ttft_p90_s", "tpot_p99_s", "e2e_p99_s")
 
 
@@ -42,7 +44,7 @@ def register(sub: Any) -> None:
     sweep.add_argument("--backend", choices=("local", "ray"), default="local")
     sweep.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=None,
         help="parallel points (default: every CPU this process may use)",
     )
@@ -75,7 +77,7 @@ def register(sub: Any) -> None:
     )
     cap.add_argument(
         "--repeats",
-        type=int,
+        type=nonnegative_int,
         default=2,
         help="extra seeds for probes near the boundary (default 2)",
     )
@@ -95,10 +97,16 @@ def register(sub: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    from sim.cli.signals import Terminated
+    from sim.io.destination import results_folder_name
     from sim.scenario.load import load_scenario
     from sim.whatif.sweep import sweep
 
-    out = args.out or Path("results") / f"{load_scenario(args.scenario, args.overrides).name}-sweep"
+    if args.out is None:
+        name = load_scenario(args.scenario, args.overrides).name
+        out = Path("results") / f"{results_folder_name(name, args.overrides)}-sweep"
+    else:
+        out = args.out
     started = time.perf_counter()
     try:
         table = sweep(
@@ -112,14 +120,15 @@ def _sweep(args: argparse.Namespace) -> int:
             resume=not args.fresh,
             progress=not args.quiet,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         saved = len(list((out / "points").glob("*.json")))
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
         print(
-            f"batchsim: interrupted; {saved} points saved in {out}/points/; rerun the same "
+            f"batchsim: {what}; {saved} points saved in {out}/points/; rerun the same "
             "command to resume",
             file=sys.stderr,
         )
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     if not args.quiet:
         columns = list(table.columns)
         keys = columns[1 : columns.index("variant") + 1]  # the grid keys, then the variant

@@ -39,6 +39,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.inputs.strict_model import StrictModel
+
 GiB = 1024**3
 MiB = 1024**2
 
@@ -229,6 +231,8 @@ def _dtype_name(dtype_bytes: float | None) -> str:
 def _resolve(data: Any, table: dict[str, dict[str, Any]], kind: str) -> Any:
     """Expand a catalog name, or a catalog name plus overrides, into a full field mapping."""
     known = ", ".join(sorted(table))
+    if not isinstance(data, (str, dict, BaseModel)):
+        raise ValueError(f"must be a catalog {kind} name (known: {known}) or a mapping")
     if isinstance(data, str):
         if data not in table:
             raise ValueError(f"unknown {kind} {data!r} (known: {known})")
@@ -248,10 +252,10 @@ def _resolve(data: Any, table: dict[str, dict[str, Any]], kind: str) -> Any:
     return data
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(StrictModel):
     """Dimensions and data types of one decoder-only transformer (dense or mixture of experts)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     num_parameters: int = Field(gt=0)  # total, every expert included: the weight memory
@@ -349,10 +353,10 @@ class ModelSpec(BaseModel):
         return w if w == kv else f"w-{w}/kv-{kv}"
 
 
-class HardwareSpec(BaseModel):
+class HardwareSpec(StrictModel):
     """One serving instance: `tensor_parallel` GPUs of one kind, with datasheet figures per GPU."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     name: str
     memory_bytes: int = Field(gt=0)  # per GPU

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from sim.costs.catalog import (
     HARDWARE,
@@ -40,6 +40,10 @@ from sim.costs.catalog import (
     min_tensor_parallel,
 )
 from sim.errors import ScenarioError
+from sim.inputs.messages import as_error, problems
+from sim.inputs.strict_model import StrictModel
+from sim.inputs.strict_yaml import load_yaml
+from sim.inputs.text import read_text
 
 # Chosen against the A100 reference timings; the justification travels in each file's provenance.
 ROOFLINE_MEM_EFFICIENCY = 0.8
@@ -73,18 +77,29 @@ class _KeyedError(ValueError):
         self.key = key
 
 
-class Coefficients(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    t_mem_s: float = Field(ge=0)  # fixed per-step cost: weight reads + launch overhead
-    t_flop_s_per_token: float = Field(ge=0)  # per scheduled token (linear layers)
-    t_kv_s_per_token: float = Field(default=0.0, ge=0)  # per context token attention reads
-    t_attn_s_per_token2: float = Field(default=0.0, ge=0)  # per unit of sum(chunk * context)
-    ridge_tokens: float | None = Field(default=None, gt=0)  # two_regime: where the slope changes
-    t_flop_high_s_per_token: float | None = Field(default=None, ge=0)  # slope above the ridge
+# Upper bounds of the coefficients: orders of magnitude beyond any GPU, yet small enough that a
+# step's time stays finite whatever its token counts (a step of an hour is already absurd).
+MAX_STEP_S = 3600.0
+MAX_PER_TOKEN_S = 60.0
 
 
-class FitSummary(BaseModel):
+class Coefficients(StrictModel):
+    model_config = ConfigDict(frozen=True)
+
+    # fixed per-step cost: weight reads + launch overhead
+    t_mem_s: float = Field(ge=0, le=MAX_STEP_S)
+    # per scheduled token (linear layers)
+    t_flop_s_per_token: float = Field(ge=0, le=MAX_PER_TOKEN_S)
+    # per context token attention reads
+    t_kv_s_per_token: float = Field(default=0.0, ge=0, le=MAX_PER_TOKEN_S)
+    # per unit of sum(chunk * context)
+    t_attn_s_per_token2: float = Field(default=0.0, ge=0, le=MAX_PER_TOKEN_S)
+    # two_regime: where the slope changes, and the slope above it
+    ridge_tokens: float | None = Field(default=None, gt=0, le=1e12)
+    t_flop_high_s_per_token: float | None = Field(default=None, ge=0, le=MAX_PER_TOKEN_S)
+
+
+class FitSummary(StrictModel):
     """How well a measured profile fits its data; calibration may add more keys."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -95,8 +110,8 @@ class FitSummary(BaseModel):
     heldout_max_rel_error: float | None = None
 
 
-class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Profile(StrictModel):
+    model_config = ConfigDict(frozen=True)
 
     schema_version: Literal[1]
     name: str
@@ -122,31 +137,23 @@ class Profile(BaseModel):
 
 
 def _scenario_error(exc: ValidationError, file: str | None, prefix: str | None) -> ScenarioError:
-    """The first schema error as a ScenarioError with its dotted key path."""
-    err = exc.errors()[0]
-    parts = [prefix] if prefix else []
-    parts += [str(p) for p in err["loc"]]
-    cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, _KeyedError):  # a cross-field check: the key is in the exception
-        parts.append(cause.key)
-    reason = str(cause) if cause is not None else err["msg"]
-    return ScenarioError(reason, file=file, path=".".join(parts) or None)
+    """Every schema problem, one line, with dotted key paths (under `prefix` when inline)."""
+    found = [
+        (".".join(p for p in (prefix, path) if p), reason)
+        for path, reason in problems(exc, Profile)
+    ]
+    return as_error(found, file)
 
 
 def load_profile(path: Path) -> Profile:
     """Read and validate a profile file; every problem is a ScenarioError naming the key."""
-    if not path.is_file():
-        raise ScenarioError("profile file not found", file=str(path))
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"invalid YAML: {exc}", file=str(path)) from exc
+    data = load_yaml(read_text(path, "profile file"), str(path))
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping at the top level", file=str(path))
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        raise _scenario_error(exc, str(path), None) from exc
+        raise _scenario_error(exc, str(path), None) from None
 
 
 def save_profile(profile: Profile, path: Path) -> None:
@@ -310,7 +317,7 @@ def resolve_profile(
     try:
         return Profile.model_validate(data)
     except ValidationError as exc:
-        raise _scenario_error(exc, None, key) from exc
+        raise _scenario_error(exc, None, key) from None
 
 
 def roofline_file_name(model: ModelSpec, hw: HardwareSpec) -> str:

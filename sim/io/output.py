@@ -1,19 +1,25 @@
-"""Writing a scenario's results folder atomically, and the terminal summary table.
+"""Writing a scenario's results folder atomically.
 
-`write_results` builds the whole folder next to its destination (`.<name>.tmp-<pid>`), then swaps
-it in with renames: the old folder is renamed aside, the new one renamed into place, the old one
-deleted. A reader therefore sees the old folder or the new one, never a half-written one, and a
-run that fails (or is interrupted) while writing leaves the previous results untouched; the
-temporary folders are removed in `finally`. Renames are atomic only within one filesystem, which
-the sibling location guarantees. Between the two renames the destination briefly does not exist;
-a crash exactly there leaves `.<name>.old-<pid>` holding the previous results.
+`write_results` builds the whole folder next to its destination (`.<name>.batchsim-tmp-<pid>`),
+then swaps it in with renames: the old folder is renamed aside, the new one renamed into place,
+the old one deleted. A reader therefore sees the old folder or the new one, never a half-written
+one, and a run that fails (or is interrupted) while writing leaves the previous results
+untouched; the temporary folder is removed in `finally`. Renames are atomic only within one
+filesystem, which the sibling location guarantees. What may be replaced at all, the marker that
+says batchsim wrote a folder, and the cleanup of folders left by killed runs are the business of
+`sim.io.destination`; the destination is checked again here, since a folder may have appeared
+there while the simulation ran.
 
-Folder content: `scenario.yaml` (the resolved scenario text), `summary.json` (per variant: metric
--> value with NaN as null, plus the scenario name), `summary.csv` (variants as rows),
-`requests.csv`, `steps.csv` (step groups) and `itl.csv`, each with a `variant` column, the PNG
-and SVG plots of `sim.io.plots.save_plots`, `report.html` (`sim.io.report`) and, when asked for,
-`trace.json` (`sim.io.trace_export`). The report is built last, from the files already in the
-temporary folder, so it is part of the same atomic swap.
+Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario text),
+`summary.json` (per variant: metric -> value with NaN as null, plus the scenario name),
+`summary.csv` (variants as rows); the tables asked for (`tables`: `summary` writes none,
+`requests` the per-request table, `all` adds `steps` (step groups) and `itl`), each with a
+`variant` column, as Parquet (default: a tenth of the size of CSV, and typed) or CSV; the PNG
+and SVG plots of `sim.io.plots.save_plots`; `report.html` (`sim.io.report`) and, when asked
+for, `trace.json` (`sim.io.trace_export`). The report is built last, from the files already in
+the temporary folder, so it is part of the same atomic swap. With `progress`, a bar on stderr
+names each file as it is written (large tables take seconds), once writing has taken half a
+second.
 """
 
 from __future__ import annotations
@@ -22,17 +28,27 @@ import json
 import math
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from sim.io.plots import save_plots
-from sim.io.report import write_report
-from sim.io.trace_export import write_trace
+from sim.io.destination import MARKER, check_destination, clean_leftovers, mark, temp_paths
+from sim.metrics.side_by_side import SUMMARY_ROWS, format_summary
 
 if TYPE_CHECKING:
     from sim.metrics.results import Results
+
+__all__ = ["SUMMARY_ROWS", "format_summary", "summary_document", "write_results"]
+
+# the writing bar appears only once writing has taken this long (small runs print nothing)
+PROGRESS_DELAY_S = 0.5
+Tables = Literal["summary", "requests", "all"]
+TableFormat = Literal["parquet", "csv"]
+TABLE_CHOICES: tuple[str, ...] = ("summary", "requests", "all")
+FORMAT_CHOICES: tuple[str, ...] = ("parquet", "csv")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -41,6 +57,13 @@ def _write_text(path: Path, text: str) -> None:
 
 def _write_csv(frame: pd.DataFrame, path: Path, *, index: bool = False) -> None:
     frame.to_csv(path, index=index)
+
+
+def _write_table(frame: pd.DataFrame, path: Path) -> None:
+    if path.suffix == ".csv":
+        _write_csv(frame, path)
+    else:
+        frame.to_parquet(path, index=False)
 
 
 def _json_value(value: Any) -> Any:
@@ -59,29 +82,73 @@ def summary_document(scenario_name: str, summary: pd.DataFrame) -> dict[str, Any
     return {"scenario": scenario_name, "variants": variants}
 
 
-def _write_folder(
+def _steps(
     results: Results,
     folder: Path,
     scenario_yaml: str,
-    plots: bool,
-    report: bool,
-    trace_requests: int | None,
+    options: dict[str, Any],
+) -> list[tuple[str, Callable[[], object]]]:
+    """(file name, writer) for every file of the folder, in the order they are written."""
+    from sim.io.plots import save_plots
+    from sim.io.report import write_report
+    from sim.io.trace_export import write_trace
+
+    def summary() -> None:
+        table = results.summary()
+        _write_text(folder / "scenario.yaml", scenario_yaml)
+        document = summary_document(results.scenario_name, table)
+        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+        _write_text(folder / "summary.json", text)
+        _write_csv(table, folder / "summary.csv", index=True)
+
+    def itl() -> pd.DataFrame:
+        parts = [v.itl.assign(variant=name) for name, v in results.variants.items()]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    ext = options["table_format"]
+    steps: list[tuple[str, Callable[[], object]]] = [("summary.json", summary)]
+    if options["tables"] in ("requests", "all"):
+        steps.append(
+            (f"requests.{ext}", lambda: _write_table(results.requests, folder / f"requests.{ext}"))
+        )
+    if options["tables"] == "all":
+        steps.append((f"steps.{ext}", lambda: _write_table(results.steps, folder / f"steps.{ext}")))
+        steps.append((f"itl.{ext}", lambda: _write_table(itl(), folder / f"itl.{ext}")))
+    if options["plots"]:
+        steps.append(("plots", lambda: save_plots(results, folder)))
+    if options["trace_requests"] is not None:
+        n = options["trace_requests"]
+        steps.append(
+            ("trace.json", lambda: write_trace(results, folder / "trace.json", max_requests=n))
+        )
+    if options["report"]:
+        steps.append(("report.html", lambda: write_report(folder)))
+    return steps
+
+
+def _write_folder(
+    results: Results, folder: Path, scenario_yaml: str, options: dict[str, Any]
 ) -> None:
-    summary = results.summary()
-    _write_text(folder / "scenario.yaml", scenario_yaml)
-    document = summary_document(results.scenario_name, summary)
-    _write_text(folder / "summary.json", json.dumps(document, indent=2, allow_nan=False) + "\n")
-    _write_csv(summary, folder / "summary.csv", index=True)
-    _write_csv(results.requests, folder / "requests.csv")
-    _write_csv(results.steps, folder / "steps.csv")
-    itl = [v.itl.assign(variant=name) for name, v in results.variants.items()]
-    _write_csv(pd.concat(itl, ignore_index=True) if itl else pd.DataFrame(), folder / "itl.csv")
-    if plots:
-        save_plots(results, folder)
-    if trace_requests is not None:
-        write_trace(results, folder / "trace.json", max_requests=trace_requests)
-    if report:
-        write_report(folder)
+    steps = _steps(results, folder, scenario_yaml, options)
+    if not options["progress"]:
+        for _, write in steps:
+            write()
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=len(steps),
+        desc="writing",
+        unit="file",
+        file=sys.stderr,
+        leave=False,
+        delay=PROGRESS_DELAY_S,
+    )
+    with bar:
+        for name, write in steps:
+            bar.set_postfix_str(name)
+            write()
+            bar.update(1)
 
 
 def write_results(
@@ -92,23 +159,32 @@ def write_results(
     plots: bool = True,
     report: bool = True,
     trace_requests: int | None = None,
+    tables: Tables = "requests",
+    table_format: TableFormat = "parquet",
+    progress: bool = False,
 ) -> Path:
     """Write the results folder `out_dir` atomically (see the module docstring); return it.
 
     `trace_requests`: write `trace.json` with request tracks for that many requests (None: no
-    trace).
+    trace). A destination batchsim may not replace is a `ScenarioError`.
     """
-    out_dir = Path(out_dir)
+    if tables not in TABLE_CHOICES or table_format not in FORMAT_CHOICES:
+        raise ValueError(f"tables {tables!r} / table_format {table_format!r}: unknown")
+    out_dir = check_destination(Path(out_dir).parent, Path(out_dir).name)
+    options = {"plots": plots, "report": report, "trace_requests": trace_requests,
+               "tables": tables, "table_format": table_format, "progress": progress}  # fmt: skip
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
-    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+    clean_leftovers(out_dir.parent)
+    tmp, old = temp_paths(out_dir)
+    for leftover in (tmp, old):  # this pid's own, from an earlier process with the same pid
+        if (leftover / MARKER).is_file():
+            shutil.rmtree(leftover)
     try:
-        # leftovers of an earlier crashed run with the same pid must not leak into this one
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        _write_folder(results, tmp, scenario_yaml, plots, report, trace_requests)
-        if out_dir.exists():
-            shutil.rmtree(old, ignore_errors=True)
+        mark(tmp, "results")
+        _write_folder(results, tmp, scenario_yaml, options)
+        if os.path.lexists(out_dir):
+            mark(out_dir, "results")  # check_destination found it ours (or empty): claim it
             out_dir.rename(old)
         try:
             tmp.rename(out_dir)
@@ -118,5 +194,6 @@ def write_results(
             raise
         shutil.rmtree(old, ignore_errors=True)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if (tmp / MARKER).is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir

@@ -8,7 +8,8 @@ step-cost profile of each variant with its provenance, and the resolved scenario
 
 Self-contained: images are inlined as base64 PNG, the CSS is inline, nothing refers to another
 file or to the network (the only link, to `trace.json` when present, is relative), so the file
-can be mailed or archived on its own. The file is written to a temporary name and renamed.
+can be mailed or archived on its own. The file is written to a temporary name and renamed, and
+only into a folder batchsim wrote (`sim.io.destination.is_ours`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import yaml
 
-from sim.io.summary_table import SUMMARY_ROWS
+from sim.errors import ScenarioError
+from sim.inputs.strict_yaml import load_yaml
+from sim.inputs.text import read_text
+from sim.io.destination import MARKER, is_ours
+from sim.metrics.side_by_side import summary_html
 
 # (file stem, heading, caption) of the plots embedded when present, in order
 PLOTS = (
@@ -63,17 +69,7 @@ def _format(value: Any, scale: float, fmt: str) -> str:
 
 
 def _summary_table(variants: dict[str, dict[str, Any]]) -> str:
-
-    head = "".join(f"<th>{_esc(v)}</th>" for v in variants)
-    rows = []
-    for label, key, scale, fmt in SUMMARY_ROWS:
-        cells = "".join(
-            f"<td>{_format(metrics.get(key), scale, fmt)}</td>" for metrics in variants.values()
-        )
-        rows.append(f"<tr><td>{_esc(label)}</td>{cells}</tr>")
-    body = "\n".join(rows)
-    return (f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
-            f"<tbody>\n{body}\n</tbody></table>")  # fmt: skip
+    return summary_html(pd.DataFrame.from_dict(variants, orient="index"))
 
 
 def _all_metrics(variants: dict[str, dict[str, Any]]) -> str:
@@ -105,11 +101,16 @@ def _plots(folder: Path) -> str:
     return "\n".join(parts)
 
 
+def _variants(scenario: dict[str, Any]) -> dict[str, Any]:
+    found = scenario.get("variants")
+    return found if isinstance(found, dict) else {}
+
+
 def _profiles(scenario: dict[str, Any]) -> str:
     """The profile of each variant; variants sharing one profile are listed together."""
     groups: dict[str, list[str]] = {}
     texts: dict[str, str] = {}
-    for name, spec in (scenario.get("variants") or {}).items():
+    for name, spec in _variants(scenario).items():
         profile = spec.get("profile") if isinstance(spec, dict) else None
         if not isinstance(profile, dict):
             continue
@@ -127,16 +128,45 @@ def _profiles(scenario: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _read_folder(folder: Path) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """(summary.json document, scenario.yaml text, its mapping), each checked for its shape: a
+    folder that is not a complete results folder is a ScenarioError naming the file."""
+    summary_path = folder / "summary.json"
+    if not folder.exists():
+        raise ScenarioError("no such folder; expected a results folder", file=str(folder))
+    if not folder.is_dir():
+        raise ScenarioError("is a file; expected a results folder", file=str(folder))
+    if not summary_path.is_file():
+        raise ScenarioError("not a results folder (no summary.json)", file=str(folder))
+    text = read_text(summary_path, "summary file")
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ScenarioError(f"not valid JSON: {exc}", file=str(summary_path)) from None
+    except RecursionError:
+        raise ScenarioError("not valid JSON: nested too deeply", file=str(summary_path)) from None
+    variants = document.get("variants") if isinstance(document, dict) else None
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise ScenarioError(
+            'not a batchsim summary: expected {"variants": {name: {metric: value}}}',
+            file=str(summary_path),
+        )
+    scenario_path = folder / "scenario.yaml"
+    scenario_text = read_text(scenario_path, "scenario file")
+    scenario = load_yaml(scenario_text, str(scenario_path))
+    if not isinstance(scenario, dict):
+        raise ScenarioError("expected the resolved scenario mapping", file=str(scenario_path))
+    return document, scenario_text, scenario
+
+
 def render_report(folder: Path) -> str:
     """The HTML text of the report of results folder `folder`."""
     folder = Path(folder)
-    document = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    variants: dict[str, dict[str, Any]] = document.get("variants", {})
-    scenario_text = (folder / "scenario.yaml").read_text(encoding="utf-8")
-    scenario = yaml.safe_load(scenario_text) or {}
-    name = document.get("scenario", folder.name)
+    document, scenario_text, scenario = _read_folder(folder)
+    variants: dict[str, dict[str, Any]] = document["variants"]
+    name = str(document.get("scenario", folder.name))
     description = ""
-    first: Any = next(iter((scenario.get("variants") or {}).values()), {})
+    first: Any = next(iter(_variants(scenario).values()), {})
     if isinstance(first, dict) and first.get("description"):
         description = f"<p>{_esc(first['description'])}</p>"
     trace = ""
@@ -166,9 +196,15 @@ def write_report(folder: Path) -> Path:
     """Write `folder/report.html` (temporary file, then rename); return its path."""
     folder = Path(folder)
     path = folder / "report.html"
+    text = render_report(folder)  # checks the folder before anything is written into it
+    if not is_ours(folder):
+        raise ScenarioError(
+            f"not written by batchsim (no {MARKER} marker): its report.html is not replaced",
+            file=str(folder),
+        )
     tmp = folder / f".report.html.tmp-{os.getpid()}"
     try:
-        tmp.write_text(render_report(folder), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

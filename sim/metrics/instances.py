@@ -1,7 +1,8 @@
-"""Metrics that only clusters have: per-instance breakdowns and the KV link of P/D serving.
+"""Metrics beyond the core summary: per-instance breakdowns, stalls and the KV link of P/D.
 
 `instance_summary` applies the step metrics to each instance alone (with that instance's own
-hardware figures), so a hot or idle instance behind a router stands out. `transfer_summary`
+hardware figures), so a hot or idle instance behind a router stands out. `stall_summary` gives
+the distribution over requests of each one's longest inter-token gap. `transfer_summary`
 reports how long prompts' KV waited for the link (and for decode capacity: backpressure) and
 how long the transfers took, plus the link's utilization over the run.
 """
@@ -84,9 +85,16 @@ def instance_summary(
     return pd.DataFrame(rows)
 
 
-def stall_summary(requests: pd.DataFrame) -> dict[str, float]:
-    """Percentiles over requests of the longest gap each saw between two of its tokens."""
+def stall_summary(requests: pd.DataFrame, ctx: SummaryContext | None = None) -> dict[str, float]:
+    """Percentiles over requests of the longest gap each saw between two of its tokens.
+
+    Like the latencies, they cover the measured set: served requests arriving after the first
+    `warmup_s` and before the last `cooldown_s` of the arrival span (`ctx`; None: every one)."""
     served = ~requests["rejected"].to_numpy(dtype=bool)
+    if ctx is not None and len(requests) and (ctx.warmup_s or ctx.cooldown_s):
+        arrival = requests["arrival_s"].to_numpy(dtype=float)
+        lo, hi = float(arrival.min()) + ctx.warmup_s, float(arrival.max()) - ctx.cooldown_s
+        served &= (arrival >= lo) & (arrival <= hi)
     stalls = requests["max_itl_s"].to_numpy(dtype=float)
     served &= (requests["num_output_tokens"] >= 2).to_numpy() & ~np.isnan(stalls)
     stalls = stalls[served]

@@ -18,10 +18,15 @@ Tables (column names are part of the public contract):
   held integrated over the group, exact), `num_waiting, num_running, num_preempted`.
   `sim.metrics.summary.expand_steps` gives one row per step.
 * itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
+
+In a notebook a `Results` shows itself as the side-by-side summary table (`_repr_html_`), and
+`side_by_side()` returns that table as a DataFrame; `repr()` stays one line, whatever the size
+of the tables.
 """
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,11 +34,13 @@ import pandas as pd
 
 from sim.metrics.context import SummaryContext
 from sim.metrics.instances import instance_summary, stall_summary, transfer_summary
+from sim.metrics.rejections import rejection_causes, rejection_table
+from sim.metrics.side_by_side import side_by_side, summary_html
 from sim.metrics.streaming import StreamSummary
 from sim.metrics.summary import summarize
 
 
-@dataclass
+@dataclass(repr=False)
 class VariantResult:
     name: str
     requests: pd.DataFrame
@@ -51,9 +58,20 @@ class VariantResult:
         if self.streamed is not None:
             return self.streamed.summary()
         out = summarize(self.requests, self.steps, self.itl, self.context)
-        out.update(stall_summary(self.requests))
+        out.update(stall_summary(self.requests, self.context))
         out.update(transfer_summary(self.requests, self.context))
         return out
+
+    @property
+    def num_requests(self) -> int:
+        if self.streamed is not None:
+            return int(self.streamed.counts["num_requests"])
+        return len(self.requests)
+
+    def rejections(self) -> dict[str, int]:
+        """Rejected requests by cause (empty when none was rejected)."""
+        streamed = self.streamed.reject_reasons if self.streamed is not None else None
+        return rejection_causes(self.requests, streamed)
 
     def instance_summary(self) -> pd.DataFrame:
         """One row per instance: role, group, hardware, requests taken and step metrics."""
@@ -61,11 +79,34 @@ class VariantResult:
             return self.streamed.instance_summary(self.instances)
         return instance_summary(self.requests, self.steps, self.instances, self.context)
 
+    def __repr__(self) -> str:
+        return (
+            f"VariantResult({self.name!r}: {self.num_requests} requests, "
+            f"{len(self.steps)} step groups)"
+        )
 
-@dataclass
+
+@dataclass(repr=False)
 class Results:
     scenario_name: str
     variants: dict[str, VariantResult]
+
+    def __repr__(self) -> str:
+        sizes = {v.num_requests for v in self.variants.values()}
+        each = f"{sizes.pop()} requests each" if len(sizes) == 1 else "requests differ"
+        names = ", ".join(self.variants)
+        return f"Results({self.scenario_name!r}: {len(self.variants)} variants [{names}], {each})"
+
+    def _repr_html_(self) -> str:
+        return f"<p><b>{html.escape(self.scenario_name)}</b></p>" + summary_html(self.summary())
+
+    def side_by_side(self) -> pd.DataFrame:
+        """The curated metrics (rows, unit in the label) of every variant (columns)."""
+        return side_by_side(self.summary())
+
+    def rejections(self) -> pd.DataFrame:
+        """`variant, cause, count` of the requests no schedule could serve."""
+        return rejection_table({name: v.rejections() for name, v in self.variants.items()})
 
     def __getitem__(self, name: str) -> VariantResult:
         return self.variants[name]

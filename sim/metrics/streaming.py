@@ -17,6 +17,7 @@ added to the sketch once per occupied bin, so a sketch costs O(bins) per chunk, 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -137,6 +138,7 @@ class StreamSummary:
         self.tiers: dict[str, _Tier] = {}
         self.steps: dict[int, StepTotals] = {}
         self.taken: dict[int, int] = {}  # requests per instance (prefill and decode sides)
+        self.reject_reasons: Counter[str] = Counter()
         self.num_links = num_links
 
     # -- chunks in --------------------------------------------------------------------------------
@@ -150,6 +152,8 @@ class StreamSummary:
         c["num_requests"] += len(chunk)
         c["num_finished"] += int((~rejected & ~np.isnan(finish)).sum())
         c["num_rejected"] += int(rejected.sum())
+        if rejected.any() and "reject_reason" in chunk.columns:
+            self.reject_reasons.update(chunk.loc[rejected, "reject_reason"].astype(str).tolist())
         for key in ("num_preemptions", "num_recomputed_tokens", "num_swaps", "swapped_bytes"):
             c[key] += int(chunk[key].sum())
         for column in ("instance", "decode_instance"):
@@ -166,12 +170,13 @@ class StreamSummary:
         if (~np.isnan(finish[served])).any():
             self.served_last_finish = max(self.served_last_finish, float(np.nanmax(finish[served])))
         stalls = chunk["max_itl_s"].to_numpy(dtype=float)
-        multi = served & (chunk["num_output_tokens"].to_numpy() >= 2)
+        lo, hi = self.window
+        in_window = (arrival >= lo) & (arrival <= hi)
+        # the stall percentiles cover the measured set, like the latencies
+        multi = served & in_window & (chunk["num_output_tokens"].to_numpy() >= 2)
         self.latency["stall"].add(stalls[multi])
         if (~np.isnan(stalls[served])).any():
             self.itl_max = _max(self.itl_max, float(np.nanmax(stalls[served])))
-        lo, hi = self.window
-        in_window = (arrival >= lo) & (arrival <= hi)
         self.offered += int((in_window & rejected).sum())
         measured = chunk[in_window & served]
         self._add_measured(measured)

@@ -145,14 +145,14 @@ class IterationPolicy:
 
     def rejection(self, req: Request, kv: KVView) -> str:
         total = req.sequence_tokens
-        if not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens:
-            return "prompt longer than max_num_batched_tokens (whole-prompt prefill)"
         if total > self.max_model_len:
-            return "prompt + output longer than max_model_len"
+            return f"longer than max_model_len ({self.max_model_len} tokens)"
+        if not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens:
+            return f"prompt over max_num_batched_tokens ({self.max_num_batched_tokens}), not chunked"
         if total > kv.capacity_tokens:
-            return "prompt + output larger than the KV pool"
+            return f"larger than the KV pool ({kv.capacity_tokens} tokens)"
         if self.reservation.target(req, 0) > kv.capacity_tokens:
-            return "KV reservation larger than the KV pool"
+            return f"KV reservation larger than the KV pool ({kv.capacity_tokens} tokens)"
         return ""
 
     def transfer_blocks(self, req: Request, kv: KVView) -> int:

@@ -49,9 +49,9 @@ class StaticPolicy:
 
     def rejection(self, req: Request, kv: KVView) -> str:
         if req.sequence_tokens > self.max_model_len:
-            return "prompt + output longer than max_model_len"
+            return f"longer than max_model_len ({self.max_model_len} tokens)"
         if self._reservation(req) > kv.capacity_tokens:
-            return "KV reservation larger than the KV pool"
+            return f"KV reservation larger than the KV pool ({kv.capacity_tokens} tokens)"
         return ""
 
     def next_wakeup_s(self, view: InstanceView) -> float | None:

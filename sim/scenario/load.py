@@ -3,30 +3,40 @@
 A scenario names a workload, a model, a GPU, a step-cost profile, a policy with its limits and
 the SLO targets. `variants` are named override sets applied to the same base; every variant runs
 on the very same requests (the workload is generated once per distinct workload and seed).
-`--set a.b=c` edits the raw YAML before validation, so it reaches any field, variants included.
+`--set a.b=c` edits the raw YAML before validation, so it reaches any field, variants included
+(`sim.scenario.overrides`, which also holds the rule by which variants merge).
 
-Override rule: mappings merge key by key, except that a mapping naming a different `name` than
-the one it overrides (a different policy, model or GPU) replaces it whole, so that a variant
-`policy: {name: static}` does not inherit the continuous policy's limits.
-
-Every problem is a `ScenarioError` naming the file, the key path and the reason.
+Files are read as strict YAML (`sim.inputs`: no duplicate keys, bounded aliases and nesting,
+UTF-8 errors located). Every problem is a `ScenarioError` naming the file, the key path and the
+reason; schema problems are all listed at once, in plain words (`sim.inputs.messages`). A
+scenario also accepts a mapping or an already loaded `ScenarioSet` (`load_any`), so notebooks
+never need a temporary file.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import (
-    ValidationError,
-)
+from pydantic import ValidationError
 
 from sim.costs.catalog import HardwareSpec, check_fits
 from sim.costs.profile import Profile, resolve_profile
 from sim.errors import ScenarioError
+from sim.inputs.messages import as_error, problems
+from sim.inputs.strict_yaml import load_yaml
+from sim.inputs.text import check_regular_file, read_text
+from sim.scenario.overrides import (
+    apply_overrides,
+    merge,
+    parse_set,
+    set_path,
+)
 from sim.scenario.schema import (
     ChunkedPolicySpec,
     ContinuousPolicySpec,
@@ -36,6 +46,7 @@ from sim.scenario.schema import (
     StaticPolicySpec,
     check_tiers,
 )
+from sim.workload.budget import memory_problem
 
 # the schema's names that callers reach through this module
 __all__ = [
@@ -48,6 +59,7 @@ __all__ = [
     "ScenarioSet",
     "StaticPolicySpec",
     "check_tiers",
+    "load_any",
     "load_scenario",
     "load_scenario_dict",
     "merge",
@@ -89,6 +101,10 @@ class ScenarioSet:
     name: str
     variants: list[ResolvedScenario]
     file: str
+    # the mapping it was loaded from (overrides applied, variants included) and where its
+    # relative paths resolve: what a sweep or a capacity search edits and loads again
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    base_dir: Path | None = None
 
     def dump(self) -> str:
         """The resolved scenario as YAML: every variant with all defaults filled in."""
@@ -104,79 +120,15 @@ class ScenarioSet:
         )
 
 
-def parse_set(assignment: str) -> tuple[list[str], Any]:
-    """`a.b.c=value` -> (["a", "b", "c"], value parsed as a YAML scalar)."""
-    if "=" not in assignment:
-        raise ScenarioError(f"--set {assignment!r}: expected KEY.PATH=VALUE")
-    key, _, text = assignment.partition("=")
-    path = key.strip().split(".")
-    if not all(path):
-        raise ScenarioError(f"--set {assignment!r}: empty key in {key!r}")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {assignment!r}: value is not valid YAML ({exc})") from None
-    return path, value
-
-
-def set_path(raw: dict[str, Any], path: list[str], value: Any) -> None:
-    node = raw
-    for i, key in enumerate(path[:-1]):
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        if isinstance(child, str) and key in ("model", "hardware", "profile"):
-            child = node[key] = {"name": child} if key != "profile" else {"path": child}
-        if not isinstance(child, dict):
-            where = ".".join(path[: i + 1])
-            raise ScenarioError(f"cannot set {'.'.join(path)}: {where} is not a mapping")
-        node = child
-    node[path[-1]] = value
-
-
-def merge(base: Any, override: Any) -> Any:
-    """Deep-merge `override` into a copy of `base` (see the module docstring for the rule)."""
-    if not isinstance(base, dict) or not isinstance(override, dict):
-        return copy.deepcopy(override)
-    if "name" in override and "name" in base and override["name"] != base["name"]:
-        return copy.deepcopy(override)
-    out = copy.deepcopy(base)
-    for key, value in override.items():
-        out[key] = merge(out[key], value) if key in out else copy.deepcopy(value)
-    return out
-
-
-def _format_loc(loc: tuple[Any, ...]) -> str:
-    # pydantic puts the union member's tag in the location (policy.continuous.max_num_seqs)
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p in _TAGS)]
-    return ".".join(parts)
-
-
-_TAGS = {
-    "static",
-    "continuous",
-    "chunked",
-    "poisson",
-    "gamma",
-    "constant",
-    "fixed",
-    "uniform",
-    "lognormal",
-    "empirical",
-    "str",
-    "dict[str,any]",
-    "function-after[_check_heads(), ModelSpec]",
-}
-
-
 def _where(path: str, variant: str | None, override: dict[str, Any]) -> tuple[str, str]:
-    """Key path and a note naming the variant: blame the override when it set that key."""
+    """Key path and a note naming the variant: blame the override when it set that key, the
+    base when the override does not touch it, and say "in variant" when the two combine."""
     if variant is None:
         return path, ""
     node: Any = override
-    for key in path.split("."):
+    for depth, key in enumerate(path.split(".")):
         if not isinstance(node, dict) or key not in node:
-            return path, f" (in variant {variant!r})"
+            return path, f" (in variant {variant!r})" if depth else ""
         node = node[key]
     return f"variants.{variant}.{path}", ""
 
@@ -187,35 +139,76 @@ def _validate(
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
-        path, note = _where(_format_loc(err["loc"]), variant, override)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        if isinstance(err.get("input"), (int, float, str)) and err["type"] != "missing":
-            msg += f" (got {err['input']!r})"
-        raise ScenarioError(msg + note + more, file=file, path=path or None) from None
+        found = []
+        for path, reason in problems(exc, Scenario):
+            where, note = _where(path, variant, override)
+            found.append((where, reason + note))
+        raise as_error(found, file) from None
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ScenarioSet:
-    """Read, override, merge variants, validate and resolve a scenario file."""
+def read_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The mapping of a scenario file, not yet validated (strict YAML: see sim.inputs)."""
     file = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=file) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML: {exc}", file=file) from None
+    raw = load_yaml(read_text(Path(path), "scenario file"), file)
     if not isinstance(raw, dict):
         raise ScenarioError("a scenario must be a YAML mapping", file=file)
+    return raw
+
+
+def load_scenario(
+    path: str | os.PathLike[str], overrides: list[str] | tuple[str, ...] = ()
+) -> ScenarioSet:
+    """Read, override, merge variants, validate and resolve a scenario file."""
     return load_scenario_dict(
-        raw, file=file, base_dir=Path(path).resolve().parent, overrides=overrides
+        read_scenario(path),
+        file=str(path),
+        base_dir=Path(path).resolve().parent,
+        overrides=overrides,
     )
+
+
+def load_any(
+    scenario: ScenarioSet | Mapping[str, Any] | str | os.PathLike[str],
+    overrides: list[str] | tuple[str, ...] = (),
+) -> ScenarioSet:
+    """A scenario from a file path, a mapping (relative paths from the working folder) or an
+    already loaded `ScenarioSet` (`overrides` then apply to the mapping it was loaded from)."""
+    if isinstance(scenario, ScenarioSet):
+        if not overrides:
+            return scenario
+        raw, file, base_dir = source_of(scenario)
+        return load_scenario_dict(raw, file=file, base_dir=base_dir, overrides=overrides)
+    if isinstance(scenario, Mapping):
+        return load_scenario_dict(dict(scenario), overrides=overrides)
+    if isinstance(scenario, (str, os.PathLike)):
+        return load_scenario(scenario, overrides)
+    raise TypeError(
+        f"expected a scenario path, a mapping or a ScenarioSet, not {type(scenario).__name__}"
+    )
+
+
+def source_of(
+    scenario: ScenarioSet | Mapping[str, Any] | str | os.PathLike[str],
+    overrides: list[str] | tuple[str, ...] = (),
+) -> tuple[dict[str, Any], str, Path]:
+    """(raw mapping with `overrides` applied, file label, base folder) of any scenario source:
+    what sweeps and capacity searches edit before loading each point."""
+    if isinstance(scenario, ScenarioSet):
+        if not scenario.raw:
+            raise ScenarioError("this ScenarioSet was built by hand: pass its file or mapping")
+        raw, file = copy.deepcopy(scenario.raw), scenario.file
+        base_dir = scenario.base_dir or Path.cwd()
+    elif isinstance(scenario, Mapping):
+        raw, file, base_dir = copy.deepcopy(dict(scenario)), "<scenario>", Path.cwd()
+    elif isinstance(scenario, (str, os.PathLike)):
+        raw, file = read_scenario(scenario), os.fspath(scenario)
+        base_dir = Path(scenario).resolve().parent
+    else:
+        raise TypeError(
+            f"expected a scenario path, a mapping or a ScenarioSet, not {type(scenario).__name__}"
+        )
+    apply_overrides(raw, overrides)
+    return raw, file, base_dir
 
 
 def load_scenario_dict(
@@ -226,8 +219,8 @@ def load_scenario_dict(
     overrides: list[str] | tuple[str, ...] = (),
 ) -> ScenarioSet:
     raw = copy.deepcopy(raw)
-    for assignment in overrides:
-        set_path(raw, *parse_set(assignment))
+    apply_overrides(raw, overrides)
+    source = copy.deepcopy(raw)
     base_dir = base_dir or Path.cwd()
     variants_raw = raw.pop("variants", None) or {}
     if not isinstance(variants_raw, dict):
@@ -246,7 +239,12 @@ def load_scenario_dict(
         if "variants" in merged:
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")
         resolved.append(_resolve(str(name), str(name), merged, override or {}, file, base_dir))
-    return ScenarioSet(name=resolved[0].spec.name, variants=resolved, file=file)
+    too_big = memory_problem([v.spec.workload for v in resolved])
+    if too_big is not None:
+        raise ScenarioError(too_big[1], file=file, path=too_big[0])
+    return ScenarioSet(
+        name=resolved[0].spec.name, variants=resolved, file=file, raw=source, base_dir=base_dir
+    )
 
 
 def _resolve(
@@ -266,8 +264,10 @@ def _resolve(
     path, note = _where("profile", variant, override)
     if isinstance(spec.profile, str) and spec.profile != "roofline":
         target = Path(spec.profile) if Path(spec.profile).is_absolute() else base_dir / spec.profile
-        if not target.is_file():
-            raise ScenarioError(f"profile file not found: {target}{note}", file=file, path=path)
+        try:
+            check_regular_file(target, "profile file")
+        except ScenarioError as exc:
+            raise ScenarioError(f"{exc.message()}{note}", file=file, path=path) from None
     try:
         profile = resolve_profile(spec.profile, spec.model, spec.hardware, base_dir, key=path)
     except ScenarioError as exc:

@@ -9,14 +9,40 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.inputs.strict_model import StrictModel
 from sim.workload import WorkloadSpec
 
+# A scenario's name is the folder its results go to: a plain folder name, never a path.
+MAX_NAME_LENGTH = 100
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class _Strict(StrictModel):
+    model_config = ConfigDict(frozen=True)
+
+
+def check_folder_name(name: str) -> str:
+    """`name` unchanged when it is a plain folder name, else ValueError saying why not."""
+    if not name:
+        raise ValueError("must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(f"is {len(name)} characters long; at most {MAX_NAME_LENGTH}")
+    if "/" in name or "\\" in name:
+        raise ValueError(f"{name!r} contains a path separator; a scenario name is a folder name")
+    if name in (".", ".."):
+        raise ValueError(
+            f"{name!r} is not a folder name (it names the folder itself or its parent)"
+        )
+    if name.startswith("."):
+        raise ValueError(f"{name!r} starts with '.' (hidden names are kept for batchsim's work)")
+    bad = sorted({ch for ch in name if not (ch.isascii() and (ch.isalnum() or ch in "_.-"))})
+    if bad:
+        raise ValueError(
+            f"{name!r} contains {''.join(bad)!r}; use letters, digits, '_', '.' and '-' only"
+        )
+    return name
 
 
 class QueueTierSpec(_Strict):
@@ -202,7 +228,7 @@ class DisaggregationSpec(_Strict):
 
 
 class Scenario(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str
     description: str = ""
     seed: int = Field(default=0, ge=0)
     workload: WorkloadSpec
@@ -218,6 +244,8 @@ class Scenario(_Strict):
     cluster: ClusterSpec | None = None
     # prefill and decode on separate pools joined by a KV link (exclusive with `cluster`)
     disaggregation: DisaggregationSpec | None = None
+
+    _name_is_a_folder = field_validator("name")(check_folder_name)
 
     @model_validator(mode="after")
     def _one_topology(self) -> Scenario:

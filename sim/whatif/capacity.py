@@ -31,14 +31,14 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from sim.errors import ScenarioError
-from sim.whatif.capacity_probe import Prober, metric_names
+from sim.whatif.capacity_probe import Prober, Source, metric_names
 
 RATE_KEY = "workload.arrival.rate"
+_FRACTIONS = ("attainment", "utilization", "fraction", "mfu")
 MAX_DOUBLINGS = 20  # a factor of about a million either way before giving up on a bracket
 
 
@@ -72,7 +72,15 @@ def parse_slo(text: str) -> SLO:
         limit = float(value_text)
     except ValueError:
         raise ScenarioError(f"--slo {text!r}: {value_text!r} is not a number") from None
-    return SLO(metric, limit, at_least=op == ">=")
+    at_least = op == ">="
+    if not math.isfinite(limit):
+        raise ScenarioError(f"--slo {text!r}: the limit must be a finite number")
+    if limit < 0 or (limit == 0 and not at_least):
+        bound = ">= 0" if at_least else "> 0 (no latency or rate is below 0)"
+        raise ScenarioError(f"--slo {text!r}: the limit must be {bound}")
+    if limit > 1 and any(word in metric for word in _FRACTIONS):
+        raise ScenarioError(f"--slo {text!r}: {metric} is a fraction, between 0 and 1")
+    return SLO(metric, limit, at_least=at_least)
 
 
 @dataclass
@@ -159,7 +167,7 @@ class _Search:
 
 
 def capacity_search(
-    scenario: str | Path,
+    scenario: Source,
     slos: Sequence[str | SLO],
     *,
     overrides: Sequence[str] = (),
@@ -169,7 +177,8 @@ def capacity_search(
     progress: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
     """Capacity of every variant: one row per variant (see `CapacityResult.row`), or with
-    `instances` the fewest instances at the scenario's rate (`InstanceResult.row`)."""
+    `instances` the fewest instances at the scenario's rate (`InstanceResult.row`). The scenario
+    is a YAML path, a mapping or a loaded `ScenarioSet`."""
     rows: dict[str, dict[str, float | int | str]]
     if instances:
         from sim.whatif.capacity_instances import search_instances
@@ -193,7 +202,7 @@ def capacity_search(
 
 
 def search(
-    scenario: str | Path,
+    scenario: Source,
     slos: Sequence[str | SLO],
     *,
     overrides: Sequence[str] = (),

@@ -14,11 +14,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sim.errors import ScenarioError
-from sim.whatif.capacity_probe import Prober
+from sim.whatif.capacity_probe import Prober, Source
 
 MAX_INSTANCES = 4096
 
@@ -81,7 +80,7 @@ def check_clusterable(prober: Prober) -> None:
 
 
 def search_instances(
-    scenario: str | Path,
+    scenario: Source,
     slos: Sequence[Any],
     *,
     overrides: Sequence[str] = (),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
-from pathlib import Path
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -19,9 +19,10 @@ import pandas as pd
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.summary import summarize
-from sim.scenario.load import ScenarioSet, load_scenario_dict, set_path
+from sim.scenario.load import ScenarioSet, load_scenario_dict, set_path, source_of
 from sim.simulate import simulate
-from sim.whatif.sweep import read_raw
+
+Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]
 
 
 @functools.cache
@@ -33,10 +34,9 @@ def metric_names() -> frozenset[str]:
 
 
 class Prober:
-    def __init__(self, scenario: str | Path, overrides: Sequence[str], rate_key: str) -> None:
-        self.file = str(scenario)
-        self.raw = raw = read_raw(scenario, overrides)
-        self.base_dir = Path(scenario).resolve().parent
+    def __init__(self, scenario: Source, overrides: Sequence[str], rate_key: str) -> None:
+        raw, self.file, self.base_dir = source_of(scenario, tuple(overrides))
+        self.raw = raw
         self.rate_path = rate_key.split(".")
         loaded = self._load(raw)
         rates = set()

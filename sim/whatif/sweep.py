@@ -6,14 +6,19 @@ grids make a Cartesian product; each *point* of it runs every variant of the sce
 id is a hash of its overrides (keys sorted), so it does not depend on the order of the grids.
 
 Every point is validated before anything runs: each grid value alone first (an error names that
-`--grid` and value), then every combination (an error names the point).
+`--grid` and value), then every combination (an error names the point). A value listed twice in
+one grid is an error (it would run the same point twice). A sweep of more than `LARGE_SWEEP`
+points states its size and an estimated time before it starts (from the requests per point and
+the simulator's typical speed), and one of more than `MAX_POINTS` is refused.
 
 The table has one row per (point, variant): `point_id`, one column per grid key (named by its
 dotted path), `variant`, then every summary metric. Rows follow the grid expansion order and the
 scenario's variant order, never the order in which points finish, so that the same seed gives the
 same table whatever the backend and number of workers (each point is itself deterministic).
 
-On disk (`out`, optional from Python, `results/<name>-sweep/` from the CLI) each point's summary
+The scenario may be a file path, a mapping or a loaded `ScenarioSet`. On disk (`out`, optional
+from Python, `results/<name>-sweep/` from the CLI; checked before anything runs, see
+`sim.io.destination.check_sweep_folder`) each point's summary
 is written atomically to `points/<id>.json` as soon as it finishes; a rerun reads them back and
 runs only the missing points (resume). A point file also records a fingerprint of the base
 scenario (YAML mapping after `--set`), and is reused only when that still matches, so editing the
@@ -29,21 +34,32 @@ import copy
 import hashlib
 import itertools
 import json
+import math
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-import yaml
 
 from sim.errors import ScenarioError
+from sim.io.destination import check_sweep_folder, mark_sweep_folder
 from sim.io.output import summary_document
-from sim.scenario.load import ScenarioSet, load_scenario_dict, parse_set, set_path
+from sim.scenario.load import ScenarioSet, load_scenario_dict, parse_set, set_path, source_of
 from sim.simulate import simulate
-from sim.whatif.sweep_backends import Progress, default_workers, run_local, run_ray
+from sim.whatif.sweep_backends import Progress, check_ray, default_workers, run_local, run_ray
 from sim.whatif.sweep_store import PointTask, Summaries, load_points, save_point, table, write_table
+from sim.workload.budget import expected_requests
 
 __all__ = ["PointTask", "expand", "parse_grid", "point_id", "run_point", "sweep"]
+
+LARGE_SWEEP = 2000
+MAX_POINTS = 100_000
+# simulated requests per second of one core (README "Speed"), for the estimate of a large sweep
+REQUESTS_PER_CORE_S = 7000.0
+
+Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]
 
 
 def parse_grid(text: str) -> tuple[str, list[Any]]:
@@ -58,19 +74,17 @@ def parse_grid(text: str) -> tuple[str, list[Any]]:
     return ".".join(parsed[0][0]), [value for _, value in parsed]
 
 
-def read_raw(scenario: str | Path, overrides: Sequence[str]) -> dict[str, Any]:
-    """The scenario's YAML mapping with `--set` overrides applied, not yet validated."""
-    try:
-        raw = yaml.safe_load(Path(scenario).read_text())
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario: {exc.strerror}", file=str(scenario)) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"not valid YAML: {exc}", file=str(scenario)) from None
-    if not isinstance(raw, dict):
-        raise ScenarioError("a scenario must be a YAML mapping", file=str(scenario))
-    for assignment in overrides:
-        set_path(raw, *parse_set(assignment))
+def read_raw(scenario: Source, overrides: Sequence[str]) -> dict[str, Any]:
+    """The scenario's mapping with `--set` overrides applied, not yet validated."""
+    raw, _, _ = source_of(scenario, tuple(overrides))
     return raw
+
+
+def _same_key(value: Any) -> str:
+    """Values a scenario cannot tell apart (1 and 1.0) share a key."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(float(value))
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def _as_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, list[Any]]:
@@ -81,6 +95,11 @@ def _as_grid(grid: Mapping[str, Sequence[Any]] | Sequence[str]) -> dict[str, lis
             raise ScenarioError(f"--grid {key}: given twice; list all its values in one --grid")
         if isinstance(values, str) or not list(values):
             raise ScenarioError(f"--grid {key}: needs a non-empty list of values")
+        seen: set[str] = set()
+        for value in values:
+            if _same_key(value) in seen:
+                raise ScenarioError(f"--grid {key}: value {value!r} is listed twice")
+            seen.add(_same_key(value))
         out[key] = list(values)
     return out
 
@@ -135,8 +154,23 @@ def _validate(tasks: list[PointTask], grid: dict[str, list[Any]], base: PointTas
             raise ScenarioError(f"--grid point {_describe(task.point)}: {exc.message()}") from None
 
 
+def _announce(tasks: list[PointTask], workers: int, base: ScenarioSet) -> None:
+    """State the size and estimated time of a large sweep before it starts (on stderr)."""
+    per_point = 0.0
+    for variant in base.variants:
+        size = expected_requests(variant.spec.workload)
+        per_point += size[0] if size is not None else 0.0
+    seconds = len(tasks) * per_point / REQUESTS_PER_CORE_S / max(workers, 1)
+    estimate = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+    print(
+        f"sweep: {len(tasks)} points x {len(base.variants)} variants (about "
+        f"{per_point:.3g} requests per point); estimated {estimate} on {workers} worker(s)",
+        file=sys.stderr,
+    )
+
+
 def sweep(
-    scenario: str | Path,
+    scenario: Source,
     grid: Mapping[str, Sequence[Any]] | Sequence[str],
     *,
     overrides: Sequence[str] = (),
@@ -149,14 +183,29 @@ def sweep(
 ) -> pd.DataFrame:
     """Run `scenario` at every point of `grid` (`{"a.b": [1, 2]}` or `["a.b=1,2"]`).
 
-    Returns the tidy table (see the module docstring); writes files only when `out` is given.
+    The scenario is a YAML path, a mapping or a loaded `ScenarioSet`. Returns the tidy table
+    (see the module docstring); writes files only when `out` is given.
     """
-    raw = read_raw(scenario, overrides)
+    if workers is not None and workers < 1:
+        raise ScenarioError(f"--workers {workers}: must be at least 1")
+    if backend not in ("local", "ray"):
+        raise ScenarioError(f"--backend {backend!r}: expected 'local' or 'ray'")
+    raw, file, base_path = source_of(scenario, tuple(overrides))
     grids = _as_grid(grid)
     clash = [k for k in grids if k in ("point_id", "variant")]
     if clash:
         raise ScenarioError(f"--grid {clash[0]}: that name is reserved for a table column")
-    file, base_dir = str(scenario), str(Path(scenario).resolve().parent)
+    size = math.prod(len(values) for values in grids.values())
+    if size > MAX_POINTS:
+        raise ScenarioError(
+            f"--grid: {size} points ({' x '.join(str(len(v)) for v in grids.values())}); at most "
+            f"{MAX_POINTS}: split the sweep"
+        )
+    if out is not None:
+        check_sweep_folder(Path(out))
+    if backend == "ray":
+        check_ray(address)
+    base_dir = str(base_path)
     base = PointTask("", {}, raw, file, base_dir)
     tasks = [PointTask(point_id(p), p, raw, file, base_dir) for p in expand(grids)]
     _validate(tasks, grids, base)
@@ -167,6 +216,7 @@ def sweep(
     todo = [t for t in tasks if t.point_id not in done]
     if points_dir:
         points_dir.mkdir(parents=True, exist_ok=True)
+        mark_sweep_folder(points_dir.parent)
     bar = Progress(len(tasks), initial=len(tasks) - len(todo), enabled=progress)
 
     def finished(task: PointTask, variants: Summaries) -> None:
@@ -176,15 +226,15 @@ def sweep(
         bar.tick()
 
     count = min(workers or default_workers(), max(len(todo), 1))
+    if progress and len(tasks) > LARGE_SWEEP:
+        _announce(todo, count, point_scenario(base))
     # looked up at call time so that tests can substitute the runner on the in-process path
     runner = run_point
     try:
         if backend == "ray":
             run_ray(todo, runner, count, address, finished)
-        elif backend == "local":
-            run_local(todo, runner, count, finished)
         else:
-            raise ScenarioError(f"--backend {backend!r}: expected 'local' or 'ray'")
+            run_local(todo, runner, count, finished)
     finally:
         bar.close()
     frame = table(tasks, list(grids), done)

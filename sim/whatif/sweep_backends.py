@@ -7,9 +7,15 @@ finishes; the caller saves it at once, which is what makes an interrupted sweep 
 * local: a `ProcessPoolExecutor` with the "spawn" start method. Spawn costs an import of the
   simulator per worker (well under a second) but is safe after threads have started (Ray's, or a
   notebook's) and behaves the same on Linux and macOS. One worker runs in-process, without a pool.
+  A spawned worker normally re-imports the parent's `__main__` script, which in a plain script
+  without an `if __name__ == "__main__":` guard runs the sweep again inside every worker (and
+  breaks the pool). The runner never needs `__main__`, so workers are started with it hidden.
 * ray: `ray.init(address=... or a local cluster, num_cpus=workers)`, one remote call per point,
   one CPU each. Ray is imported only here, so it stays an optional dependency. A Ray session that
-  is already initialized (a notebook, a test fixture) is reused and left running.
+  is already initialized (a notebook, a test fixture) is reused and left running. An `--address`
+  is probed first with a plain TCP connection (`CONNECT_TIMEOUT_S`): Ray's own client retries an
+  unreachable address for a minute or more, and a `ray://` address needs the Ray client extra
+  (grpc), whose absence is a one-line error rather than an ImportError deep inside Ray.
 
 On an error, points not yet started are cancelled; finished ones are on disk. On an interrupt the
 local backend also saves the points already running before it stops.
@@ -19,15 +25,18 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sim.errors import ScenarioError
 
 T = TypeVar("T")
 R = TypeVar("R")
+CONNECT_TIMEOUT_S = 3.0
 
 
 def default_workers() -> int:
@@ -69,6 +78,23 @@ class Progress:
             print(file=sys.stderr)
 
 
+@contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Hide `__main__`'s file and spec, which spawn uses to re-import it in each worker."""
+    main = sys.modules.get("__main__")
+    keys = ("__file__", "__spec__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in keys if main and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def run_local(
     tasks: list[T], runner: Callable[[T], R], workers: int, on_result: Callable[[T, R], None]
 ) -> None:
@@ -80,7 +106,8 @@ def run_local(
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     pending: dict[Future[R], T] = {}
     try:
-        pending.update({pool.submit(runner, task): task for task in tasks})
+        with _main_hidden():  # the workers start during the first submit
+            pending.update({pool.submit(runner, task): task for task in tasks})
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
@@ -97,6 +124,43 @@ def run_local(
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+
+
+def check_ray(address: str | None) -> None:
+    """Ray is installed and `address` (if any) looks reachable; else a one-line ScenarioError."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ScenarioError(
+            "--backend ray needs Ray: pip install 'ray[default]' (or batchsim[ray])"
+        ) from None
+    check_ray_address(address)
+
+
+def check_ray_address(address: str | None) -> None:
+    """Refuse, quickly and in one line, an address Ray could not use (see the module docstring)."""
+    if address is None or address in ("auto", "local"):
+        return
+    target = address
+    if address.startswith("ray://"):
+        try:
+            import grpc  # noqa: F401  (what the Ray client needs)
+        except ImportError:
+            raise ScenarioError(
+                f"--address {address}: a ray:// address needs the Ray client: "
+                "pip install 'ray[client]'"
+            ) from None
+        target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ScenarioError(f"--address {address!r}: expected HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ScenarioError(
+            f"--address {address}: no Ray cluster reachable there within {CONNECT_TIMEOUT_S:g} s "
+            f"({exc.strerror or exc})"
+        ) from None
 
 
 def run_ray(
@@ -117,7 +181,13 @@ def run_ray(
         options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
         if address is None:  # a local cluster sized to the worker count; a remote one is as is
             options["num_cpus"] = workers
-        ray.init(address=address, **options)
+        check_ray_address(address)
+        try:
+            ray.init(address=address, **options)
+        except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+            where = f"at {address}" if address else "locally"
+            reason = " ".join(str(exc).split())[:300]
+            raise ScenarioError(f"--backend ray: cannot start Ray {where}: {reason}") from None
     remote = ray.remote(num_cpus=1)(runner)
     pending = {remote.remote(task): task for task in tasks}
     try:

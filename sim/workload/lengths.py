@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.workload.spec import (
+    MAX_TOKENS,
     EmpiricalLength,
     FixedLength,
     LengthDist,
@@ -26,9 +27,9 @@ from sim.workload.spec import (
 )
 from sim.workload.traces import TraceData, read_trace, resolve_path
 
-# Largest length a lognormal may produce when it has no `max`: floats above 2**53 are no longer
-# exact integers, and the cast to int64 must not overflow on an extreme draw (exp -> inf).
-_LOGNORMAL_CEILING = float(2**53)
+# Largest length a lognormal may produce when it has no `max`: the schema's bound on any length,
+# so that the cast to int64 cannot overflow on an extreme draw (exp -> inf).
+_LOGNORMAL_CEILING = float(MAX_TOKENS)
 
 
 class TraceCache:

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from sim.inputs.strict_model import StrictModel
 
 TraceFormat = Literal["azure", "csv"]
+# Longest prompt or output a length may ask for: far beyond any model's context, yet small enough
+# that token sums stay exact in int64 and float64 arithmetic.
+MAX_TOKENS = 2**31 - 1
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(StrictModel):
+    pass
 
 
 # --- length distributions (token counts are ints >= 1) ---------------------------------------
@@ -33,15 +38,15 @@ class FixedLength(_Strict):
     """Every request gets exactly `value` tokens."""
 
     dist: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_TOKENS)
 
 
 class UniformLength(_Strict):
     """Integers drawn uniformly from `low..high`, both ends inclusive."""
 
     dist: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=MAX_TOKENS)
+    high: int = Field(ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -54,10 +59,10 @@ class LognormalLength(_Strict):
     """`exp(N(ln median, sigma))`, rounded to the nearest integer and clipped to [min, max]."""
 
     dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    median: float = Field(gt=0, le=MAX_TOKENS)
+    sigma: float = Field(ge=0, le=20)  # exp(20) is already a factor of 5e8
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -99,7 +104,8 @@ class GammaArrival(_Strict):
 
     process: Literal["gamma"]
     rate: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    # beyond these the gamma shape 1/cv^2 under- or overflows
+    cv: float = Field(ge=1e-3, le=1e3)
 
 
 class ConstantArrival(_Strict):

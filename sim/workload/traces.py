@@ -20,6 +20,8 @@ Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
 
 from __future__ import annotations
 
+import io
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -28,12 +30,19 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ScenarioError
+from sim.inputs.text import read_text
 
 # Per format: (time column, prompt column, output column).
 COLUMNS: dict[str, tuple[str, str, str]] = {
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
     "csv": ("arrival_s", "prompt_tokens", "output_tokens"),
 }
+
+
+# Azure timestamps must fall in [first, last) of these years: wider than any real trace, narrow
+# enough that nanosecond arithmetic cannot overflow.
+TIMESTAMP_YEARS = (1970, 2200)
+_OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
 
 
 @dataclass(frozen=True)
@@ -61,17 +70,21 @@ def read_trace(
 
     `extra_columns` (a tier column) must be present and non-empty on every row."""
     file = str(path)
-    if not path.is_file():
-        raise ScenarioError("trace file not found", file=file)
+    text = read_text(path, "trace file", max_bytes=None)
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False)
+        frame = pd.read_csv(
+            io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False
+        )
     except pd.errors.EmptyDataError:
         raise ScenarioError("trace file is empty", file=file) from None
     except pd.errors.ParserError as exc:
         # pandas words this as "Expected 3 fields in line 7, saw 4" with a 1-based line number.
-        raise ScenarioError(f"malformed CSV: {str(exc).strip()}", file=file) from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"not a text file: {exc.reason}", file=file) from None
+        found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if found:
+            expected, line, saw = found.groups()
+            reason = f"{saw} fields where the header has {expected}"
+            raise ScenarioError(reason, file=file, path=f"line {line}") from None
+        raise ScenarioError(f"malformed CSV: {' '.join(str(exc).split())}", file=file) from None
 
     time_col, prompt_col, output_col = COLUMNS[fmt]
     _check_header(frame, (time_col, prompt_col, output_col, *extra_columns), fmt, file)
@@ -87,12 +100,7 @@ def read_trace(
 
     times_raw = frame[time_col].str.strip()
     if fmt == "azure":
-        stamps = pd.to_datetime(times_raw, format="ISO8601", errors="coerce")
-        valid_time = stamps.notna().to_numpy()
-        nanos = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-        first = nanos[0] if valid_time[0] else 0
-        # Integer nanoseconds first, then float: keeps sub-microsecond spacing exact enough.
-        seconds = (nanos - first).astype(np.float64) / 1e9
+        seconds, valid_time = _azure_seconds(times_raw, lines, time_col, file)
     else:
         seconds = pd.to_numeric(times_raw, errors="coerce").to_numpy(dtype=np.float64)
         valid_time = np.isfinite(seconds)
@@ -144,6 +152,50 @@ def read_trace(
         num_zero_output=int(zero_output.sum()),
         extra={name: frame[name].str.strip().to_numpy(dtype=str) for name in extra_columns},
     )
+
+
+def _azure_seconds(
+    times_raw: pd.Series, lines: np.ndarray, column: str, file: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds after the first row, and a mask of parsable rows, from ISO 8601 timestamps.
+
+    Timestamps either all carry a UTC offset (then they are compared in UTC, so a trace that
+    crosses a daylight-saving change stays in order) or none does (local wall-clock time);
+    a mix is ambiguous and refused. A timestamp outside `TIMESTAMP_YEARS` is refused as such:
+    it is a corrupt row, not an out-of-order one."""
+    has_offset = times_raw.str.contains(_OFFSET, regex=True).to_numpy(dtype=bool)
+    if has_offset.any() and not has_offset.all():
+        row = int(np.argmax(has_offset != has_offset[0]))
+        this, other = ("has a", "none") if has_offset[row] else ("has no", "one")
+        raise ScenarioError(
+            f"{column} {times_raw.iloc[row]!r} {this} UTC offset while line {lines[0]} has "
+            f"{other} (mixed timezones): give every timestamp an offset, or none",
+            file=file,
+            path=f"line {lines[row]}",
+        )
+    stamps = pd.to_datetime(times_raw, format="ISO8601", errors="coerce", utc=bool(has_offset[0]))
+    lo, hi = (pd.Timestamp(f"{year}-01-01", tz=stamps.dt.tz) for year in TIMESTAMP_YEARS)
+    outside = (stamps.notna() & ((stamps < lo) | (stamps >= hi))).to_numpy(dtype=bool)
+    # years pandas cannot hold at nanosecond resolution come back unparsed: read the year itself
+    year = pd.to_numeric(times_raw.str.extract(r"^(\d{4})-", expand=False), errors="coerce")
+    year_np = year.to_numpy(dtype=float)
+    outside = outside | (year_np < TIMESTAMP_YEARS[0]) | (year_np >= TIMESTAMP_YEARS[1])
+    if outside.any():
+        row = int(np.argmax(outside))
+        count = int(outside.sum())
+        more = f" ({count} such rows in total)" if count > 1 else ""
+        raise ScenarioError(
+            f"{column} {times_raw.iloc[row]!r} is outside the supported years "
+            f"{TIMESTAMP_YEARS[0]}-{TIMESTAMP_YEARS[1] - 1}{more}",
+            file=file,
+            path=f"line {lines[row]}",
+        )
+    valid = stamps.notna().to_numpy()
+    nanos = stamps.dt.tz_localize(None) if stamps.dt.tz is not None else stamps
+    nanos_i = nanos.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    first = nanos_i[0] if valid[0] else 0
+    # Integer nanoseconds first, then float: keeps sub-microsecond spacing exact enough.
+    return (nanos_i - first).astype(np.float64) / 1e9, valid
 
 
 def _check_header(frame: pd.DataFrame, expected: tuple[str, ...], fmt: str, file: str) -> None:

@@ -1,0 +1,103 @@
+"""The side-by-side summary: a curated set of metrics as rows, one column per variant.
+
+The same table appears in three places, from this one definition: the terminal after
+`batchsim run` (`format_summary`), the HTML report, and a notebook (`Results.side_by_side()`
+returns it as a DataFrame; `Results._repr_html_` renders it). Values are scaled to the unit in
+the row's label (milliseconds, percent); the full-precision metrics stay in `Results.summary()`.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import pandas as pd
+
+# (label, metric key, scale, format): the rows, in order
+SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("requests finished", "num_finished", 1.0, "{:.0f}"),
+    ("requests rejected", "num_rejected", 1.0, "{:.0f}"),
+    ("output tok/s", "output_tokens_per_s", 1.0, "{:.1f}"),
+    ("total tok/s", "total_tokens_per_s", 1.0, "{:.1f}"),
+    ("requests/s", "requests_per_s", 1.0, "{:.3f}"),
+    ("goodput req/s", "goodput_rps", 1.0, "{:.3f}"),
+    ("SLO attainment %", "slo_attainment", 100.0, "{:.1f}"),
+    ("TTFT p50 ms", "ttft_p50_s", 1e3, "{:.1f}"),
+    ("TTFT p99 ms", "ttft_p99_s", 1e3, "{:.1f}"),
+    ("TPOT p50 ms", "tpot_p50_s", 1e3, "{:.2f}"),
+    ("TPOT p99 ms", "tpot_p99_s", 1e3, "{:.2f}"),
+    ("ITL p99 ms", "itl_p99_s", 1e3, "{:.2f}"),
+    ("ITL max stall ms", "itl_max_s", 1e3, "{:.1f}"),
+    ("E2E p50 s", "e2e_p50_s", 1.0, "{:.3f}"),
+    ("E2E p99 s", "e2e_p99_s", 1.0, "{:.3f}"),
+    ("mean batch", "mean_batch_size", 1.0, "{:.2f}"),
+    ("slot util %", "slot_utilization", 100.0, "{:.1f}"),
+    ("KV util mean %", "kv_utilization_mean", 100.0, "{:.1f}"),
+    ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
+)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def side_by_side(summary: pd.DataFrame) -> pd.DataFrame:
+    """Curated metrics (rows, labelled with their unit) by variant (columns), scaled."""
+    data = {
+        str(variant): [
+            _number(summary.at[variant, key]) * scale if key in summary.columns else math.nan
+            for _, key, scale, _ in SUMMARY_ROWS
+        ]
+        for variant in summary.index
+    }
+    index = pd.Index([label for label, *_ in SUMMARY_ROWS], name="metric")
+    return pd.DataFrame(data, index=index)
+
+
+def format_cell(value: Any, scale: float, fmt: str) -> str:
+    number = _number(value)
+    return "-" if math.isnan(number) else fmt.format(number * scale)
+
+
+def _cells(summary: pd.DataFrame) -> list[list[str]]:
+    return [
+        [
+            format_cell(summary.at[v, key] if key in summary.columns else None, scale, fmt)
+            for v in summary.index
+        ]
+        for _, key, scale, fmt in SUMMARY_ROWS
+    ]
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """Side-by-side table for the terminal: labels left-aligned, numbers right-aligned."""
+    header = ["metric", *(str(v) for v in summary.index)]
+    rows = [
+        [label, *cells] for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+    ]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = (cell.rjust(w) for cell, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def summary_html(summary: pd.DataFrame) -> str:
+    """The side-by-side table as an HTML `<table class="summary">`."""
+    head = "".join(f"<th>{html.escape(str(v))}</th>" for v in summary.index)
+    body = "\n".join(
+        f"<tr><td>{html.escape(label)}</td>{''.join(f'<td>{c}</td>' for c in cells)}</tr>"
+        for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+    )
+    return (
+        f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
+        f"<tbody>\n{body}\n</tbody></table>"
+    )

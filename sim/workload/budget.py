@@ -1,0 +1,71 @@
+"""How big a workload is before it exists: the request count it implies and the memory a run
+of it needs, checked before anything is generated.
+
+A synthetic workload stops at `num_requests` arrivals or at `duration_s`, so its size is known
+from the spec (for a duration, the expected count `rate x duration` plus a margin). A run keeps
+every request as a Python object while it simulates and as table rows afterwards, about
+`BYTES_PER_REQUEST` per request and variant (the benchmark's peak RSS: 5.0 GB for a million
+requests), so a workload that cannot fit in this machine's memory is refused up front with the
+estimate, instead of trying to allocate terabytes or swapping for an hour. Traces are bounded by
+their file and are not estimated here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from sim.workload.spec import WorkloadSpec
+
+BYTES_PER_REQUEST = 6_000
+
+
+def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
+    """(requests the workload will have, the key that bounds it); None for a trace."""
+    if spec.trace is not None or spec.arrival is None:
+        return None
+    count, key = math.inf, "workload.num_requests"
+    if spec.num_requests is not None:
+        count = float(spec.num_requests)
+    if spec.duration_s is not None:
+        by_time = spec.arrival.rate * spec.duration_s
+        by_time += 6 * math.sqrt(by_time)  # the count is random: a few standard deviations more
+        if by_time < count:
+            count, key = by_time, "workload.duration_s"
+    return count, key
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory, or None where the platform does not say."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _size(num_bytes: float) -> str:
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes / 2**10:.0f} KiB"
+
+
+def memory_problem(workloads: list[WorkloadSpec]) -> tuple[str, str] | None:
+    """(key, reason) when running these workloads (one per variant) cannot fit in memory."""
+    sized = [expected_requests(w) for w in workloads]
+    known = [s for s in sized if s is not None]
+    if not known:
+        return None
+    total = sum(count for count, _ in known)
+    needed = total * BYTES_PER_REQUEST
+    memory = physical_memory_bytes()
+    if memory is None or needed <= memory:
+        return None
+    count, key = max(known)
+    variants = f" x {len(known)} variants" if len(known) > 1 else ""
+    what = f"about {count:.3g} requests" if key.endswith("duration_s") else f"{count:.0f} requests"
+    return key, (
+        f"{what}{variants} need an estimated {_size(needed)} of memory (about "
+        f"{BYTES_PER_REQUEST / 1000:.0f} kB per request and variant); this machine has "
+        f"{_size(memory)}: lower num_requests or duration_s"
+    )

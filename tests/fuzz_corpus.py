@@ -1,0 +1,262 @@
+"""The fuzz corpus, part 1: the case type, the valid base scenario, and bad scenario files.
+
+A `Case` is a command line, the files it needs (written into an empty folder that is also the
+working folder) and the substrings its one line of stderr must hold: the file at fault and the
+key or line, plus the gist of the reason. Every case must exit with code 2. The corpus is built
+from tables (bad values per key, broken YAML texts) so that a new field or a new check adds
+cases by adding a row.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+RUN = ("run", "s.yaml", "-q", "--no-plots")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: tuple[str, ...]
+    expect: tuple[str, ...]
+    files: dict[str, bytes | None] = field(default_factory=dict)  # None: a folder
+
+
+BASE: dict[str, Any] = {
+    "name": "fuzz",
+    "seed": 1,
+    "workload": {
+        "num_requests": 20,
+        "arrival": {"process": "poisson", "rate": 5.0},
+        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 100},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 20},
+    },
+    "model": "llama-2-7b",
+    "hardware": "a100-80g",
+    "profile": "roofline",
+    "policy": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 512},
+    "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
+    "metrics": {"warmup_s": 0.5},
+    "variants": {"a": {}, "b": {"policy": {"name": "static", "max_batch_size": 4}}},
+}
+
+
+def dump(raw: Any) -> bytes:
+    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True).encode()
+
+
+def edited(path: str, value: Any, raw: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of `raw` (default BASE) with the dotted `path` set to `value`."""
+    out = copy.deepcopy(BASE if raw is None else raw)
+    node = out
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node[key]
+    node[last] = value
+    return out
+
+
+def scenario_case(case_id: str, content: bytes, *expect: str, **files: bytes | None) -> Case:
+    return Case(case_id, RUN, ("s.yaml", *expect), {"s.yaml": content, **files})
+
+
+# Values no key of BASE below accepts (each key lists the ones that apply).
+BAD = {
+    "neg": -1,
+    "str": "abc",
+    "bool": True,
+    "list": [1, 2],
+    "map": {"x": 1},
+    "inf": math.inf,
+    "nan": math.nan,
+}
+# key path -> (where the error is reported, which BAD values to try)
+ALL = tuple(BAD)
+SCHEMA_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "name": ("name", ("neg", "bool", "list", "map", "inf", "nan")),
+    "seed": ("seed", ALL),
+    "workload.num_requests": ("workload.num_requests", ALL),
+    "workload.duration_s": ("workload.duration_s", ALL),
+    "workload.arrival.rate": ("workload.arrival.rate", ALL),
+    "workload.prompt_tokens.low": ("workload.prompt_tokens.low", ALL),
+    "workload.output_tokens.high": ("workload.output_tokens.high", ALL),
+    "model": ("model", ALL),
+    "hardware": ("hardware", ALL),
+    "policy.max_num_seqs": ("policy.max_num_seqs", ALL),
+    "policy.max_num_batched_tokens": ("policy.max_num_batched_tokens", ALL),
+    "policy.block_size": ("policy.block_size", ALL),
+    "policy.watermark": ("policy.watermark", ALL),
+    "policy.mode": ("policy.mode", ALL),
+    "slo.ttft_s": ("slo.ttft_s", ALL),
+    "metrics.warmup_s": ("metrics.warmup_s", ALL),
+    "variants.b.policy.max_batch_size": ("variants.b.policy.max_batch_size", ALL),
+}
+
+
+def schema_cases() -> list[Case]:
+    cases = [
+        scenario_case(f"schema-{path}-{label}", dump(edited(path, BAD[label])), where)
+        for path, (where, labels) in SCHEMA_KEYS.items()
+        for label in labels
+    ]
+    policy = copy.deepcopy(BASE)
+    del policy["policy"]["name"]
+    cases += [
+        scenario_case("schema-policy-no-name", dump(policy), "policy: missing `name`", "static"),
+        scenario_case(
+            "schema-policy-bad-name",
+            dump(edited("policy.name", "dynamic")),
+            "policy: unknown name 'dynamic'",
+        ),
+        scenario_case(
+            "schema-unknown-key",
+            dump(edited("policy.max_num_seq", 4)),
+            "policy.max_num_seq: unknown key (did you mean max_num_seqs?)",
+        ),
+        scenario_case(
+            "schema-missing-workload",
+            dump({k: v for k, v in BASE.items() if k != "workload"}),
+            "workload",
+        ),
+        scenario_case("schema-variants-list", dump(edited("variants", [1, 2])), "variants"),
+        scenario_case("schema-variant-scalar", dump(edited("variants.b", 3)), "variants.b"),
+        scenario_case("schema-name-dot", dump(edited("name", ".")), "name", "'.'"),
+        scenario_case("schema-name-dotdot", dump(edited("name", "..")), "name", "'..'"),
+        scenario_case("schema-name-slash", dump(edited("name", "a/b")), "name", "separator"),
+        scenario_case("schema-name-empty", dump(edited("name", "")), "name", "empty"),
+        scenario_case("schema-name-long", dump(edited("name", "x" * 300)), "name", "at most"),
+        scenario_case("schema-name-hidden", dump(edited("name", ".hidden")), "name"),
+        scenario_case(
+            "schema-two-problems",
+            dump(edited("slo", {"ttft_s": -1, "tpot_s": "x"})),
+            "2 problems",
+            "slo.ttft_s",
+            "slo.tpot_s",
+        ),
+        scenario_case(
+            "schema-model-too-big", dump(edited("model", "llama-3-70b")), "model", "does not fit"
+        ),
+        scenario_case(
+            "schema-trace-and-arrival",
+            dump(edited("workload.trace", {"path": "t.csv"})),
+            "workload",
+        ),
+    ]
+    return cases
+
+
+def _nested(depth: int) -> bytes:
+    return ("[" * depth + "]" * depth).encode()
+
+
+def bomb(raw: dict[str, Any]) -> bytes:
+    """`raw` as YAML with its "__BOMB__" value an alias that expands to 9^8 values."""
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    pairs = zip("abcdefg", "bcdefgh", strict=True)
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in pairs]
+    text = "\n".join(lines) + "\n"
+    return text.encode() + dump(raw).replace(b"__BOMB__", b"*h")
+
+
+def yaml_cases() -> list[Case]:
+    good = dump(BASE)
+    return [
+        scenario_case("yaml-latin1", b"# caf\xe9\n" + good, "line 1", "not UTF-8", "0xe9"),
+        scenario_case("yaml-binary", bytes(range(256)) * 4, "not UTF-8"),
+        scenario_case("yaml-utf16", good.decode().encode("utf-16"), "not UTF-8"),
+        scenario_case("yaml-nul", good + b"x: \x00\n", "#x0000"),
+        scenario_case("yaml-unclosed", b"name: [fuzz\nseed: 1\n", "s.yaml:2:"),
+        scenario_case("yaml-tab", b"workload:\n\tnum_requests: 3\n", "s.yaml:2:1:"),
+        scenario_case("yaml-dup-top", good + b"policy: {name: static}\n", "duplicate key 'policy'"),
+        scenario_case(
+            "yaml-dup-flow",
+            good.replace(b"max_num_seqs: 8", b"max_num_seqs: 8\n  max_num_seqs: 9"),
+            "duplicate key 'max_num_seqs'",
+        ),
+        scenario_case("yaml-deep-lists", _nested(10_000), "nested deeper"),
+        scenario_case(
+            "yaml-deep-maps", b"".join(b"  " * i + b"k:\n" for i in range(200)), "nested deeper"
+        ),
+        scenario_case(
+            "yaml-bomb-description", bomb(edited("description", "__BOMB__")), "alias bomb"
+        ),
+        scenario_case(
+            "yaml-bomb-provenance",
+            bomb(
+                edited(
+                    "profile",
+                    {
+                        "coefficients": {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-5},
+                        "provenance": "__BOMB__",
+                    },
+                )
+            ),
+            "alias bomb",
+        ),
+        scenario_case("yaml-recursive-alias", good + b"extra: &r [1, *r]\n", "refers to itself"),
+        scenario_case("yaml-undefined-alias", good + b"extra: *nowhere\n", "undefined alias"),
+        scenario_case("yaml-two-documents", good + b"---\nname: x\n", "another document"),
+        scenario_case("yaml-empty", b"", "must be a YAML mapping"),
+        scenario_case("yaml-comments-only", b"# nothing\n", "must be a YAML mapping"),
+        scenario_case("yaml-list", b"- name: fuzz\n", "must be a YAML mapping"),
+        scenario_case("yaml-scalar", b"fuzz\n", "must be a YAML mapping"),
+        scenario_case("yaml-python-tag", b"name: !!python/object:os.system x\n", "s.yaml:1:"),
+        scenario_case("yaml-bad-merge", b"a: &a 5\nb:\n  <<: *a\n", "s.yaml:1:4:", "merging"),
+        scenario_case("yaml-unhashable-key", b"? [1, 2]\n: 3\n", "unhashable"),
+        scenario_case("yaml-bad-indent", b"name: fuzz\n  seed: 1\n", "s.yaml:2:"),
+        Case("file-folder", ("run", "d", "-q"), ("d", "is a folder"), {"d": None}),
+        Case("file-missing", ("run", "nope.yaml", "-q"), ("nope.yaml", "not found"), {}),
+        Case("file-device", ("run", "/dev/null", "-q"), ("/dev/null", "not a regular file"), {}),
+        Case(
+            "validate-latin1",
+            ("validate", "s.yaml"),
+            ("s.yaml", "not UTF-8"),
+            {"s.yaml": b"name: caf\xe9\n"},
+        ),
+    ]
+
+
+def runtime_cases() -> list[Case]:
+    """Scenarios that validate but cannot be run: refused with the reason, nothing written."""
+    huge_block = edited("policy", {"name": "continuous", "block_size": 1_000_000_000})
+    too_long = edited("workload.prompt_tokens", {"dist": "fixed", "value": 5000})
+    duration = edited("workload", {**BASE["workload"], "duration_s": 1e15})
+    del duration["workload"]["num_requests"]
+    return [
+        scenario_case(
+            "run-all-rejected-kv",
+            dump(huge_block),
+            "variant 'a'",
+            "every one of its 20 requests was rejected",
+            "KV pool",
+        ),
+        scenario_case("run-all-rejected-len", dump(too_long), "longer than max_model_len"),
+        scenario_case(
+            "run-10e12-requests",
+            dump(edited("workload.num_requests", 10**12)),
+            "workload.num_requests",
+            "estimated",
+        ),
+        scenario_case("run-endless-duration", dump(duration), "workload.duration_s", "estimated"),
+        scenario_case(
+            "run-inf-duration",
+            dump(edited("workload.duration_s", math.inf)),
+            "workload.duration_s",
+            "finite",
+        ),
+        scenario_case(
+            "run-tokens-over-int32",
+            dump(edited("workload.prompt_tokens.high", 2**40)),
+            "workload.prompt_tokens.high",
+        ),
+        scenario_case(
+            "run-gamma-cv",
+            dump(edited("workload.arrival", {"process": "gamma", "rate": 1.0, "cv": 1e-9})),
+            "workload.arrival.cv",
+        ),
+    ]

@@ -1,0 +1,222 @@
+"""Every simulation figure quoted in the README and the shipped scenarios' comments, with the
+run that produces it, so that a test can check the text and a script can rewrite it.
+
+A `Quote` is a document, a regular expression that matches exactly one place in it (a space
+also matches a line break inside a YAML or Markdown comment), and one
+function per capture group computing the number that group quotes from fresh runs (each
+shipped scenario run once, cached). A quoted number holds when it is within half a unit of its
+last digit or `REL_TOL` (1 %) of the computed value, whichever is larger.
+
+    python tests/quoted_figures.py           # list the figures that drifted
+    python tests/quoted_figures.py --write   # rewrite them in place (same number of decimals)
+
+Not quoted here, on purpose: wall-clock timings (README "Speed", install and test times), which
+depend on the machine and come from `benchmarks/`; and the roofline-vs-measured ratios, computed
+by `python -m calibration.check_roofline` from reference timings outside this repository.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+REL_TOL = 0.01
+NUM = r"([\d.]+)"
+
+Value = Callable[[], float]
+
+
+@functools.cache
+def summary(scenario: str, *overrides: str) -> dict[str, dict[str, float]]:
+    """variant -> metric -> value of a shipped scenario (run once per set of overrides)."""
+    from sim.simulate import simulate
+
+    results = simulate(ROOT / "scenarios" / f"{scenario}.yaml", overrides=list(overrides))
+    return {name: v.summary() for name, v in results.variants.items()}
+
+
+def m(scenario: str, variant: str, metric: str, scale: float = 1.0, *overrides: str) -> Value:
+    return lambda: summary(scenario, *overrides)[variant][metric] * scale
+
+
+def ratio(a: Value, b: Value, minus_one: bool = False) -> Value:
+    """a / b, or the relative change a / b - 1 in percent."""
+    return lambda: (a() / b() - 1.0) * 100.0 if minus_one else a() / b()
+
+
+def fit(key: str) -> Value:
+    path = ROOT / "calibration/profiles/imported/llama-2-7b_a100-80g/profile.yaml"
+    return lambda: float(yaml.safe_load(path.read_text())["fit"][key])
+
+
+@dataclass(frozen=True)
+class Quote:
+    doc: str
+    pattern: str
+    values: tuple[Value, ...]
+
+
+def _rows(
+    doc: str, scenario: str, layout: str, metrics: list[tuple[str, float]], variants: list[str]
+) -> list[Quote]:
+    """One Quote per table row: `layout` is the row after the variant name, NUM per number."""
+    return [
+        Quote(
+            doc,
+            rf"#   {re.escape(v)}\s+{layout}",
+            tuple(m(scenario, v, metric, scale) for metric, scale in metrics),
+        )
+        for v in variants
+    ]
+
+
+CP = "scenarios/chunked_prefill.yaml"
+DG = "scenarios/disaggregation_goodput.yaml"
+KV = "scenarios/kv_paging.yaml"
+S, MS, PCT = 1.0, 1e3, 100.0
+RATE22 = "workload.arrival.rate=22"
+stall = functools.partial(m, "chunked_prefill")
+disagg = functools.partial(m, "disaggregation_goodput")
+paging = functools.partial(m, "kv_paging")
+quick = functools.partial(m, "quickstart")
+
+# fmt: off
+QUOTES: list[Quote] = [
+    *_rows(CP, "chunked_prefill", rf"{NUM} s\s+{NUM} s\s+{NUM} s\s+{NUM} s\s+{NUM} s\s+{NUM}\n",
+           [("stall_p99_s", S), ("itl_p99_s", S), ("itl_max_s", S), ("ttft_p50_s", S),
+            ("ttft_p99_s", S), ("output_tokens_per_s", S)],
+           ["prefill_first", "mixed", "chunked-512", "chunked-2048"]),
+    Quote(CP, rf"cuts the p99 stall {NUM}x \({NUM} s -> {NUM} s\) and the worst one {NUM}x",
+          (ratio(stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s")),
+           stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s"),
+           ratio(stall("prefill_first", "itl_max_s"), stall("chunked-512", "itl_max_s")))),
+    Quote(CP, rf"\(p50 \+{NUM}%, p99 \+{NUM}%\)",
+          (ratio(stall("chunked-512", "ttft_p50_s"), stall("prefill_first", "ttft_p50_s"), True),
+           ratio(stall("chunked-512", "ttft_p99_s"), stall("prefill_first", "ttft_p99_s"), True))),
+    Quote(CP, rf"still cuts stalls {NUM}x",
+          (ratio(stall("prefill_first", "stall_p99_s"), stall("chunked-2048", "stall_p99_s")),)),
+    *_rows(DG, "disaggregation_goodput",
+           rf"{NUM}\s+{NUM}%\s+{NUM}/{NUM} s\s+{NUM} s\s+{NUM} s\n",
+           [("goodput_rps", S), ("slo_attainment", PCT), ("ttft_p50_s", S), ("ttft_p99_s", S),
+            ("tpot_p99_s", S), ("stall_p99_s", S)],
+           ["colocated-strict", "chunked-strict", "disaggregated-strict"]),
+    *_rows(DG, "disaggregation_goodput", rf"{NUM}\s+{NUM}%", [("goodput_rps", S),
+           ("slo_attainment", PCT)], ["colocated-loose", "chunked-loose", "disaggregated-loose"]),
+    Quote(DG, rf"KV transfer p50 {NUM} ms, link {NUM}% busy",
+          (disagg("disaggregated-strict", "kv_transfer_p50_s", MS),
+           disagg("disaggregated-strict", "link_utilization", PCT))),
+    Quote(DG, rf"\(TPOT p99 {NUM} ms vs {NUM} ms\)",
+          (disagg("disaggregated-strict", "tpot_p99_s", MS),
+           disagg("colocated-strict", "tpot_p99_s", MS))),
+    Quote(DG, rf"makes its TTFT p50 {NUM}x", (ratio(disagg("disaggregated-strict", "ttft_p50_s"),
+                                                     disagg("colocated-strict", "ttft_p50_s")),)),
+    Quote(DG, rf"the disaggregated TTFT p50 is {NUM} s and its goodput {NUM}",
+          (disagg("disaggregated-loose", "ttft_p50_s", S, RATE22),
+           disagg("disaggregated-loose", "goodput_rps", S, RATE22))),
+    Quote(DG, rf"colocated keeps {NUM} req/s \({NUM}%\) and chunked {NUM} req/s \({NUM}%\)",
+          (disagg("colocated-loose", "goodput_rps", S, RATE22),
+           disagg("colocated-loose", "slo_attainment", PCT, RATE22),
+           disagg("chunked-loose", "goodput_rps", S, RATE22),
+           disagg("chunked-loose", "slo_attainment", PCT, RATE22))),
+    Quote(DG, rf"\(strict: at most {NUM} req/s\)",
+          (lambda: max(summary("disaggregation_goodput", RATE22)[v]["goodput_rps"]
+                       for v in ("colocated-strict", "chunked-strict", "disaggregated-strict")),)),
+    *_rows(KV, "kv_paging", rf"{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\s+{NUM}\n",
+           [("mean_batch_size", S), ("max_batch_size", S), ("kv_reserved_utilization", S),
+            ("internal_fragmentation", S), ("output_tokens_per_s", S)],
+           ["paged", "max_length", "exact"]),
+    Quote(KV, rf"Paged reaches a {NUM}x larger mean batch",
+          (ratio(paging("paged", "mean_batch_size"), paging("max_length", "mean_batch_size")),)),
+    Quote(KV, rf"and {NUM}x its output throughput",
+          (ratio(paging("paged", "output_tokens_per_s"),
+                 paging("max_length", "output_tokens_per_s")),)),
+    Quote("README.md", rf"\| SLO attainment \(TTFT 2 s, TPOT 100 ms\) \| {NUM} % \| {NUM} % \|",
+          (quick("static", "slo_attainment", PCT), quick("continuous", "slo_attainment", PCT))),
+    Quote("README.md", rf"\| TTFT p50 / p99 \| {NUM} s / {NUM} s \| {NUM} ms / {NUM} ms \|",
+          (quick("static", "ttft_p50_s"), quick("static", "ttft_p99_s"),
+           quick("continuous", "ttft_p50_s", MS), quick("continuous", "ttft_p99_s", MS))),
+    Quote("README.md", rf"\| E2E p50 / p99 \| {NUM} s / {NUM} s \| {NUM} s / {NUM} s \|",
+          (quick("static", "e2e_p50_s"), quick("static", "e2e_p99_s"),
+           quick("continuous", "e2e_p50_s"), quick("continuous", "e2e_p99_s"))),
+    Quote("README.md", rf"\| slot utilization \| {NUM} % \| {NUM} % \|",
+          (quick("static", "slot_utilization", PCT),
+           quick("continuous", "slot_utilization", PCT))),
+    Quote("README.md", rf"\| longest decode stall \| {NUM} ms \| {NUM} ms \|",
+          (quick("static", "itl_max_s", MS), quick("continuous", "itl_max_s", MS))),
+    Quote("README.md", rf"cuts the p99 decode stall {NUM}x \({NUM} s to {NUM} ms\) for \+{NUM} %",
+          (ratio(stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s")),
+           stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s", MS),
+           ratio(stall("chunked-512", "ttft_p50_s"), stall("prefill_first", "ttft_p50_s"), True))),
+    Quote("README.md", rf"strict: P/D {NUM} req/s goodput vs {NUM} chunked vs {NUM} colocated",
+          (disagg("disaggregated-strict", "goodput_rps"), disagg("chunked-strict", "goodput_rps"),
+           disagg("colocated-strict", "goodput_rps"))),
+    Quote("README.md", rf"paged reaches a {NUM}x larger mean batch",
+          (ratio(paging("paged", "mean_batch_size"), paging("max_length", "mean_batch_size")),)),
+    Quote("README.md", rf"two-regime fit, R\^2 {NUM}, worst error {NUM} %",
+          (fit("r2"), lambda: fit("max_rel_error")() * 100.0)),
+]
+# fmt: on
+
+
+@dataclass(frozen=True)
+class Drift:
+    doc: str
+    quoted: str
+    computed: float
+    span: tuple[int, int]  # where the quoted number is in the document
+
+    def fixed(self) -> str:
+        decimals = len(self.quoted.partition(".")[2])
+        return f"{self.computed:.{decimals}f}"
+
+    def __str__(self) -> str:
+        return f"{self.doc}: quotes {self.quoted}, the code gives {self.fixed()}"
+
+
+def tolerance(quoted: str, computed: float) -> float:
+    decimals = len(quoted.partition(".")[2])
+    return max(0.5 * 10.0**-decimals, REL_TOL * abs(computed))
+
+
+def check(quotes: list[Quote] = QUOTES, root: Path = ROOT) -> list[Drift]:
+    """Every quoted number outside its tolerance; a pattern that does not match exactly once in
+    its document is an error (the text and this list went apart)."""
+    drifts = []
+    for quote in quotes:
+        text = (root / quote.doc).read_text(encoding="utf-8")
+        # a space in a pattern also matches a line break inside a comment ("\n#   ")
+        found = list(re.finditer(quote.pattern.replace(" ", r"[\s#]+"), text))
+        if len(found) != 1:
+            raise AssertionError(f"{quote.doc}: {quote.pattern!r} matches {len(found)} times")
+        for group, value in enumerate(quote.values, start=1):
+            quoted, computed = found[0].group(group), value()
+            if abs(float(quoted) - computed) > tolerance(quoted, computed):
+                drifts.append(Drift(quote.doc, quoted, computed, found[0].span(group)))
+    return drifts
+
+
+def rewrite(drifts: list[Drift], root: Path = ROOT) -> None:
+    """Put the computed numbers in place of the drifted ones (same number of decimals)."""
+    for doc in {d.doc for d in drifts}:
+        path = root / doc
+        text = path.read_text(encoding="utf-8")
+        for drift in sorted((d for d in drifts if d.doc == doc), key=lambda d: -d.span[0]):
+            text = text[: drift.span[0]] + drift.fixed() + text[drift.span[1] :]
+        path.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    found = check()
+    for drift in found:
+        print(drift)
+    if "--write" in sys.argv[1:]:
+        rewrite(found)
+        print(f"rewrote {len(found)} figures")
