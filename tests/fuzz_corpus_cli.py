@@ -310,6 +310,16 @@ def calibration_cases() -> list[Case]:
 
 def other_cases() -> list[Case]:
     return [
+        _run("stream-tables-all", "--stream", "--tables", "all", expect=("--stream",)),
+        _run("stream-trace", "--stream", "--trace", expect=("--stream",)),
+        _run(
+            "caching-contiguous",
+            "--set",
+            "policy.prefix_caching=true",
+            "--set",
+            "policy.kv_reservation=exact",
+            expect=("s.yaml", "prefix_caching"),
+        ),
         Case("catalog-model", ("catalog", "--model", "nope"), ("--model", "nope"), {}),
         Case("catalog-tp-0", ("catalog", "--tensor-parallel", "0"), ("--tensor-parallel",), {}),
         Case("catalog-block-0", ("catalog", "--block-size", "0"), ("--block-size",), {}),

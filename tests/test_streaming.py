@@ -13,11 +13,13 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 from helpers_sim import scenario, tiny_hardware, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import load_scenario_dict, simulate
+from sim.cli.main import main
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.metrics.percentiles import QUANTILES
 from sim.metrics.streaming import RELATIVE_ACCURACY, Sketch
@@ -139,3 +141,14 @@ def test_a_streamed_run_summarizes_like_the_tables(small_chunks, policy) -> None
     inst_a, inst_b = table.instance_summary(), streamed.instance_summary()
     assert inst_a["requests"].tolist() == inst_b["requests"].tolist()
     np.testing.assert_allclose(inst_a["mfu"], inst_b["mfu"], rtol=1e-9)
+
+
+def test_batchsim_run_stream_writes_the_summary_only(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_raw("chunked")))
+    assert main(["run", str(path), "--stream", "--out", str(tmp_path / "out"), "-q"]) == 0
+    written = sorted(
+        p.name for p in (tmp_path / "out" / "t").iterdir() if not p.name.startswith(".")
+    )
+    assert written == ["report.html", "scenario.yaml", "summary.csv", "summary.json"]
+    assert main(["run", str(path), "--stream", "--tables", "all", "--out", str(tmp_path)]) == 2

@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         help="file format of the tables (default parquet)",
     )
     run.add_argument("--no-plots", action="store_true", help="skip the plots (PNG and SVG)")
+    run.add_argument(
+        "--stream",
+        action="store_true",
+        help="keep no tables, even in memory (runs of millions of requests: flat memory, "
+        "percentiles from sketches); writes the summary only, no plots",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     run.add_argument("--trace", action="store_true", help="also write trace.json (Perfetto)")
     run.add_argument(
@@ -134,7 +140,9 @@ def _run(args: argparse.Namespace) -> int:
     folder = results_folder_name(scenario.name, args.overrides)
     dest = check_destination(args.out, folder)  # before minutes of simulation, not after
     started = time.perf_counter()
-    results = simulate(scenario, progress=_progress(args.quiet))
+    if args.stream and (args.trace or args.tables != "requests"):
+        raise ScenarioError("--stream keeps no tables: it writes the summary only", path="--stream")
+    results = simulate(scenario, progress=_progress(args.quiet), tables=not args.stream)
     elapsed = time.perf_counter() - started
     # a variant whose every request was rejected measured nothing: a ScenarioError saying why
     notes = rejection_check(results, str(args.scenario))
@@ -142,9 +150,9 @@ def _run(args: argparse.Namespace) -> int:
         results,
         dest,
         scenario.dump(),
-        plots=not args.no_plots,
+        plots=not args.no_plots and not args.stream,
         trace_requests=args.trace_requests if args.trace else None,
-        tables=args.tables,
+        tables="summary" if args.stream else args.tables,
         table_format=args.table_format,
         progress=not args.quiet,
     )

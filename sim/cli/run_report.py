@@ -15,7 +15,7 @@ from sim.metrics.results import Results
 
 
 def simulated_line(results: Results, elapsed_s: float) -> str:
-    counts = {name: len(v.requests) for name, v in results.variants.items()}
+    counts = {name: v.num_requests for name, v in results.variants.items()}
     if len(set(counts.values())) == 1:
         n = next(iter(counts.values()))
         what = f"{n} requests" + (f" x {len(counts)} variants" if len(counts) > 1 else "")

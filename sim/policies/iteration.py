@@ -147,8 +147,9 @@ class IterationPolicy:
         total = req.sequence_tokens
         if total > self.max_model_len:
             return f"longer than max_model_len ({self.max_model_len} tokens)"
-        if not self.chunked and req.num_prompt_tokens > self.max_num_batched_tokens:
-            return f"prompt over max_num_batched_tokens ({self.max_num_batched_tokens}), not chunked"
+        budget = self.max_num_batched_tokens
+        if not self.chunked and req.num_prompt_tokens > budget:
+            return f"prompt over max_num_batched_tokens ({budget}), not chunked"
         if total > kv.capacity_tokens:
             return f"larger than the KV pool ({kv.capacity_tokens} tokens)"
         if self.reservation.target(req, 0) > kv.capacity_tokens:
