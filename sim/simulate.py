@@ -17,6 +17,7 @@ seconds costs it nothing more). Without a callback there is no watcher at all.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -27,6 +28,7 @@ import pandas as pd
 import simpy
 
 from sim.core.engine import Source
+from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
@@ -56,13 +58,20 @@ def simulate(
     for resolved in scenario.variants:
         spec = resolved.spec
         key = json.dumps(
-            [spec.seed, spec.workload.model_dump(mode="json"), str(resolved.base_dir)],
+            [
+                spec.seed,
+                spec.workload.model_dump(mode="json"),
+                str(resolved.base_dir),
+                spec.model.max_model_len,  # a trace's long prompts depend on it
+            ],
             sort_keys=True,
         )
         if key not in workloads:
             rng = np.random.default_rng(spec.seed)
             try:
-                workloads[key] = generate_requests(spec.workload, rng, resolved.base_dir)
+                workloads[key] = generate_requests(
+                    spec.workload, rng, resolved.base_dir, spec.model.max_model_len
+                )
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
         if spec.workload.tier_names() is None:  # a trace's tier column: known only now
@@ -70,6 +79,14 @@ def simulate(
                 check_tiers(spec, list(workloads[key].tier_names))
             except ValueError as exc:
                 raise ScenarioError(str(exc), file=scenario.file, path="slo.tiers") from None
+        sessions = workloads[key].sessions
+        if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
+            raise ScenarioError(
+                "a streamed run of closed-loop sessions learns its last arrival only at the end, "
+                "so it cannot leave out a cooldown; set it to 0 or keep the tables",
+                file=scenario.file,
+                path="metrics.cooldown_s",
+            )
         if progress:
             progress(f"{resolved.variant}: {len(workloads[key])} requests")
         variants[resolved.variant] = run_variant(resolved, workloads[key], progress, tables=tables)
@@ -144,16 +161,10 @@ def run_variant(
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
         stream = StreamSummary(context, requests.arrival_s, num_links)
-    assert requests.tier_index is not None and requests.predicted_output_tokens is not None
-    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
-    columns = (
-        requests.arrival_s,
-        requests.prompt_tokens,
-        requests.output_tokens,
-        tiers,
-        requests.predicted_output_tokens,
-    )
-    Source(env, columns, cluster.dispatch)
+    source = Source(env, requests, cluster.dispatch)
+    if requests.sessions is not None and requests.sessions.closed_loop:
+        for instance in cluster.instances:  # a finished turn sends the session's next one
+            instance.on_finish = source.turn_finished
     if progress is not None:
         with _Watcher(env, log, len(requests), resolved.variant, progress):
             env.run()
@@ -164,6 +175,7 @@ def run_variant(
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
     instances = pd.DataFrame([vars(i) for i in cluster.info])
     scenario_doc = resolved.spec.model_dump(mode="json")
+    counters = {**requests.notes, **_cache_counters(cluster)}
     if stream is not None:
         log.hand_over()
         for inst in cluster.instances:
@@ -178,6 +190,7 @@ def run_variant(
             scenario=scenario_doc,
             instances=instances,
             streamed=stream,
+            counters=counters,
         )
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
@@ -191,7 +204,27 @@ def run_variant(
         context=context,
         scenario=scenario_doc,
         instances=instances,
+        counters=counters,
     )
+
+
+def _cache_counters(cluster: Cluster) -> dict[str, float]:
+    """Prefix-cache lookups of the instances that cache (none: no keys)."""
+    caching = [i for i in cluster.instances if isinstance(i.pool, PrefixCachingPool)]
+    pools = [i.pool for i in caching if isinstance(i.pool, PrefixCachingPool)]
+    if not caching:
+        return {}
+    looked = {key: sum(i.cache_lookups[key] for i in caching) for key in caching[0].cache_lookups}
+
+    def ratio(hit: str, of: str) -> float:
+        return looked[hit] / looked[of] if looked[of] else math.nan
+
+    return {
+        "prefix_cache_hit_rate": ratio("hit_tokens", "tokens"),
+        "prefix_cache_block_hit_rate": ratio("hit_blocks", "blocks"),
+        "prefill_tokens_saved": float(looked["hit_tokens"]),
+        "prefix_cache_evictions": float(sum(pool.num_evictions for pool in pools)),
+    }
 
 
 def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
@@ -250,7 +283,7 @@ def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
         {
             "id": ids,
             "instance": n["instance"],
-            "arrival_s": requests.arrival_s[ids],
+            "arrival_s": f["arrival_s"],
             "num_prompt_tokens": requests.prompt_tokens[ids],
             "max_output_tokens": requests.output_tokens[ids],
             "num_output_tokens": n["num_output_tokens"],

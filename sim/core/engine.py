@@ -29,7 +29,7 @@ t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
 from sim.core.step_times import StepTimes, steps_before
+from sim.workload.arrays import RequestArrays
 
 NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
@@ -174,6 +175,8 @@ class Instance:
         self.host_used_bytes = 0
         self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
         self._waiting_work = 0  # remaining work of the waiting requests
+        # prefix caching: tokens and full blocks looked up at admissions, and those found
+        self.cache_lookups = {"tokens": 0, "hit_tokens": 0, "blocks": 0, "hit_blocks": 0}
         self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
         self._run: Run | None = None
         self._busy = False
@@ -181,6 +184,7 @@ class Instance:
         self._idle: Event | None = None
         self._cut_to: int | None = None
         self.on_change: Callable[[Instance], None] | None = None  # cluster hooks (P/D)
+        self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
         # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
         self.process = env.process(self._loop()) if start else None
 
@@ -285,6 +289,14 @@ class Instance:
             self.pool.num_used,
             self.pool.num_total,
         )
+
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Tokens of `req`'s prompt this instance's prefix cache holds (0 without caching)."""
+        pool = self.pool
+        if not isinstance(pool, PrefixCachingPool):
+            return 0
+        limit = (req.num_known_tokens - 1) // pool.block_size
+        return pool.cached_prefix(req, limit) * pool.block_size
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
@@ -533,6 +545,13 @@ class Instance:
                 raise AssertionError(f"admission of request {req.id} out of queue order")
             self._waiting_work -= req.remaining_work
             hits = cached.get(req, 0) if cached else 0
+            if isinstance(self.pool, PrefixCachingPool):
+                known = req.num_known_tokens
+                stats = self.cache_lookups
+                stats["tokens"] += known
+                stats["blocks"] += known // self.pool.block_size
+                stats["hit_tokens"] += hits * self.pool.block_size
+                stats["hit_blocks"] += hits
             if hits:  # its prompt's leading blocks are cached: it starts from them
                 assert isinstance(self.pool, PrefixCachingPool)
                 bs = self.pool.block_size
@@ -682,6 +701,8 @@ class Instance:
             self.running.remove(req)
             req.finish(end)
             self.log.record(req)
+            if self.on_finish is not None:
+                self.on_finish(req)
             if self.policy.releases_kv_on_finish:
                 self._free(req)
             else:
@@ -744,30 +765,83 @@ _NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
 
 
 class Source:
-    """Feeds requests to a dispatch function at their arrival times (URGENT priority).
+    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT).
 
-    `columns` are the workload's per-request arrays (arrival times first, then the remaining
-    `Request` arguments in order); they are turned into Python values a block at a time, so a
-    workload of millions never exists as Python objects all at once."""
+    Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
+    exists as Python objects all at once. A closed-loop session's later turn has no arrival time
+    in advance: `turn_finished` (the engine's finish hook) schedules it a think time after the
+    previous turn finished."""
 
     BLOCK = 1 << 14
 
     def __init__(
         self,
         env: simpy.Environment,
-        columns: Sequence[np.ndarray],
+        requests: RequestArrays,
         dispatch: Callable[[Request], None],
     ) -> None:
         self.env = env
-        self.columns = columns
+        self.requests = requests
         self.dispatch = dispatch
+        assert requests.tier_index is not None
+        self.tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
+        self.content = requests.content
+        sessions = requests.sessions
+        self.session = sessions.session if sessions is not None else None
+        self.next_turn = sessions.next_turn if sessions is not None else None
+        self.think_s = sessions.think_s if sessions is not None else None
+        known = requests.arrival_s
+        self.num_known = int((~np.isnan(known)).sum()) if self.next_turn is not None else len(known)
         self.process = env.process(self._feed())
+
+    def make(self, i: int, arrival_s: float | None = None) -> Request:
+        r = self.requests
+        assert r.predicted_output_tokens is not None
+        content = self.content
+        return Request(
+            i,
+            float(r.arrival_s[i]) if arrival_s is None else arrival_s,
+            int(r.prompt_tokens[i]),
+            int(r.output_tokens[i]),
+            self.tiers[i],
+            int(r.predicted_output_tokens[i]),
+            session=int(self.session[i]) if self.session is not None else -1,
+            content=content.of(i) if content is not None else (),
+            content_unit=content.unit if content is not None else 0,
+            content_tokens=int(content.tokens[i]) if content is not None else 0,
+        )
+
+    def turn_finished(self, req: Request) -> None:
+        """A session's turn finished: its next turn arrives a think time later."""
+        assert self.next_turn is not None and self.think_s is not None
+        nxt = int(self.next_turn[req.id])
+        if nxt < 0:
+            return
+        at = req.finish_s + float(self.think_s[nxt])
+        event = UrgentTimeout(self.env, at - self.env.now)
+        event.callbacks.append(lambda _: self.dispatch(self.make(nxt, at)))
 
     def _feed(self) -> Generator[Event, Any, None]:
         env = self.env
-        n = len(self.columns[0])
+        r = self.requests
+        n = self.num_known
+        if self.content is not None or self.session is not None:
+            for i in range(n):  # requests with content: built one by one
+                t = float(r.arrival_s[i])
+                if t > env.now:
+                    yield UrgentTimeout(env, t - env.now)
+                self.dispatch(self.make(i))
+            return
+        assert r.predicted_output_tokens is not None
+        columns = (
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+            self.tiers,
+            r.predicted_output_tokens,
+        )
         for first in range(0, n, self.BLOCK):
-            block = [c[first : first + self.BLOCK].tolist() for c in self.columns]
+            block = [c[first : first + self.BLOCK].tolist() for c in columns]
             for offset, args in enumerate(zip(*block, strict=True)):
                 t = args[0]
                 if t > env.now:

@@ -150,6 +150,7 @@ class RequestLog:
     `capacity` rows with their `ids`, handed over when full: a streamed run keeps no table."""
 
     FLOAT_COLUMNS = (
+        "arrival_s",
         "first_scheduled_s",
         "first_token_s",
         "finish_s",
@@ -209,6 +210,7 @@ class RequestLog:
             self.ids[i] = rid
         self.rows += 1
         f, n = self.floats, self.ints
+        f["arrival_s"][i] = req.arrival_s
         f["first_scheduled_s"][i] = req.first_scheduled_s
         f["first_token_s"][i] = req.first_token_s
         f["finish_s"][i] = req.finish_s

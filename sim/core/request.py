@@ -97,6 +97,7 @@ class Request:
         "num_swaps",
         "predicted_output_tokens",
         "reject_reason",
+        "session",
         "state",
         "swapped_bytes",
         "tier",
@@ -112,6 +113,11 @@ class Request:
         max_output_tokens: int,
         tier: str = "default",
         predicted_output_tokens: int = 0,
+        *,
+        session: int = -1,
+        content: Sequence[int] = (),
+        content_unit: int = 0,
+        content_tokens: int = 0,
     ) -> None:
         self.id = id
         self.arrival_s = arrival_s
@@ -142,12 +148,13 @@ class Request:
         self.transfer_start_s = NAN
         self.transfer_end_s = NAN
         self.reject_reason = ""
+        self.session = session  # the multi-turn session it belongs to (-1: none)
         # prefix caching: what the tokens are (a content id per `content_unit` tokens, equal ids
         # meaning equal tokens), the chained hashes of its full blocks (per block size), the
         # hashes of the cached blocks it holds, and the prompt tokens it found cached
-        self.content: Sequence[int] = ()
-        self.content_unit = 0
-        self.content_tokens = 0  # how many of its tokens the content describes
+        self.content: Sequence[int] = content
+        self.content_unit = content_unit
+        self.content_tokens = content_tokens  # how many of its tokens the content describes
         self._hashes: tuple[int, ...] = ()
         self._hash_bs = 0
         self.cached_blocks: list[int] = []

@@ -145,6 +145,22 @@ def timeline_figure(
             ax.plot(
                 edges, np.append(y, y[-1]), drawstyle="steps-post", color=f"C{i}", label=variant
             )
+        cached = _cached_blocks(groups)
+        if cached is not None:
+            # Cached blocks are free (evictable on demand) yet still worth a hit: drawn on top
+            # of the blocks in use, so the gap between the lines is what the cache keeps warm.
+            if kv_blocks_total is not None:
+                capacity = kv_blocks_total.get(variant, 0)
+                cached = 100.0 * cached / capacity if capacity > 0 else np.full_like(cached, np.nan)
+            y = binned_mean(start, held, kv + cached, edges)
+            ax_kv.plot(
+                edges,
+                np.append(y, y[-1]),
+                drawstyle="steps-post",
+                color=f"C{i}",
+                linestyle="--",
+                label=f"{variant}: in use + cached",
+            )
     ax_batch.set_title("Batch size over time (sum over instances, time-weighted per bin)")
     ax_batch.set_ylabel("batch size (sequences)")
     ax_queue.set_title("Waiting requests over time")
@@ -157,6 +173,14 @@ def timeline_figure(
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right")
     return fig
+
+
+def _cached_blocks(groups: pd.DataFrame) -> FloatArray | None:
+    """The cached-but-free blocks after each group, or None when no block was ever cached."""
+    if "kv_blocks_cached" not in groups.columns:
+        return None
+    cached = groups["kv_blocks_cached"].to_numpy(dtype=float)
+    return cached if cached.any() else None
 
 
 def plot_latency_cdfs(requests: pd.DataFrame, path: Path) -> None:

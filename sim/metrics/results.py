@@ -53,13 +53,17 @@ class VariantResult:
     instances: pd.DataFrame = field(default_factory=pd.DataFrame)
     # a streamed run (no tables): the summary folded from its records as they came
     streamed: StreamSummary | None = None
+    # run-level counts no table holds (prefix-cache lookups, a trace's dropped requests)
+    counters: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, float]:
         if self.streamed is not None:
-            return self.streamed.summary()
-        out = summarize(self.requests, self.steps, self.itl, self.context)
-        out.update(stall_summary(self.requests, self.context))
-        out.update(transfer_summary(self.requests, self.context))
+            out = self.streamed.summary()
+        else:
+            out = summarize(self.requests, self.steps, self.itl, self.context)
+            out.update(stall_summary(self.requests, self.context))
+            out.update(transfer_summary(self.requests, self.context))
+        out.update(self.counters)
         return out
 
     @property

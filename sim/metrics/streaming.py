@@ -105,8 +105,12 @@ class StreamSummary:
     ) -> None:
         self.ctx = ctx
         n = len(arrival_s)
-        self.first_arrival = float(arrival_s.min()) if n else math.nan
-        self.last_arrival = float(arrival_s.max()) if n else math.nan
+        # Closed-loop sessions' later turns have no arrival before the run (NaN): the first
+        # arrival is known, the last is not, so such a run measures to the end (`simulate`
+        # refuses a cooldown for it).
+        known = arrival_s[~np.isnan(arrival_s)] if n else arrival_s
+        self.first_arrival = float(known.min()) if len(known) else math.nan
+        self.last_arrival = float(known.max()) if len(known) == n and n else math.inf
         self.window = (self.first_arrival + ctx.warmup_s, self.last_arrival - ctx.cooldown_s)
         self.counts = dict.fromkeys(
             (

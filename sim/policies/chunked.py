@@ -39,6 +39,9 @@ class ChunkedPolicy(IterationPolicy):
             if chunk + d.num_decodes == self.max_num_batched_tokens:
                 # the chunk fills the budget: nobody else can get tokens, and the same chunk
                 # repeats while the prompt lasts (the engine stops at any finish or block need)
-                repeat = max(1, req.num_remaining // chunk)
+                remaining = req.num_remaining
+                if req in d.cached:  # it starts from its cached prefix
+                    remaining -= d.cached[req] * view.kv.block_size
+                repeat = max(1, remaining // chunk)
                 return d.plan(decode=True, repeat=repeat, interruptible=False)
         return self.finish_plan(d)

@@ -191,7 +191,13 @@ class EngineSpec(_Strict):
 
 Role = Literal["serve", "prefill", "decode"]
 RouterName = Literal[
-    "round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"
+    "round_robin",
+    "least_outstanding_requests",
+    "least_outstanding_tokens",
+    "least_kv",
+    "random",
+    "prefix_affinity",
+    "session_sticky",
 ]
 
 
@@ -205,8 +211,16 @@ class InstanceGroupSpec(_Strict):
     profile: str | dict[str, Any] | None = None
 
 
+class RouterOptions(_Strict):
+    """Weights of the `prefix_affinity` router's score (cached fraction against load)."""
+
+    hit_weight: float = Field(default=1.0, ge=0, le=1e6)
+    load_weight: float = Field(default=1.0, ge=0, le=1e6)
+
+
 class ClusterSpec(_Strict):
     router: RouterName = "least_outstanding_requests"
+    router_options: RouterOptions = RouterOptions()
     instances: list[InstanceGroupSpec] = Field(min_length=1)
 
 

@@ -132,11 +132,21 @@ def build_cluster(
 
     if spec.disaggregation is None:
         router_name = spec.cluster.router if spec.cluster is not None else "round_robin"
-        router = Router(router_name, rng)
+        options = spec.cluster.router_options if spec.cluster is not None else None
+        router = Router(
+            router_name,
+            rng,
+            options.hit_weight if options is not None else 1.0,
+            options.load_weight if options is not None else 1.0,
+        )
         serve = instances
 
         def dispatch(req: Request) -> None:
-            serve[router.pick(len(serve), lambda i: serve[i].load())].submit(req)
+            def hit(i: int) -> float:
+                return serve[i].cached_prefix_tokens(req) / req.num_prompt_tokens
+
+            index = router.pick(len(serve), lambda i: serve[i].load(), hit=hit, session=req.session)
+            serve[index].submit(req)
 
         return Cluster(instances, info, dispatch)
 
@@ -155,7 +165,14 @@ def build_cluster(
             req.reject("sequence larger than any decode instance's KV pool")
             log.record(req)
             return
-        prefill[prefill_router.pick(len(prefill), lambda i: prefill[i].load())].submit(req)
+
+        def hit(i: int) -> float:
+            return prefill[i].cached_prefix_tokens(req) / req.num_prompt_tokens
+
+        index = prefill_router.pick(
+            len(prefill), lambda i: prefill[i].load(), hit=hit, session=req.session
+        )
+        prefill[index].submit(req)
 
     for instance in prefill:
         instance.on_change = link.collect

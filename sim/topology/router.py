@@ -11,18 +11,21 @@ seeded routing stream).
   output tokens not yet generated), the load a request really adds.
 * `least_kv`: lowest fraction of KV blocks in use.
 * `random`: uniformly at random.
+* `prefix_affinity`: the best score `hit_weight * f - load_weight * w`, `f` the fraction of the
+  request's prompt the instance has in its prefix cache, `w` its outstanding tokens over the
+  busiest candidate's (weights from the scenario's `router_options`).
+* `session_sticky`: every turn of a session where its first turn went (that one, and requests
+  without a session, by least outstanding tokens), so a conversation finds its KV cached.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 
-RouterName = Literal[
-    "round_robin", "least_outstanding_requests", "least_outstanding_tokens", "least_kv", "random"
-]
+from sim.scenario.schema import RouterName
 
 
 class LoadView(Protocol):
@@ -52,26 +55,51 @@ _KEYS: dict[str, Callable[[LoadView], float]] = {
 
 
 class Router:
-    def __init__(self, name: RouterName, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        name: RouterName,
+        rng: np.random.Generator,
+        hit_weight: float = 1.0,
+        load_weight: float = 1.0,
+    ) -> None:
         self.name = name
         self.rng = rng
+        self.hit_weight = hit_weight
+        self.load_weight = load_weight
         self._next = 0
+        self._home: dict[int, int] = {}  # session -> the instance its first turn went to
 
     @property
     def needs_load(self) -> bool:
-        return self.name in _KEYS
+        return self.name in _KEYS or self.name in ("prefix_affinity", "session_sticky")
 
     def pick(
         self,
         num_instances: int,
         loads: Callable[[int], LoadView] | None = None,
         candidates: Sequence[int] | None = None,
+        *,
+        hit: Callable[[int], float] | None = None,
+        session: int = -1,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
-        `loads(i)` gives instance i's load, needed by the load-aware routers only."""
+        `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
+        request's prompt instance i has cached (prefix affinity), `session` its session."""
         pool = sorted(range(num_instances) if candidates is None else candidates)
-        if len(pool) == 1:
-            return pool[0]
+        if self.name == "session_sticky" and session >= 0 and self._home.get(session) in pool:
+            return self._home[session]
+        chosen = pool[0] if len(pool) == 1 else self._choose(num_instances, pool, loads, hit)
+        if self.name == "session_sticky" and session >= 0:
+            self._home[session] = chosen
+        return chosen
+
+    def _choose(
+        self,
+        num_instances: int,
+        pool: list[int],
+        loads: Callable[[int], LoadView] | None,
+        hit: Callable[[int], float] | None,
+    ) -> int:
         if self.name == "round_robin":  # the next instance in turn that is a candidate
             for k in range(num_instances):
                 i = (self._next + k) % num_instances
@@ -82,5 +110,23 @@ class Router:
             return pool[int(self.rng.integers(len(pool)))]
         if loads is None:
             raise ValueError(f"router {self.name} needs the instances' loads")
-        key = _KEYS[self.name]
+        if self.name == "prefix_affinity":
+            return self._affinity(pool, loads, hit)
+        # session_sticky places a session's first turn (and requests without one) by load
+        key = _KEYS.get(self.name, _KEYS["least_outstanding_tokens"])
         return min(pool, key=lambda i: key(loads(i)))  # min keeps the first (lowest) on ties
+
+    def _affinity(
+        self, pool: list[int], loads: Callable[[int], LoadView], hit: Callable[[int], float] | None
+    ) -> int:
+        """The best of cached prefix and load (SGLang's cache-aware router, llm-d's prefix
+        scorer): score = hit_weight * cached fraction - load_weight * outstanding tokens over
+        the busiest candidate's."""
+        work = {i: loads(i).outstanding_tokens for i in pool}
+        busiest = max(work.values()) or 1
+        cached = {i: hit(i) if hit is not None else 0.0 for i in pool}
+
+        def score(i: int) -> float:
+            return self.hit_weight * cached[i] - self.load_weight * work[i] / busiest
+
+        return max(pool, key=lambda i: (score(i), -i))  # ties: the lowest index

@@ -16,66 +16,35 @@ request arrives at 0, divide by `rate_scale`, and only then apply the `num_reque
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sim.errors import ScenarioError
+from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.arrivals import sample_arrivals
+from sim.workload.content import build_content, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
+from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
+from sim.workload.sessions import generate_sessions
 from sim.workload.spec import TraceSpec, WorkloadSpec
 from sim.workload.traces import read_trace, resolve_path
 
 
-@dataclass(frozen=True)
-class RequestArrays:
-    """Columns of a workload; request ids are 0..n-1 in arrival order. Arrays are read-only."""
-
-    arrival_s: np.ndarray  # float64, non-decreasing, first >= 0
-    prompt_tokens: np.ndarray  # int64 >= 1
-    output_tokens: np.ndarray  # int64 >= 1: the true output length of each request
-    class_index: np.ndarray  # int64 index into class_names
-    class_names: tuple[str, ...]  # ("default",) without a mix, ("trace",) for a trace
-    # service tier of each request: index into tier_names (None: every request "default")
-    tier_index: np.ndarray | None = None
-    tier_names: tuple[str, ...] = ("default",)
-    # a predictor's guess of each output length (None: the true length)
-    predicted_output_tokens: np.ndarray | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        n = len(self.arrival_s)
-        if self.tier_index is None:
-            object.__setattr__(self, "tier_index", np.zeros(n, dtype=np.int64))
-        if self.predicted_output_tokens is None:
-            object.__setattr__(self, "predicted_output_tokens", self.output_tokens.copy())
-        names = ("prompt_tokens", "output_tokens", "class_index", "tier_index")
-        for name in (*names, "predicted_output_tokens"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"{name} has {len(getattr(self, name))} entries, expected {n}")
-        for array in (
-            self.arrival_s,
-            self.prompt_tokens,
-            self.output_tokens,
-            self.class_index,
-            self.tier_index,
-            self.predicted_output_tokens,
-        ):
-            assert array is not None
-            # Shared by every consumer of a run; a stray in-place edit would corrupt them all.
-            array.flags.writeable = False
-
-    def __len__(self) -> int:
-        return len(self.arrival_s)
-
-
 def generate_requests(
-    spec: WorkloadSpec, rng: np.random.Generator, base_dir: Path
+    spec: WorkloadSpec,
+    rng: np.random.Generator,
+    base_dir: Path,
+    max_model_len: int | None = None,
 ) -> RequestArrays:
-    """Requests for `spec`; relative file paths in it resolve against `base_dir`."""
+    """Requests for `spec`; relative file paths in it resolve against `base_dir`;
+    `max_model_len` is the model's context (for a trace's `long_prompts`)."""
     if spec.trace is not None:
-        return _from_trace(spec, spec.trace, base_dir)
+        return _from_trace(spec, spec.trace, base_dir, max_model_len)
+    if spec.sessions is not None:
+        return generate_sessions(spec, rng, TraceCache(base_dir))
     arrival_rng, class_rng, prompt_rng, output_rng, predict_rng = rng.spawn(5)
     assert spec.arrival is not None  # guaranteed by WorkloadSpec's validator
     arrival_s = sample_arrivals(spec.arrival, arrival_rng, spec.num_requests, spec.duration_s)
@@ -85,7 +54,7 @@ def generate_requests(
     if spec.mix is None:
         assert spec.prompt_tokens is not None and spec.output_tokens is not None
         output = sample_lengths(spec.output_tokens, n, output_rng, traces)
-        return RequestArrays(
+        arrays = RequestArrays(
             arrival_s=arrival_s,
             prompt_tokens=sample_lengths(spec.prompt_tokens, n, prompt_rng, traces),
             output_tokens=output,
@@ -94,6 +63,7 @@ def generate_requests(
             tier_names=(spec.tier,),
             predicted_output_tokens=_predict(output, spec.output_prediction_sigma, predict_rng),
         )
+        return _with_prefixes(arrays, spec, rng, traces)
 
     weights = np.array([cls.weight for cls in spec.mix], dtype=np.float64)
     class_index = class_rng.choice(len(spec.mix), size=n, p=weights / weights.sum())
@@ -107,7 +77,7 @@ def generate_requests(
         output_tokens[members] = sample_lengths(cls.output_tokens, count, output_rng, traces)
     tier_names = tuple(dict.fromkeys(cls.tier for cls in spec.mix))
     tier_of_class = np.array([tier_names.index(cls.tier) for cls in spec.mix], dtype=np.int64)
-    return RequestArrays(
+    arrays = RequestArrays(
         arrival_s=arrival_s,
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
@@ -116,6 +86,22 @@ def generate_requests(
         tier_index=tier_of_class[class_index],
         tier_names=tier_names,
         predicted_output_tokens=_predict(output_tokens, spec.output_prediction_sigma, predict_rng),
+    )
+    return _with_prefixes(arrays, spec, rng, traces)
+
+
+def _with_prefixes(
+    arrays: RequestArrays, spec: WorkloadSpec, rng: np.random.Generator, traces: TraceCache
+) -> RequestArrays:
+    """Shared system prompts in front of the prompts (from a child stream of their own, spawned
+    after the others, so every other column stays as it was)."""
+    if spec.shared_prefix is None:
+        return arrays
+    (prefix_rng,) = rng.spawn(1)
+    prefix, prefix_tokens = draw_prefixes(spec.shared_prefix, len(arrays), prefix_rng, traces)
+    prompt = arrays.prompt_tokens + prefix_tokens
+    return replace(
+        arrays, prompt_tokens=prompt, content=build_content(prefix, prefix_tokens, prompt)
     )
 
 
@@ -127,10 +113,26 @@ def _predict(output: np.ndarray, sigma: float, rng: np.random.Generator) -> np.n
     return np.maximum(noisy, 1).astype(np.int64)
 
 
-def _from_trace(spec: WorkloadSpec, trace: TraceSpec, base_dir: Path) -> RequestArrays:
-    extra = (trace.tier_column,) if trace.tier_column else ()
-    data = read_trace(resolve_path(trace.path, base_dir), trace.format, extra)
-    times = data.arrival_s
+def _from_trace(
+    spec: WorkloadSpec, trace: TraceSpec, base_dir: Path, max_model_len: int | None
+) -> RequestArrays:
+    path = resolve_path(trace.path, base_dir)
+    content: Content | None = None
+    sessions: Sessions | None = None
+    tier_index: np.ndarray | None = None
+    tier_names: tuple[str, ...] = ("default",)
+    if trace.format == "mooncake":
+        if trace.tier_column:
+            raise ScenarioError(
+                "a mooncake trace has no columns: tier_column does not apply",
+                path="workload.trace.tier_column",
+            )
+        moon = read_mooncake(path)
+        times, prompts, outputs = moon.arrival_s, moon.prompt_tokens, moon.output_tokens
+    else:
+        extra = (trace.tier_column,) if trace.tier_column else ()
+        data = read_trace(path, trace.format, extra)
+        times, prompts, outputs = data.arrival_s, data.prompt_tokens, data.output_tokens
     end_s = np.inf if trace.end_s is None else trace.end_s
     keep = np.flatnonzero((times >= trace.start_s) & (times < end_s))
     if trace.max_rows is not None:
@@ -143,24 +145,50 @@ def _from_trace(spec: WorkloadSpec, trace: TraceSpec, base_dir: Path) -> Request
             path="workload.trace",
         )
     arrival_s = (times[keep] - times[keep[0]]) / trace.rate_scale
-    # Caps in simulated time; arrival_s is sorted (read_trace rejects out-of-order rows).
+    # Caps in simulated time; arrival_s is sorted (the readers reject out-of-order rows).
     count = len(keep)
     if spec.num_requests is not None:
         count = min(count, spec.num_requests)
     if spec.duration_s is not None:
         count = min(count, int(np.searchsorted(arrival_s, spec.duration_s, side="left")))
     keep = keep[:count]
-    tier_index: np.ndarray | None = None
-    tier_names: tuple[str, ...] = ("default",)
-    if trace.tier_column:
+    arrival_s = arrival_s[:count]
+    prompt = prompts[keep].copy()
+    output = outputs[keep]
+    notes: dict[str, int] = {}
+    if trace.long_prompts != "keep" and max_model_len is not None:
+        # requests longer than the model's context: dropped, or their prompt cut to fit
+        too_long = prompt + output > max_model_len
+        if trace.long_prompts == "clip":
+            room = max_model_len - output
+            fits = room >= 1
+            notes["workload_clipped_prompts"] = int((too_long & fits).sum())
+            prompt = np.where(too_long & fits, room, prompt)
+            too_long &= ~fits  # an output alone over the context cannot be clipped: dropped
+        notes["workload_dropped_requests"] = int(too_long.sum())
+        kept = ~too_long
+        keep, arrival_s, prompt, output = keep[kept], arrival_s[kept], prompt[kept], output[kept]
+        count = len(keep)
+    if trace.format == "mooncake":
+        starts, ends = moon.offsets[keep], moon.offsets[keep + 1]
+        pieces = [moon.hash_ids[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        offsets = np.zeros(count + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum(ends - starts)
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        content = Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt.copy())
+        sessions = Sessions(session=moon.session[keep])  # conversation labels (see mooncake)
+    elif trace.tier_column:
         codes, uniques = pd.factorize(data.extra[trace.tier_column][keep])
         tier_index, tier_names = codes.astype(np.int64), tuple(str(u) for u in uniques)
     return RequestArrays(
-        arrival_s=arrival_s[:count].copy(),
-        prompt_tokens=data.prompt_tokens[keep],
-        output_tokens=data.output_tokens[keep],
+        arrival_s=arrival_s.copy(),
+        prompt_tokens=prompt,
+        output_tokens=output.copy(),
         class_index=np.zeros(count, dtype=np.int64),
         class_names=("trace",),
         tier_index=tier_index,
         tier_names=tier_names,
+        content=content,
+        sessions=sessions,
+        notes=notes,
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.workload.mooncake import read_mooncake
 from sim.workload.spec import (
     MAX_TOKENS,
     EmpiricalLength,
@@ -43,7 +44,13 @@ class TraceCache:
         resolved = resolve_path(path, self.base_dir)
         key = (resolved, fmt)
         if key not in self._traces:
-            self._traces[key] = read_trace(resolved, fmt)
+            if fmt == "mooncake":
+                moon = read_mooncake(resolved)
+                self._traces[key] = TraceData(
+                    moon.arrival_s, moon.prompt_tokens, moon.output_tokens, num_zero_output=0
+                )
+            else:
+                self._traces[key] = read_trace(resolved, fmt)
         return self._traces[key]
 
 

@@ -21,7 +21,7 @@ from pydantic import Field, model_validator
 
 from sim.inputs.strict_model import StrictModel
 
-TraceFormat = Literal["azure", "csv"]
+TraceFormat = Literal["azure", "csv", "mooncake"]
 # Longest prompt or output a length may ask for: far beyond any model's context, yet small enough
 # that token sums stay exact in int64 and float64 arithmetic.
 MAX_TOKENS = 2**31 - 1
@@ -121,6 +121,63 @@ ArrivalSpec = Annotated[
 ]
 
 
+# --- think times (seconds) --------------------------------------------------------------------
+
+
+class FixedDelay(_Strict):
+    dist: Literal["fixed"]
+    value_s: float = Field(ge=0, le=1e9)
+
+
+class ExponentialDelay(_Strict):
+    dist: Literal["exponential"]
+    mean_s: float = Field(gt=0, le=1e9)
+
+
+class UniformDelay(_Strict):
+    dist: Literal["uniform"]
+    low_s: float = Field(ge=0, le=1e9)
+    high_s: float = Field(ge=0, le=1e9)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformDelay:
+        if self.low_s > self.high_s:
+            raise ValueError(f"low_s ({self.low_s}) must be <= high_s ({self.high_s})")
+        return self
+
+
+DelayDist = Annotated[FixedDelay | ExponentialDelay | UniformDelay, Field(discriminator="dist")]
+
+
+# --- content: shared prefixes and multi-turn sessions (prefix caching) ----------------------
+
+
+class SharedPrefixSpec(_Strict):
+    """A pool of `num_prefixes` system prompts, drawn with Zipf popularity (rank k has weight
+    1 / k**zipf) and put in front of a `fraction` of the prompts (each of which gets longer by
+    its prefix)."""
+
+    num_prefixes: int = Field(ge=1, le=1_000_000)
+    zipf: float = Field(default=1.0, ge=0, le=10)
+    length: LengthDist
+    fraction: float = Field(default=1.0, ge=0, le=1)
+
+
+class SessionSpec(_Strict):
+    """Closed-loop multi-turn sessions: sessions arrive by `arrival` (until `num_sessions`, or
+    the workload's `duration_s`); each has `turns` turns; a turn's prompt is the previous
+    prompt, the previous answer and `user_tokens` new tokens, and it arrives `think_time` after
+    the previous turn finished."""
+
+    arrival: ArrivalSpec
+    num_sessions: int | None = Field(default=None, gt=0, le=100_000_000)
+    turns: LengthDist
+    first_prompt: LengthDist
+    user_tokens: LengthDist
+    output_tokens: LengthDist
+    think_time: DelayDist
+
+
 # --- workload --------------------------------------------------------------------------------
 
 
@@ -145,6 +202,10 @@ class TraceSpec(_Strict):
     max_rows: int | None = Field(default=None, gt=0)
     # an extra column holding each request's service tier (absent: every request "default")
     tier_column: str | None = Field(default=None, min_length=1)
+    # requests longer than the model's context (prompt + output > max_model_len): kept (and
+    # rejected by the policy, counted), dropped from the workload, or their prompt clipped;
+    # dropped and clipped requests are counted in the summary
+    long_prompts: Literal["keep", "drop", "clip"] = "keep"
 
     @model_validator(mode="after")
     def _window(self) -> TraceSpec:
@@ -168,6 +229,10 @@ class WorkloadSpec(_Strict):
     # predicted output length = true length * exp(N(0, sigma)), rounded, at least 1 (for SJF
     # on predicted lengths); drawn from its own child stream, so other columns do not move
     output_prediction_sigma: float = Field(default=0.0, ge=0)
+    # system prompts shared by many requests (their KV can be cached: prefix caching)
+    shared_prefix: SharedPrefixSpec | None = None
+    # closed-loop multi-turn sessions instead of independent requests
+    sessions: SessionSpec | None = None
 
     def tier_names(self) -> list[str] | None:
         """The tiers requests can carry, in first-use order; None for a trace tier column."""
@@ -189,8 +254,18 @@ class WorkloadSpec(_Strict):
             given = [key for key, value in synthetic.items() if value is not None]
             if self.tier != "default":
                 given.append("tier (use trace.tier_column)")
+            for key in ("sessions", "shared_prefix"):
+                if getattr(self, key) is not None:
+                    given.append(key)
             if given:
                 raise ValueError(f"'trace' cannot be combined with {', '.join(given)}")
+            return self
+        if self.sessions is not None:
+            given = [key for key, value in synthetic.items() if value is not None]
+            if given:
+                raise ValueError(f"'sessions' cannot be combined with {', '.join(given)}")
+            if self.sessions.num_sessions is None and self.duration_s is None:
+                raise ValueError("sessions need 'sessions.num_sessions' and/or 'duration_s'")
             return self
         if self.arrival is None:
             raise ValueError("a synthetic workload needs 'arrival' (or give 'trace')")
