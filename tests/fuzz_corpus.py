@@ -91,6 +91,8 @@ SCHEMA_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "policy.max_num_batched_tokens": ("policy.max_num_batched_tokens", ALL),
     "policy.block_size": ("policy.block_size", ALL),
     "policy.watermark": ("policy.watermark", ALL),
+    "policy.num_gpu_blocks": ("policy.num_gpu_blocks", ALL),
+    "policy.prefix_caching": ("policy.prefix_caching", ("neg", "str", "list", "map", "nan")),
     "policy.mode": ("policy.mode", ALL),
     "slo.ttft_s": ("slo.ttft_s", ALL),
     "metrics.warmup_s": ("metrics.warmup_s", ALL),
@@ -236,6 +238,12 @@ def runtime_cases() -> list[Case]:
             "KV pool",
         ),
         scenario_case("run-all-rejected-len", dump(too_long), "longer than max_model_len"),
+        scenario_case(
+            "run-one-stated-block",
+            dump(edited("policy", {"name": "continuous", "num_gpu_blocks": 1})),
+            "every one of its 20 requests was rejected",
+            "KV pool",
+        ),
         scenario_case(
             "run-10e12-requests",
             dump(edited("workload.num_requests", 10**12)),

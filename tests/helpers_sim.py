@@ -132,9 +132,14 @@ def run_arrays(
 
 
 def run_arrays_with_instance(
-    raw: dict[str, Any], arrival_s: list[float], prompt: list[int], output: list[int]
+    raw: dict[str, Any],
+    arrival_s: list[float],
+    prompt: list[int],
+    output: list[int],
+    **columns: Any,
 ) -> tuple[VariantResult, Any]:
-    """`run_arrays`, also returning the instance the run used (to inspect its end state).
+    """`run_arrays`, also returning the instance the run used (to inspect its end state);
+    `columns` are further `RequestArrays` fields (content, sessions).
 
     The instance is taken from the cluster `run_variant` builds (`sim.simulate.build_cluster`);
     the scenarios here have a single instance.
@@ -156,6 +161,7 @@ def run_arrays_with_instance(
         output_tokens=np.asarray(output, dtype=np.int64),
         class_index=np.zeros(n, dtype=np.int64),
         class_names=("default",),
+        **columns,
     )
     with mock.patch.object(module, "build_cluster", capture):
         res = run_variant(resolved, arrays)

@@ -14,9 +14,10 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from helpers_sim import run, scenario, tiny_hardware, tiny_model
 
 from sim import simulate
+from sim.errors import ScenarioError
 from sim.io.plots import timeline_figure, total_kv_blocks
 from sim.metrics.results import VariantResult
 from sim.scenario.load import load_scenario_dict
@@ -260,3 +261,18 @@ def test_kv_bytes_per_token_count_the_replicated_kv_heads_everywhere() -> None:
     # 10 prompt tokens of KV over a 1000 B/s link
     transfer = res.requests["transfer_s"].to_numpy()
     np.testing.assert_allclose(transfer, 10 * per_token / 1e3, rtol=1e-12)
+
+
+def test_kv_capacity_can_be_stated_in_blocks() -> None:
+    # the memory arithmetic gives a100-80g + llama-2-7b thousands of blocks; a stated count
+    # replaces it, and the instance table says which figure the run used
+    stated = run(scenario(policy={"name": "continuous", "num_gpu_blocks": 40, "block_size": 16}))
+    derived = run(scenario(policy={"name": "continuous", "block_size": 16}))
+    a, b = stated.instance_summary().iloc[0], derived.instance_summary().iloc[0]
+    assert (a["kv_blocks"], a["kv_capacity"]) == (40, "stated")
+    assert b["kv_capacity"] == "memory" and b["kv_blocks"] > 1000
+    assert stated.context.kv_blocks_total == 40
+    # 40 blocks of 16 hold 640 tokens: the 110-token requests cannot all run together
+    assert stated.summary()["kv_utilization_peak"] > 0.5
+    with pytest.raises(ScenarioError, match="num_gpu_blocks"):
+        run(scenario(policy={"name": "continuous", "num_gpu_blocks": 0}))

@@ -500,7 +500,8 @@ class Instance:
     def _move(
         self, plan: StepPlan, now: float, num_preempted: int, swap_s: float
     ) -> tuple[int, float, bool]:
-        """A plan's seats, evictions, swap-ins and admissions, in that order (sim.core.plan)."""
+        """A plan's seats, evictions, swap-ins and admissions, in that order (sim.core.plan);
+        the swapped-in requests' blocks are taken last."""
         usage = self.usage
         bandwidth = self.kv_spec.swap_bandwidth_bytes_per_s
         freed = False
@@ -536,7 +537,6 @@ class Instance:
             swap_s += req.host_bytes / bandwidth
             req.swap_in()
             self.running.append(req)
-            self._grow(req, plan.hold.get(req, req.num_computed_tokens))
             usage.stored_tokens += req.num_computed_tokens
             (self.ready if req.is_decoding else self.prefilling).append(req)
         cached = plan.cached
@@ -562,6 +562,10 @@ class Instance:
                 req.admit(now)
             self.running.append(req)
             self.prefilling.append(req)
+        # swapped-in requests take their blocks once the admissions hold their cached ones:
+        # taking blocks may evict cached free blocks, and the plan counted those hits
+        for req in plan.swap_in:
+            self._grow(req, plan.hold.get(req, req.num_computed_tokens))
         return num_preempted, swap_s, freed
 
     def _grow(self, req: Request, num_tokens: int) -> None:
@@ -681,8 +685,11 @@ class Instance:
                 gap = req.compute(plan.prefill[req] * num_steps, start, end)
                 if caching is not None:  # the prompt blocks it has just filled are cached now
                     caching.register(req, req.num_computed_tokens)
-                if gap is None:
-                    continue  # a prefill chunk: no token yet
+                if gap is None:  # a prefill chunk: no token yet
+                    if req.is_decoding:  # a recompute with one token left: that is a decode
+                        self.prefilling.remove(req)
+                        self.ready.append(req)
+                    continue
                 if gap == gap:  # not NaN: a recomputed request's next token
                     itl.gap(gap, 1)
                 self.prefilling.remove(req)

@@ -21,7 +21,7 @@ the same content meanwhile) stays a private duplicate, as in vLLM.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence, Set
 
 from sim.core.kv_cache import BlockManager
 from sim.core.request import Request
@@ -63,16 +63,6 @@ class PrefixCachingPool(BlockManager):
                 break
             n += 1
         return n
-
-    def hashes_on_release(self, req: Request) -> list[int]:
-        """The hashes that would join the cached free blocks if `req` left now: its cached
-        blocks no one else holds, and the full blocks it computed since whose content is known
-        and not cached yet."""
-        held = req.cached_blocks
-        full = req.num_computed_tokens // self.block_size
-        last = [h for h in held if self.refs.get(h) == 1]  # no one else holds them
-        fresh = req.block_hashes(self.block_size)[len(held) : full]
-        return last + [h for h in fresh if self.state(h) == MISSING]
 
     # -- changes, by the engine ----------------------------------------------------------------
 
@@ -142,27 +132,65 @@ class PrefixCachingPool(BlockManager):
         return held
 
 
+class PlannedReleases:
+    """What a plan's evictions will do to the pool, worked out for the plan being drafted
+    without touching the pool: how many blocks each victim frees (its blocks but the cached ones
+    others still hold) and which hashes become cached free blocks (an admission that hits one
+    takes it out of the free count). Mirrors `PrefixCachingPool.register` and `.release`, in
+    the order the engine applies them."""
+
+    def __init__(self, pool: PrefixCachingPool) -> None:
+        self.pool = pool
+        self.refs_left: dict[int, int] = {}
+        self.registered: set[int] = set()
+        self.cached_free: set[int] = set()  # hashes in the cached free blocks after the evictions
+
+    def release(self, req: Request) -> int:
+        """Blocks `req` leaves free (its full computed blocks are registered first)."""
+        pool = self.pool
+        refs, lru = pool.refs, pool.lru
+        hashes = req.block_hashes(pool.block_size)
+        held = req.cached_blocks
+        full = min(req.num_computed_tokens // pool.block_size, len(hashes))
+        for block_hash in hashes[len(held) : full]:
+            if block_hash in refs or block_hash in lru or block_hash in self.registered:
+                break  # a duplicate: it and the rest stay private (see `register`)
+            self.registered.add(block_hash)
+            self.cached_free.add(block_hash)
+        still_held = 0
+        for block_hash in held:
+            left = self.refs_left.get(block_hash, refs[block_hash]) - 1
+            self.refs_left[block_hash] = left
+            if left:
+                still_held += 1
+            else:
+                self.cached_free.add(block_hash)
+        return req.kv_blocks - still_held
+
+
 def hit_blocks(
     pool: PrefixCachingPool,
     req: Request,
     limit: int,
     taken: set[int],
-    freed: Iterable[int] = (),
+    released: Set[int] = frozenset(),
 ) -> tuple[int, int]:
     """For a plan being drafted: the leading cached blocks `req` would start from (at most
     `limit`), and how many of them come from the cached free blocks (each leaves the free
-    count). `taken`: hashes this plan already takes from the free cache (now in use);
-    `freed`: hashes this plan's evictions free into the cache."""
-    freed_set = set(freed)
+    count). `taken`: hashes this plan's earlier admissions already hold (in use by then);
+    `released`: hashes this plan's evictions leave cached and free (`PlannedReleases`)."""
     n = from_free = 0
     hashes: Sequence[int] = req.block_hashes(pool.block_size)[:limit]
     for block_hash in hashes:
-        state = pool.state(block_hash)
-        if state == IN_USE or block_hash in taken:
+        if block_hash in taken:
             n += 1
-        elif state == CACHED or block_hash in freed_set:
+        elif block_hash in released:  # in use now, but cached and free once its holders leave
             n += 1
             from_free += 1
         else:
-            break
+            state = pool.state(block_hash)
+            if state == MISSING:
+                break
+            n += 1
+            from_free += state == CACHED
     return n, from_free

@@ -10,7 +10,9 @@ how long the transfers took, plus the link's utilization over the run.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +50,20 @@ def transfer_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
     return out
 
 
+def instance_identity(inst: Mapping[Hashable, Any], num_requests: int) -> dict[str, object]:
+    """The leading columns of an instance's row: what it is, its KV capacity and where that
+    figure comes from ("memory", or "stated" by the policy's num_gpu_blocks), requests taken."""
+    return {
+        "instance": inst["index"],
+        "role": inst["role"],
+        "group": inst["group"],
+        "hardware": inst["hardware"],
+        "kv_blocks": inst["kv_blocks_total"],
+        "kv_capacity": inst.get("kv_capacity", "memory"),
+        "requests": num_requests,
+    }
+
+
 def instance_summary(
     requests: pd.DataFrame, steps: pd.DataFrame, instances: pd.DataFrame, ctx: SummaryContext
 ) -> pd.DataFrame:
@@ -73,13 +89,8 @@ def instance_summary(
             block_size=int(inst.get("block_size", ctx.block_size)),
         )
         metrics = step_summary(own, own_ctx, first_arrival)
-        row: dict[str, object] = {
-            "instance": inst["index"],
-            "role": inst["role"],
-            "group": inst["group"],
-            "hardware": inst["hardware"],
-            "requests": int(taken.get(inst["index"], 0)) + int(decoded.get(inst["index"], 0)),
-        }
+        served = int(taken.get(inst["index"], 0)) + int(decoded.get(inst["index"], 0))
+        row = instance_identity(inst, served)
         row.update({key: metrics[key] for key in INSTANCE_METRICS})
         rows.append(row)
     return pd.DataFrame(rows)

@@ -28,7 +28,7 @@ from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
 from sim.metrics.context import SummaryContext
-from sim.metrics.instances import INSTANCE_METRICS
+from sim.metrics.instances import INSTANCE_METRICS, instance_identity
 from sim.metrics.percentiles import QUANTILES
 from sim.metrics.steps import StepTotals, summary_of_totals
 from sim.metrics.tiers import meets_slo, slo_targets
@@ -259,13 +259,7 @@ class StreamSummary:
             )
             totals = {0: self.steps[index]} if index in self.steps else {}
             metrics = summary_of_totals(totals, own, self.first_arrival)
-            row: dict[str, object] = {
-                "instance": index,
-                "role": inst["role"],
-                "group": inst["group"],
-                "hardware": inst["hardware"],
-                "requests": self.taken.get(index, 0),
-            }
+            row = instance_identity(inst, self.taken.get(index, 0))
             row.update({key: metrics[key] for key in INSTANCE_METRICS})
             rows.append(row)
         return pd.DataFrame(rows)

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from itertools import chain
 
 from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, StepPlan
-from sim.core.prefix_cache import PrefixCachingPool, hit_blocks
+from sim.core.prefix_cache import PlannedReleases, PrefixCachingPool, hit_blocks
 from sim.core.request import Request
 from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
@@ -53,6 +53,7 @@ class Draft:
         "num_running",
         "preempt",
         "prefill",
+        "releases",
         "requeued",
         "seat",
         "swap_in",
@@ -79,12 +80,21 @@ class Draft:
         # this plan takes (they are in use once taken)
         self.cached: dict[Request, int] = {}
         self.taken: set[int] = set()
+        # prefix caching: what this plan's evictions leave in the cache (made at the first)
+        self.releases: PlannedReleases | None = None
 
     def held(self, req: Request) -> int:
         return req.kv_blocks + self.extra.get(req, 0)
 
     def evict(self, victim: Request, preemptor: Preemptor) -> None:
-        self.free += self.held(victim)
+        extra = self.extra.get(victim, 0)  # planned for it, never taken
+        kv = self.view.kv
+        if isinstance(kv, PrefixCachingPool):  # blocks others share stay in use
+            if self.releases is None:
+                self.releases = PlannedReleases(kv)
+            self.free += extra + self.releases.release(victim)
+        else:
+            self.free += extra + victim.kv_blocks
         self.extra.pop(victim, None)
         swap = False
         if preemptor.swap:
@@ -265,10 +275,7 @@ class IterationPolicy:
         admitted = d.admit
         requeued = d.requeued
         caching = kv if isinstance(kv, PrefixCachingPool) else None
-        freed: list[int] = []
-        if caching is not None:  # this plan's victims leave their blocks in the cache
-            for p in d.preempt:
-                freed += caching.hashes_on_release(p.request)
+        released = d.releases.cached_free if d.releases is not None else frozenset()
         for req in chain(requeued, view.waiting.ordered()) if requeued else view.waiting.ordered():
             if len(admitted) >= seats or len(d.prefill) >= self.max_prefill_seqs:
                 break
@@ -279,7 +286,7 @@ class IterationPolicy:
             if caching is not None and computed == 0:
                 # it starts from its longest cached prefix, but computes at least one token
                 limit = (known - 1) // caching.block_size
-                hits, from_free = hit_blocks(caching, req, limit, d.taken, freed)
+                hits, from_free = hit_blocks(caching, req, limit, d.taken, released)
                 computed = hits * caching.block_size
             tokens = known - computed
             if self.chunked:

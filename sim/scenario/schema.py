@@ -108,6 +108,9 @@ class _IterationLevelSpec(_Strict):
     queue: QueueSpec = QueueSpec()
     # automatic prefix caching (vLLM): full blocks of known content are shared and kept cached
     prefix_caching: bool = False
+    # KV capacity stated directly, blocks per instance (vLLM's num_gpu_blocks_override);
+    # None: what the GPU memory left after weights and activations holds
+    num_gpu_blocks: int | None = Field(default=None, gt=0, le=1_000_000_000)
 
     _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 

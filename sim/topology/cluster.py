@@ -45,6 +45,7 @@ class InstanceInfo:
     hardware: str
     kv_blocks_total: int
     block_size: int
+    kv_capacity: str  # "memory": from the GPU memory; "stated": the policy's num_gpu_blocks
     kv_bytes_per_token: float
     peak_flops: float
     hbm_bandwidth_bytes_per_s: float
@@ -62,7 +63,7 @@ def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
     policy = group.policy
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
         return BlockManager(kv_capacity_tokens(model, group.hardware), 1)
-    blocks = kv_capacity_blocks(model, group.hardware, policy.block_size)
+    blocks = policy.num_gpu_blocks or kv_capacity_blocks(model, group.hardware, policy.block_size)
     if policy.prefix_caching:
         return PrefixCachingPool(blocks, policy.block_size)
     return BlockManager(blocks, policy.block_size)
@@ -124,6 +125,7 @@ def build_cluster(
                     hw.name if hw.tensor_parallel == 1 else f"{hw.name}x{hw.tensor_parallel}",
                     pool.num_total,
                     pool.block_size,
+                    "memory" if getattr(group.policy, "num_gpu_blocks", None) is None else "stated",
                     bytes_per_token,
                     hw.instance_peak_flops,
                     hw.instance_hbm_bandwidth_bytes_per_s,
