@@ -1,11 +1,13 @@
 """The `batchsim calibrate` and `batchsim fit` subcommands.
 
-`register(sub)` adds both parsers to the `batchsim` CLI. This module must not import torch: the
+`register(sub)` adds the parsers to the `batchsim` CLI. This module must not import torch: the
 CLI imports it to build its parser on every run, and torch is an optional extra. The benchmark is
-imported inside the `calibrate` handler, and a missing torch is a one-line user error.
+imported inside the `calibrate` handler, and a missing torch is a one-line user error. (`sim`
+never imports `calibration`, so these commands plug in by name: `sim.cli.main.PLUGINS`.)
 
     batchsim calibrate --model llama-3-8b --device cuda --out calibration/profiles/measured/x
     batchsim fit raw.csv --out calibration/profiles/mine [--filter model=llama-2-7b]
+        [--filter 'num_tokens<=4096'] [--weight kind=decode:2]
 """
 
 from __future__ import annotations
@@ -40,13 +42,15 @@ def register(sub: Any) -> None:
     fit = sub.add_parser("fit", help="fit a profile to step timings in a CSV")
     fit.add_argument("csv", type=Path, help="raw CSV of `calibrate`, or external step timings")
     fit.add_argument("--out", type=Path, required=True, help="output folder of the profile")
+    _filters(fit)
     fit.add_argument(
-        "--filter",
-        dest="filters",
+        "--weight",
+        dest="weights",
         action="append",
         default=[],
-        metavar="COLUMN=VALUE",
-        help="keep only rows with this value, e.g. model=llama-2-7b (repeatable)",
+        metavar="FILTER:W",
+        help="multiply the weight of matching rows by W, e.g. kind=decode:3 (repeatable; a "
+        "`weight` column in the CSV sets each row's own)",
     )
     fit.add_argument("--model", help="catalog model the timings are of (recorded in provenance)")
     fit.add_argument("--device-name", help="device the timings were measured on (provenance)")
@@ -60,6 +64,18 @@ def register(sub: Any) -> None:
     fit.add_argument("--name", help="profile name (default: the output folder's name)")
     fit.add_argument("--no-plot", action="store_true", help="skip fit.png")
     fit.set_defaults(handler=_fit)
+
+
+def _filters(parser: Any) -> None:
+    parser.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep only matching rows: =, !=, <, <=, >, >=, e.g. model=llama-2-7b or "
+        "'num_tokens<=4096' (repeatable: all must match)",
+    )
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -76,6 +92,7 @@ def _fit(args: argparse.Namespace) -> int:
         name=args.name,
         source=args.source,
         filters=tuple(args.filters),
+        weights=tuple(args.weights),
         model=args.model,
         extra=extra,
         plot=not args.no_plot,
