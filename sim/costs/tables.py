@@ -16,7 +16,9 @@ first along the first axis, then along the second), so every grid point is repro
 A grid cell may be null (not measured, e.g. chunk + prefix beyond the model's context); a point
 needing a null value is outside the table, like a point beyond either end of an axis.
 
-Axes are token or sequence counts: non-negative integers, strictly increasing, at least two.
+Axes are token or sequence counts: non-negative integers, strictly increasing; the linear axis
+has at least two points, a grid axis at least one (a grid measured at one prefix only, say,
+covers that prefix and nothing else).
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_axis(name: str, axis: list[int], lowest: int) -> None:
-    if len(axis) < 2:
-        raise ValueError(f"{name}: needs at least two grid points")
+def _check_axis(name: str, axis: list[int], lowest: int, least: int = 1) -> None:
+    if len(axis) < least:
+        raise ValueError(f"{name}: needs at least {least} grid point{'s' if least > 1 else ''}")
     if axis[0] < lowest:
         raise ValueError(f"{name}: must be >= {lowest}")
     if any(b <= a for a, b in pairwise(axis)):
@@ -54,7 +56,7 @@ class LinearTable(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> LinearTable:
-        _check_axis("tokens", self.tokens, 0)
+        _check_axis("tokens", self.tokens, 0, least=2)
         if self.tokens[-1] > MAX_DENSE_TOKENS:
             raise ValueError(f"tokens: at most {MAX_DENSE_TOKENS}")
         if len(self.seconds) != len(self.tokens):
@@ -168,6 +170,8 @@ class GridLookup:
         if row is not None:
             return row
         first = self.first
+        if len(first) == 1:  # a single row: only its own batch or chunk is inside
+            return self.values[0]
         i = min(bisect_right(first, a) - 1, len(first) - 2)
         w = (a - first[i]) / (first[i + 1] - first[i])
         low, high = self.values[i], self.values[i + 1]
