@@ -24,13 +24,12 @@ import datetime as dt
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from calibration.fit import fit
 from calibration.raw import StepTable, read_meta, read_steps
-from calibration.report import PROFILE_FILE, Source
 from calibration.table_build import (
     average,
     fallback_fit_block,
@@ -44,6 +43,9 @@ from sim.costs.catalog import MODELS
 from sim.costs.profile import FitSummary, Profile, save_profile
 from sim.costs.table_model import TableCostModel
 from sim.errors import ScenarioError
+
+PROFILE_FILE = "profile.yaml"
+Source = Literal["measured", "imported"]
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,10 @@ def table_from_raw(
     model: str | None = None,
     source: Source = "measured",
     extra: dict[str, Any] | None = None,
+    file_name: str = PROFILE_FILE,
 ) -> TableOutcome:
-    """Build the table profile of the timings in `csv_path` and write it into `out_dir`."""
+    """Build the table profile of the timings in `csv_path` and write it to `out_dir/file_name`
+    (this imports neither torch nor matplotlib)."""
     if model is not None and model not in MODELS:
         raise ScenarioError(f"unknown model {model!r}", path="--model")
     everything = read_steps(csv_path, filters, keep_linear=True)
@@ -113,10 +117,13 @@ def table_from_raw(
             prefill.append(((n, int(steps.prefix[i])), float(steps.step_s[i]) - linear[n]))
     notes["decode_attention"] = "decode step time - linear(batch), at each measured point"
     notes["prefill_attention"] = "one-prompt prefill step time - linear(chunk), at each point"
+    meta = read_meta(csv_path)
     provenance: dict[str, Any] = {
-        "generator": "batchsim profile table (calibration/table_from_raw.py)"
+        "generator": "batchsim profile table (calibration/table_from_raw.py)",
+        **{k: v for k, v in meta.items() if k != "generator"},
     }
-    provenance |= read_meta(csv_path)
+    if "generator" in meta:
+        provenance["measured_with"] = meta["generator"]
     if model is not None and "model" not in provenance:
         provenance["model"] = MODELS[model].model_dump()
     provenance |= (extra or {}) | {
@@ -161,7 +168,7 @@ def table_from_raw(
         "outside the tables) check how the parts compose",
     }
     profile = draft.model_copy(update={"fit": FitSummary.model_validate(summary)})
-    path = out_dir / PROFILE_FILE
+    path = out_dir / file_name
     save_profile(profile, path)
     return TableOutcome(profile, path, errors, on_grid, outside)
 

@@ -66,10 +66,17 @@ class LinearTable(_Strict):
         return self
 
 
-class _Grid(_Strict):
-    seconds: list[list[float | None]]  # seconds[i][j]: first axis i, second axis j
+Cells = list[list[float | None]]  # seconds[i][j]: first axis i, second axis j; null: not measured
 
+
+class _Grid(_Strict):
     def axes(self) -> tuple[list[int], list[int]]:
+        raise NotImplementedError
+
+    def axis_names(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def cells(self) -> Cells:
         raise NotImplementedError
 
     @model_validator(mode="after")
@@ -77,15 +84,13 @@ class _Grid(_Strict):
         (first_name, second_name), (first, second) = self.axis_names(), self.axes()
         _check_axis(first_name, first, 1)
         _check_axis(second_name, second, 0)
-        if len(self.seconds) != len(first) or any(len(r) != len(second) for r in self.seconds):
+        cells = self.cells()
+        if len(cells) != len(first) or any(len(r) != len(second) for r in cells):
             raise ValueError(f"seconds: {len(first)} rows ({first_name}) of {len(second)} values")
-        values = [v for row in self.seconds for v in row if v is not None]
+        values = [v for row in cells for v in row if v is not None]
         if not values or not all(np.isfinite(values)):
             raise ValueError("seconds: must be finite (null where not measured)")
         return self
-
-    def axis_names(self) -> tuple[str, str]:
-        raise NotImplementedError
 
 
 class DecodeAttentionTable(_Grid):
@@ -93,9 +98,13 @@ class DecodeAttentionTable(_Grid):
 
     batch: list[int]
     context: list[int]
+    seconds: Cells
 
     def axes(self) -> tuple[list[int], list[int]]:
         return self.batch, self.context
+
+    def cells(self) -> Cells:
+        return self.seconds
 
     def axis_names(self) -> tuple[str, str]:
         return "batch", "context"
@@ -106,9 +115,13 @@ class PrefillAttentionTable(_Grid):
 
     chunk: list[int]
     prefix: list[int]
+    seconds: Cells
 
     def axes(self) -> tuple[list[int], list[int]]:
         return self.chunk, self.prefix
+
+    def cells(self) -> Cells:
+        return self.seconds
 
     def axis_names(self) -> tuple[str, str]:
         return "chunk", "prefix"
@@ -150,60 +163,57 @@ class GridLookup:
     the chunk) while the second grows (the context, the prefix).
 
     `at(a, b)` returns (value, slope along b, bound). Inside the table the value is exact
-    bilinear interpolation, the slope holds up to `bound` (the last b on the same linear piece,
-    inclusive). Outside it the value is None and `bound` is the first b at which the point may be
-    inside again (exclusive; inf: never, as b only grows)."""
+    bilinear interpolation (first along the first axis, then along the second), the slope holds
+    up to `bound` (the last b on the same linear piece, inclusive). Outside it the value is None
+    and `bound` is the first b at which the point may be inside again (exclusive; inf: never, as
+    b only grows)."""
 
-    __slots__ = ("_rows", "first", "hi_a", "lo_a", "second", "values")
+    __slots__ = ("_weights", "first", "hi_a", "lo_a", "second", "values")
 
     def __init__(self, grid: _Grid) -> None:
         first, second = grid.axes()
         self.first = [int(a) for a in first]
         self.second = [float(b) for b in second]
-        self.values = grid.seconds
+        self.values = grid.cells()
         self.lo_a, self.hi_a = self.first[0], self.first[-1]
-        self._rows: dict[int, list[float | None]] = {}
+        # per first-axis value: its row pair and weight (cached: batches and chunks recur)
+        self._weights: dict[int, tuple[list[float | None], list[float | None], float]] = {}
 
-    def row(self, a: int) -> list[float | None]:
-        """The grid interpolated along the first axis at `a` (cached)."""
-        row = self._rows.get(a)
-        if row is not None:
-            return row
+    def _rows(self, a: int) -> tuple[list[float | None], list[float | None], float]:
         first = self.first
         if len(first) == 1:  # a single row: only its own batch or chunk is inside
-            return self.values[0]
-        i = min(bisect_right(first, a) - 1, len(first) - 2)
-        w = (a - first[i]) / (first[i + 1] - first[i])
-        low, high = self.values[i], self.values[i + 1]
-        row = []
-        for v0, v1 in zip(low, high, strict=True):
-            if w == 0.0:
-                row.append(v0)
-            elif w == 1.0:
-                row.append(v1)
-            elif v0 is None or v1 is None:
-                row.append(None)
-            else:
-                row.append((1.0 - w) * v0 + w * v1)
-        self._rows[a] = row
-        return row
+            pair = (self.values[0], self.values[0], 0.0)
+        else:
+            i = min(bisect_right(first, a) - 1, len(first) - 2)
+            w = (a - first[i]) / (first[i + 1] - first[i])
+            pair = (self.values[i], self.values[i + 1], w)
+        self._weights[a] = pair
+        return pair
+
+    def cell(self, a: int, j: int) -> float | None:
+        """The grid interpolated along the first axis at `a`, at second-axis index j."""
+        low, high, w = self._weights.get(a) or self._rows(a)
+        if w == 0.0:
+            return low[j]
+        if w == 1.0:
+            return high[j]
+        v0, v1 = low[j], high[j]
+        if v0 is None or v1 is None:
+            return None
+        return (1.0 - w) * v0 + w * v1
 
     def at(self, a: int, b: float) -> tuple[float | None, float, float]:
         if a < self.lo_a or a > self.hi_a:
             return None, 0.0, INF
-        row = self._rows.get(a)
-        if row is None:
-            row = self.row(a)
         bs = self.second
         if b < bs[0]:
             return None, 0.0, bs[0]
         last = len(bs) - 1
         if b >= bs[last]:
-            if b > bs[last] or row[last] is None:
-                return None, 0.0, INF
-            return row[last], 0.0, b
+            value = self.cell(a, last) if b == bs[last] else None
+            return (None, 0.0, INF) if value is None else (value, 0.0, b)
         j = bisect_right(bs, b) - 1
-        v0, v1 = row[j], row[j + 1]
+        v0, v1 = self.cell(a, j), self.cell(a, j + 1)
         b0, b1 = bs[j], bs[j + 1]
         if b == b0:
             if v0 is None:
