@@ -271,3 +271,37 @@ def test_profile_table_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["profile", "table", str(raw), "--out", str(tmp_path / "p")]) == 0
     assert "on the grids" in capsys.readouterr().out
     assert load_profile(tmp_path / "p" / "profile.yaml").name == "p"
+
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = sorted((REPO / "calibration" / "profiles" / "imported" / "vidur").glob("*.yaml"))
+
+
+def test_committed_imported_profiles_load_and_say_where_they_come_from() -> None:
+    assert [p.name for p in COMMITTED] == [
+        "llama-2-70b_a100-80g_tp2.yaml",
+        "llama-2-70b_h100-sxm_tp2.yaml",
+        "llama-2-7b_a100-80g.yaml",
+        "llama-2-7b_h100-sxm.yaml",
+        "llama-3-70b_a100-80g_tp2.yaml",
+        "llama-3-8b_a100-80g.yaml",
+    ]
+    for path in COMMITTED:
+        profile = load_profile(path)
+        assert profile.model_form == "table" and profile.source == "imported"
+        source = profile.provenance["source"]
+        assert (source["commit"], source["license"]) == ("7d47513", "MIT"), path.name
+        synthetic = profile.provenance["attention"].get("synthetic", False)
+        assert synthetic == (path.name == "llama-2-7b_h100-sxm.yaml"), path.name
+        cost = TableCostModel(profile)
+        first, _ = cost.run_times(StepFeatures(8, 8, 0, 8, 8 * 513, 0, 0, 8, 0, ()))
+        assert 0.004 < first < 0.1 and not cost.last_extrapolated, path.name
+
+
+def test_roofline_comparison_table(vidur_tree: Path, tmp_path: Path) -> None:
+    from calibration.compare import markdown
+
+    import_tree(vidur_tree, tmp_path, hardware="a100-80g")
+    text = markdown([tmp_path / "llama-2-7b_a100-80g.yaml"], None)
+    header, _, row = text.splitlines()
+    assert "fixed (1 token)" in header and row.count("x**") == 3
