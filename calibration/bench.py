@@ -3,10 +3,10 @@
 Only `layers_timed` layers are built. Each repeat times two regions separately, the layers and
 the "outer" part (embedding lookup, final norm, LM head, greedy sampling), and the full-depth step
 time is `layers_s * num_layers / layers_timed + outer_s`; provenance records this scaling. On CUDA
-the regions are bracketed by CUDA events and decode may run as captured CUDA graphs (one per
-region), as serving engines do, since launch overhead is part of T_mem; on CPU perf_counter is
-used. Each point runs `warmup` untimed repeats, then `repeats` timed ones; rows carry the median
-and the 10th/90th percentiles.
+the regions are bracketed by CUDA events and decode (with `graphs_everywhere`, every step) may run
+as captured CUDA graphs (one per region), as serving engines do, since launch overhead is part of
+T_mem; on CPU perf_counter is used. Each point runs `warmup` untimed repeats, then `repeats`
+timed ones; rows carry the median and the 10th/90th percentiles.
 
 One KV cache of shape (B, kv_heads, L + 1, head_dim) is shared by the timed layers: every layer
 still reads all of it (far larger than any cache level), so the traffic per layer is a real
@@ -28,8 +28,10 @@ import torch
 from calibration.bench_model import (
     DecoderStack,
     ModelDims,
+    chunk_attention,
     decode_attention,
     mixed_attention,
+    no_attention,
     prefill_attention,
 )
 from calibration.grid import Grid, Point
@@ -135,6 +137,7 @@ class Bench:
     def _regions(self, point: Point) -> tuple[Region, Region]:
         dev, dtype, d = self.device, self.dtype, self.dims
         b, ctx, chunk, prompts = point.num_decodes, point.context, point.chunk, point.prompts
+        prefix = point.prefix
         attend: Any
         positions = []
         if b:
@@ -142,13 +145,25 @@ class Bench:
             k_cache = torch.randn(shape, device=dev, dtype=dtype)
             v_cache = torch.randn(shape, device=dev, dtype=dtype)
         if chunk:
-            positions.append(torch.arange(chunk // prompts, device=dev).repeat(prompts))
+            start = torch.arange(prefix, prefix + chunk // prompts, device=dev)
+            positions.append(start.repeat(prompts))
         if b:
             positions.append(torch.full((b,), ctx, device=dev))
-        if chunk and b:
+        if point.kind == "linear":
+            attend = no_attention()
+        elif chunk and b:
             attend = mixed_attention(chunk, k_cache, v_cache, ctx)
         elif b:
             attend = decode_attention(k_cache, v_cache, ctx)
+        elif prefix:
+            if prompts != 1:
+                raise ValueError("a chunk after a prefix is timed for one prompt")
+            shape = (1, d.num_kv_heads, prefix + chunk, d.head_dim)
+            attend = chunk_attention(
+                torch.randn(shape, device=dev, dtype=dtype),
+                torch.randn(shape, device=dev, dtype=dtype),
+                prefix,
+            )
         else:
             attend = prefill_attention(prompts)
         rope = self.stack.rotary(torch.cat(positions), dtype)
@@ -163,7 +178,8 @@ class Bench:
         def outer() -> None:
             self.stack.outer_forward(ids, last)
 
-        if self.grid.cuda_graphs and self.timer.cuda and point.kind == "decode":
+        graphed = point.kind == "decode" or self.grid.graphs_everywhere
+        if self.grid.cuda_graphs and self.timer.cuda and graphed:
             return as_graph(layers), as_graph(outer)
         return layers, outer
 

@@ -181,3 +181,49 @@ def mixed_attention(chunk: int, k_cache: torch.Tensor, v_cache: torch.Tensor, co
         return torch.cat([head, decode(q[chunk:], k[chunk:], v[chunk:])], dim=0)
 
     return attend
+
+
+def no_attention() -> Any:
+    """Attention left out (a `linear` point): the heads' queries go on as the attention output."""
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return q.reshape(q.shape[0], -1)
+
+    return attend
+
+
+def chunk_attention(k_cache: torch.Tensor, v_cache: torch.Tensor, prefix: int) -> Any:
+    """One prompt chunk after `prefix` cached tokens, over a cache (1, kv_heads, prefix + chunk,
+    head_dim): its K/V are written after the prefix, and each query attends to the prefix and to
+    the chunk up to itself (causal, aligned at the bottom right)."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    chunk = k_cache.shape[2] - prefix
+    mask = causal_lower_right(chunk, prefix + chunk)
+    groups = 0  # 0: not probed yet; 1: the kernel takes grouped KV heads; else heads to repeat
+
+    def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        nonlocal groups
+        k_cache[0, :, prefix:] = k.transpose(0, 1)
+        v_cache[0, :, prefix:] = v.transpose(0, 1)
+        query = q.transpose(0, 1)[None]
+        if groups == 0:
+            try:
+                out = F.scaled_dot_product_attention(
+                    query, k_cache, v_cache, attn_mask=mask, enable_gqa=True
+                )
+                groups = 1
+                return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+            except (RuntimeError, TypeError):  # older kernels: repeat the KV heads instead
+                groups = q.shape[1] // k.shape[1]
+        if groups == 1:
+            out = F.scaled_dot_product_attention(
+                query, k_cache, v_cache, attn_mask=mask, enable_gqa=True
+            )
+        else:
+            keys = k_cache.repeat_interleave(groups, 1)
+            values = v_cache.repeat_interleave(groups, 1)
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask)
+        return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+
+    return attend

@@ -92,6 +92,13 @@ def resolve_dims(model: str) -> ModelDims:
 def run_calibration(
     model: str, device: str, dtype_name: str, grid: Grid, out_dir: Path, name: str | None = None
 ) -> FitOutcome:
+    raw_path = out_dir / "raw.csv"
+    benchmark(model, device, dtype_name, grid, raw_path)
+    return fit_timings(raw_path, out_dir, name=name, source="measured")
+
+
+def benchmark(model: str, device: str, dtype_name: str, grid: Grid, raw_path: Path) -> None:
+    """Probe the device, time every point of the grid, write the raw CSV and its metadata."""
     try:
         torch.device(device)
     except RuntimeError:
@@ -138,6 +145,4 @@ def run_calibration(
         "benchmark_s": round(time.perf_counter() - started, 1),
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    raw_path = out_dir / "raw.csv"
     write_raw(raw_path, rows, meta)
-    return fit_timings(raw_path, out_dir, name=name, source="measured")

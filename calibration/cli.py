@@ -1,11 +1,16 @@
-"""The `batchsim calibrate` and `batchsim fit` subcommands.
+"""The `batchsim calibrate`, `batchsim fit` and `batchsim profile` subcommands.
 
-`register(sub)` adds both parsers to the `batchsim` CLI. This module must not import torch: the
+`register(sub)` adds the parsers to the `batchsim` CLI. This module must not import torch: the
 CLI imports it to build its parser on every run, and torch is an optional extra. The benchmark is
-imported inside the `calibrate` handler, and a missing torch is a one-line user error.
+imported inside the `calibrate` handler, and a missing torch is a one-line user error. (`sim`
+never imports `calibration`, so these commands plug in by name: `sim.cli.main.PLUGINS`.)
 
     batchsim calibrate --model llama-3-8b --device cuda --out calibration/profiles/measured/x
     batchsim fit raw.csv --out calibration/profiles/mine [--filter model=llama-2-7b]
+        [--filter 'num_tokens<=4096'] [--weight kind=decode:2]
+    batchsim profile import VIDUR_ROOT --out calibration/profiles/imported/vidur
+        [--model llama-2-7b --hardware h100-sxm --tensor-parallel 1]
+    batchsim profile table raw.csv --out calibration/profiles/measured/x-table
 """
 
 from __future__ import annotations
@@ -40,13 +45,15 @@ def register(sub: Any) -> None:
     fit = sub.add_parser("fit", help="fit a profile to step timings in a CSV")
     fit.add_argument("csv", type=Path, help="raw CSV of `calibrate`, or external step timings")
     fit.add_argument("--out", type=Path, required=True, help="output folder of the profile")
+    _filters(fit)
     fit.add_argument(
-        "--filter",
-        dest="filters",
+        "--weight",
+        dest="weights",
         action="append",
         default=[],
-        metavar="COLUMN=VALUE",
-        help="keep only rows with this value, e.g. model=llama-2-7b (repeatable)",
+        metavar="FILTER:W",
+        help="multiply the weight of matching rows by W, e.g. kind=decode:3 (repeatable; a "
+        "`weight` column in the CSV sets each row's own)",
     )
     fit.add_argument("--model", help="catalog model the timings are of (recorded in provenance)")
     fit.add_argument("--device-name", help="device the timings were measured on (provenance)")
@@ -60,6 +67,70 @@ def register(sub: Any) -> None:
     fit.add_argument("--name", help="profile name (default: the output folder's name)")
     fit.add_argument("--no-plot", action="store_true", help="skip fit.png")
     fit.set_defaults(handler=_fit)
+
+    prof = sub.add_parser("profile", help="make table profiles from published or raw timings")
+    verbs = prof.add_subparsers(dest="profile_command", required=True)
+    imp = verbs.add_parser(
+        "import", help="table profiles from Vidur's per-operation GPU timings (no torch needed)"
+    )
+    imp.add_argument("root", type=Path, help="Vidur profiling tree (holds compute/, network/)")
+    imp.add_argument("--out", type=Path, required=True, help="folder of the profile files")
+    imp.add_argument("--model", help="catalog model (default: every model found)")
+    imp.add_argument("--hardware", help="catalog GPU (default: every GPU found)")
+    imp.add_argument("--tensor-parallel", type=int, help="degree (default: the smallest that fits)")
+    imp.set_defaults(handler=_import)
+    tab = verbs.add_parser("table", help="a table profile straight from a raw timings CSV")
+    tab.add_argument("csv", type=Path, help="raw CSV of `calibrate` (or external step timings)")
+    tab.add_argument("--out", type=Path, required=True, help="output folder of the profile")
+    _filters(tab)
+    tab.add_argument("--model", help="catalog model the timings are of (recorded in provenance)")
+    tab.add_argument("--name", help="profile name (default: the output folder's name)")
+    tab.add_argument("--source", choices=("measured", "imported"), default="measured")
+    tab.set_defaults(handler=_table)
+
+
+def _filters(parser: Any) -> None:
+    parser.add_argument(
+        "--filter",
+        dest="filters",
+        action="append",
+        default=[],
+        metavar="COLUMN=VALUE",
+        help="keep only matching rows: =, !=, <, <=, >, >=, e.g. model=llama-2-7b or "
+        "'num_tokens<=4096' (repeatable: all must match)",
+    )
+
+
+def _import(args: argparse.Namespace) -> int:
+    from calibration.vidur import import_tree
+
+    written, skipped = import_tree(
+        args.root,
+        args.out,
+        model=args.model,
+        hardware=args.hardware,
+        tensor_parallel=args.tensor_parallel,
+    )
+    for line in skipped:
+        print(f"left out {line}")
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    from calibration.table_from_raw import format_table_outcome, table_from_raw
+
+    outcome = table_from_raw(
+        args.csv,
+        args.out,
+        name=args.name,
+        filters=tuple(args.filters),
+        model=args.model,
+        source=args.source,
+    )
+    print(format_table_outcome(outcome))
+    return 0
 
 
 def _fit(args: argparse.Namespace) -> int:
@@ -76,6 +147,7 @@ def _fit(args: argparse.Namespace) -> int:
         name=args.name,
         source=args.source,
         filters=tuple(args.filters),
+        weights=tuple(args.weights),
         model=args.model,
         extra=extra,
         plot=not args.no_plot,

@@ -5,7 +5,13 @@ the profile was measured here, else none) and against the roofline profile of th
 model and GPU; the fitted T_flop against 2 * parameters / FLOP/s the same two ways; T_kv and
 T_attn against the roofline. Ratios above 1 mean the hardware is slower than the estimate.
 
-    python -m calibration.compare PROFILE.yaml... [--hardware a100-80g]
+`--markdown` prints one table row per profile instead (docs/profiles.md): the step without
+attention at 1 token (fixed cost) and its slope per token at small (1 to 64 tokens) and large
+(1,024 to 4,096) steps, measured (a table profile's linear table, a fitted profile's
+`t_mem + flop(n)`) against the roofline profile of the same model, GPU and tensor-parallel
+degree.
+
+    python -m calibration.compare PROFILE.yaml... [--hardware a100-80g] [--markdown]
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sim.costs.catalog import HARDWARE, MODELS
+from calibration.table_build import linear_seconds
+from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec
 from sim.costs.profile import Profile, load_profile, roofline_profile
+from sim.costs.tables import interpolate
 
 # GPU names as `calibrate` slugs them (torch.cuda.get_device_name) -> catalog names
 GPU_SLUGS = {
@@ -60,11 +68,64 @@ def compare(profile: Profile, hardware: str | None) -> list[tuple[str, float, fl
     return rows
 
 
+def linear_part(profile: Profile, n: int) -> float | None:
+    """Seconds of a step of n tokens without attention: the linear table, or t_mem + flop(n)."""
+    if profile.table is not None:
+        t = profile.table.linear
+        return interpolate(t.tokens, t.seconds, n) if t.tokens[0] <= n <= t.tokens[-1] else None
+    return linear_seconds(profile.coefficients, profile.analytic_form, [n])[0]
+
+
+SIZES = {"fixed (1 token)": (1, None), "slope 1-64": (1, 64), "slope 1k-4k": (1024, 4096)}
+
+
+def roofline_ratios(profile: Profile, hardware: str | None) -> dict[str, tuple[float, float]]:
+    """(measured, roofline) fixed cost and per-token slopes, where both exist."""
+    model = MODELS.get(str((profile.provenance.get("model") or {}).get("name")))
+    if model is None or hardware not in HARDWARE:
+        return {}
+    hw: HardwareSpec = HARDWARE[hardware]
+    tp = int((profile.provenance.get("device") or {}).get("tensor_parallel", 1))
+    roof = roofline_profile(model, hw.with_tensor_parallel(tp) if tp > 1 else hw)
+    out = {}
+    for what, (a, b) in SIZES.items():
+        got = [linear_part(profile, n) for n in (a, b or a)]
+        ref = [linear_part(roof, n) for n in (a, b or a)]
+        if None in got or None in ref:
+            continue
+        g0, g1 = float(got[0] or 0.0), float(got[1] or 0.0)
+        r0, r1 = float(ref[0] or 0.0), float(ref[1] or 0.0)
+        out[what] = (g0, r0) if b is None else ((g1 - g0) / (b - a), (r1 - r0) / (b - a))
+    return out
+
+
+def markdown(paths: list[Path], hardware: str | None) -> str:
+    head = "| profile | form | " + " | ".join(f"{w}: measured / roofline" for w in SIZES) + " |"
+    lines = [head, "|" + "---|" * (2 + len(SIZES))]
+    for path in paths:
+        profile = load_profile(path)
+        ratios = roofline_ratios(profile, _hardware(profile, hardware))
+        cells = []
+        for what in SIZES:
+            if what not in ratios:
+                cells.append("-")
+                continue
+            got, ref = ratios[what]
+            unit, scale = ("ms", 1e3) if what.startswith("fixed") else ("us", 1e6)
+            cells.append(f"{got * scale:.3g} / {ref * scale:.3g} {unit} = **{got / ref:.2f}x**")
+        lines.append(f"| `{path}` | {profile.model_form} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fitted profiles vs roofline and probes.")
     parser.add_argument("profiles", nargs="+", type=Path)
     parser.add_argument("--hardware", choices=sorted(HARDWARE), help="catalog GPU to compare with")
+    parser.add_argument("--markdown", action="store_true", help="one table row per profile")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(args.profiles, args.hardware))
+        return 0
     for path in args.profiles:
         profile = load_profile(path)
         fit = profile.fit

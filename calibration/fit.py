@@ -6,18 +6,23 @@ least-squares solve over the columns of `design`:
     seed        1, num_tokens
     extended    1, num_tokens, sum_context_tokens, prefill_attention_term
     two_regime  1, min(num_tokens, ridge), max(num_tokens - ridge, 0), sum_context, attention
+    split       1, prefill tokens, decode tokens, num_seqs, sum_context, causal pairs
+                (sum over chunks of chunk * (prefix + chunk / 2))
 
 The two_regime ridge is not linear; it is searched over the token counts of the data (and the
 geometric midpoints between them), keeping the ridge with the smallest training error. Rows are
 weighted by 1 / measured time, so the fit minimizes relative error: step times span two orders of
 magnitude, and a 1 ms decode step mispriced by 20 % matters as much to latency as a long prefill.
+Row weights (a `weight` column, `--weight`) scale each row's squared relative error; a row of
+weight 0 is left out.
 Coefficients are kept non-negative (a negative per-token cost is unphysical and extrapolates
 badly) with a small Lawson-Hanson active-set solver, so numpy is the only dependency.
 
 Model selection: every fifth row (sorted by shape, so the split is deterministic and spread over
 the grid) is held out; each form is fitted on the rest and scored by its worst relative error on
-the held-out rows. A richer form wins only if it cuts that error by more than `MARGIN`, so noise
-never buys extra parameters. The chosen form is then refitted on all rows, which is what the
+the held-out rows of positive weight. A richer form wins only if it cuts that error by more than
+`MARGIN` (10 %) and by more than `MIN_GAIN` (0.1 percentage point), so noise never buys extra
+parameters. The chosen form is then refitted on all rows, which is what the
 profile records; R² and the worst relative error are over all rows, the held-out error is the
 split fit's.
 """
@@ -35,8 +40,10 @@ from sim.costs.profile import Coefficients
 
 BoolArray = npt.NDArray[np.bool_]
 
-FORMS = ("seed", "extended", "two_regime")  # simplest first: ties go to the simpler form
+# simplest first: ties go to the simpler form
+FORMS = ("seed", "extended", "two_regime", "split")
 MARGIN = 0.1  # a richer form must cut the held-out worst relative error by more than 10 %
+MIN_GAIN = 1e-3  # ... and by more than 0.1 percentage point (timings carry ~6 digits at best)
 HOLDOUT_EVERY = 5
 MIN_POINTS_FOR_HOLDOUT = 15  # below this every point is needed to pin four coefficients
 
@@ -91,6 +98,11 @@ def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
 def design(table: StepTable, form: str, ridge: float | None = None) -> FloatArray:
     n = table.num_tokens
     columns = [np.ones_like(n)]
+    if form == "split":
+        p = table.num_prefill_tokens
+        return np.column_stack(
+            [*columns, p, n - p, table.num_seqs, table.sum_context_tokens, table.causal_pairs]
+        )
     if form == "two_regime":
         assert ridge is not None
         columns += [np.minimum(n, ridge), np.maximum(n - ridge, 0.0)]
@@ -105,6 +117,16 @@ def _coefficients(form: str, x: FloatArray, ridge: float | None) -> Coefficients
     values = [float(v) for v in x]
     if form == "seed":
         return Coefficients(t_mem_s=values[0], t_flop_s_per_token=values[1])
+    if form == "split":
+        t_mem, t_flop, t_decode, t_seq, t_kv, t_pair = values
+        return Coefficients(
+            t_mem_s=t_mem,
+            t_flop_s_per_token=t_flop,
+            t_decode_s_per_token=t_decode,
+            t_seq_s_per_seq=t_seq,
+            t_kv_s_per_token=t_kv,
+            t_attn_s_per_pair=t_pair,
+        )
     if form == "extended":
         t_mem, t_flop, t_kv, t_attn = values
         return Coefficients(
@@ -128,6 +150,10 @@ def predict(c: Coefficients, table: StepTable) -> FloatArray:
     """Step seconds by the formula of `sim.costs.cost_model.CostModel.step_time`, vectorized."""
     n = table.num_tokens
     flop = c.t_flop_s_per_token * n
+    if c.t_decode_s_per_token is not None:  # split form
+        p = table.num_prefill_tokens
+        flop = c.t_flop_s_per_token * p + c.t_decode_s_per_token * (n - p)
+        flop = flop + c.t_seq_s_per_seq * table.num_seqs + c.t_attn_s_per_pair * table.causal_pairs
     if c.ridge_tokens is not None and c.t_flop_high_s_per_token is not None:
         ridge, high = c.ridge_tokens, c.t_flop_high_s_per_token
         flop = np.where(n <= ridge, flop, c.t_flop_s_per_token * ridge + high * (n - ridge))
@@ -142,7 +168,8 @@ def predict(c: Coefficients, table: StepTable) -> FloatArray:
 def _solve(table: StepTable, form: str, rows: BoolArray, ridge: float | None) -> FloatArray:
     a = design(table, form, ridge)[rows]
     y = table.step_s[rows]
-    return nnls(a / y[:, None], np.ones_like(y))
+    root_w = np.sqrt(table.weights[rows])
+    return nnls(a / y[:, None] * root_w[:, None], root_w)
 
 
 def _ridges(table: StepTable) -> list[float]:
@@ -157,10 +184,10 @@ def fit_form(table: StepTable, form: str, rows: BoolArray) -> Coefficients:
     if form != "two_regime":
         return _coefficients(form, _solve(table, form, rows, None), None)
     best: tuple[float, FloatArray, float] | None = None
-    y = table.step_s[rows]
+    y, w = table.step_s[rows], table.weights[rows]
     for ridge in _ridges(table) or [float(np.median(table.num_tokens))]:
         x = _solve(table, form, rows, ridge)
-        error = float(np.sum((design(table, form, ridge)[rows] @ x / y - 1.0) ** 2))
+        error = float(np.sum(w * (design(table, form, ridge)[rows] @ x / y - 1.0) ** 2))
         if best is None or error < best[0] - 1e-15:
             best = (error, x, ridge)
     assert best is not None
@@ -218,15 +245,16 @@ def seed_by_context(table: StepTable) -> list[dict[str, float]]:
 
 def fit(table: StepTable, forms: tuple[str, ...] = FORMS) -> FitReport:
     """Fit every form, choose one by held-out error, refit it (and the others) on all rows."""
-    heldout = heldout_mask(table)
-    train = ~heldout
-    everything = np.ones(len(table), dtype=bool)
+    weighted = table.weights > 0
+    heldout = heldout_mask(table) & weighted
+    train = ~heldout & weighted
+    everything = weighted
     fits: dict[str, FormFit] = {}
     chosen, chosen_score = forms[0], np.inf
     for form in forms:
         scored_on = heldout if heldout.any() else everything
         score = float(rel_errors(fit_form(table, form, train), table)[scored_on].max())
-        if form == forms[0] or score < chosen_score * (1 - MARGIN) - 1e-12:
+        if form == forms[0] or score < min(chosen_score * (1 - MARGIN), chosen_score - MIN_GAIN):
             chosen, chosen_score = form, score
         c = fit_form(table, form, everything)
         fits[form] = FormFit(
@@ -249,7 +277,8 @@ def fit_block(report: FitReport) -> dict[str, Any]:
         "heldout_max_rel_error": best.heldout_max_rel_error,
         "num_heldout": report.num_heldout,
         "weighting": "relative (least squares on predicted / measured - 1), coefficients >= 0",
-        "selection": f"held-out worst relative error; a richer form must cut it by {MARGIN:.0%}",
+        "selection": f"held-out worst relative error; a richer form must cut it by {MARGIN:.0%} "
+        f"and by {MIN_GAIN:.1%} at least",
         "candidates": {
             f.form: {
                 "r2": f.r2,

@@ -9,23 +9,18 @@ worst misfits whatever their kind. Built with matplotlib's Figure API, never pyp
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from calibration.fit import predict
-from calibration.raw import ARRAY_COLUMNS, StepTable
+from calibration.raw import StepTable
 from sim.costs.profile import Profile
 
 
 def _subset(table: StepTable, rows: np.ndarray) -> StepTable:
-    return replace(
-        table,
-        kind=tuple(k for k, keep in zip(table.kind, rows, strict=True) if keep),
-        **{name: getattr(table, name)[rows] for name in ARRAY_COLUMNS},
-    )
+    return table.select(rows)
 
 
 def fit_figure(table: StepTable, profile: Profile) -> Figure:

@@ -12,6 +12,13 @@ The raw CSV has one row per timed step shape, in the feature vocabulary of `sim.
     step_s                  median step time in seconds (full model depth)
     step_s_p10, step_s_p90  spread over the repeats
     repeats                 timed repeats behind the median
+    num_prefills            prompt chunks among the sequences (optional; default: a prefill
+                            step's num_seqs, one in a mixed step)
+    prefill_prefix_tokens   tokens cached before each prompt chunk (optional; default 0)
+
+Rows of kind `linear` time a step without its attention (the linear layers, norms, rotary,
+embedding and LM head on one sequence): they give a table profile its token axis and are left
+out of the fits. An optional `weight` column weights each row in the fit.
 
 Metadata (device, probes, versions, model dimensions, layers timed and scaling) lives in a sidecar
 `<name>.meta.json` next to the CSV, so the CSV stays a plain table.
@@ -36,6 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from calibration.filters import parse_filter, parse_weight
 from sim.errors import ScenarioError
 from sim.inputs.text import read_text
 
@@ -51,7 +59,10 @@ RAW_COLUMNS = (
     "step_s_p10",
     "step_s_p90",
     "repeats",
+    "num_prefills",
+    "prefill_prefix_tokens",
 )
+OPTIONAL_COLUMNS = ("num_prefills", "prefill_prefix_tokens")  # written empty when not measured
 _REQUIRED = ("num_seqs", "num_tokens", "sum_context_tokens", "step_s")
 _REFERENCE = ("kind", "num_seqs", "num_tokens", "context_tokens_per_seq", "step_s")
 
@@ -71,9 +82,49 @@ class StepTable:
     prefill_attention_term: FloatArray
     step_s: FloatArray
     notes: tuple[str, ...] = field(default=())  # rows skipped and why, for the user
+    num_prefills: FloatArray | None = None  # None: derived (see `prompts`)
+    prefill_prefix_tokens: FloatArray | None = None  # None: every chunk starts a prompt
+    weight: FloatArray | None = None  # None: every row weighs 1
 
     def __len__(self) -> int:
         return len(self.step_s)
+
+    @property
+    def prompts(self) -> FloatArray:
+        """Prompt chunks per row: given, else a prefill step's sequences or one in a mixed step."""
+        if self.num_prefills is not None:
+            return self.num_prefills
+        prefill = np.asarray(self.kind) == "prefill"
+        return np.where(self.num_prefill_tokens > 0, np.where(prefill, self.num_seqs, 1.0), 0.0)
+
+    @property
+    def prefix(self) -> FloatArray:
+        if self.prefill_prefix_tokens is not None:
+            return self.prefill_prefix_tokens
+        return np.zeros(len(self))
+
+    @property
+    def causal_pairs(self) -> FloatArray:
+        """sum over chunks of chunk * (prefix + chunk / 2), the chunks of a row being equal."""
+        p = self.num_prefill_tokens
+        chunk = p / np.maximum(self.prompts, 1.0)
+        return p * (self.prefix + chunk / 2)
+
+    @property
+    def weights(self) -> FloatArray:
+        return self.weight if self.weight is not None else np.ones(len(self))
+
+    def select(self, rows: npt.NDArray[np.bool_]) -> StepTable:
+        """The rows where `rows` is True."""
+        arrays = {k: getattr(self, k)[rows] for k in ARRAY_COLUMNS}
+        return StepTable(
+            kind=tuple(k for k, keep in zip(self.kind, rows, strict=True) if keep),
+            **arrays,
+            notes=self.notes,
+            num_prefills=self.prompts[rows],
+            prefill_prefix_tokens=self.prefix[rows],
+            weight=self.weights[rows],
+        )
 
 
 def meta_path(csv_path: Path) -> Path:
@@ -87,7 +138,12 @@ def write_raw(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> N
         writer = csv.DictWriter(f, fieldnames=RAW_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _fmt(row[k]) for k in RAW_COLUMNS})
+            writer.writerow(
+                {
+                    k: _fmt(row[k]) if k in row or k not in OPTIONAL_COLUMNS else ""
+                    for k in RAW_COLUMNS
+                }
+            )
     meta_path(path).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
 
 
@@ -114,18 +170,17 @@ def _number(text: str, file: str, line: int, column: str) -> float:
     return value
 
 
-def _parse_filters(filters: list[str]) -> list[tuple[str, str]]:
-    out = []
-    for item in filters:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ScenarioError(f"a filter is COLUMN=VALUE, got {item!r}", path="--filter")
-        out.append((key.strip(), value.strip()))
-    return out
+def read_steps(
+    path: Path,
+    filters: list[str] | tuple[str, ...] = (),
+    weights: list[str] | tuple[str, ...] = (),
+    *,
+    keep_linear: bool = False,
+) -> StepTable:
+    """Read step timings in any accepted format; bad input is a ScenarioError naming the line.
 
-
-def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTable:
-    """Read step timings in any accepted format; bad input is a ScenarioError naming the line."""
+    `filters` keep the rows matching all of them, `weights` multiply matching rows' weights
+    (`calibration.filters`); attention-free `linear` rows are dropped unless `keep_linear`."""
     file = str(path)
     if not path.is_file():
         raise ScenarioError("timings file not found", file=file)
@@ -140,18 +195,25 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
     missing = [c for c in required if c not in header]
     if missing:
         raise ScenarioError(f"missing column(s) {', '.join(missing)}", file=file, path="header")
-    wanted = _parse_filters(list(filters))
-    for key, _ in wanted:
-        if key not in header:
-            raise ScenarioError(f"no column {key!r} to filter on", file=file, path="--filter")
-    cols: dict[str, list[float]] = {c: [] for c in RAW_COLUMNS if c not in ("kind",)}
+    wanted = [parse_filter(f) for f in filters]
+    weighted = [parse_weight(w) for w in weights]
+    for flt in wanted + [w for w, _ in weighted]:
+        if flt.column not in header:
+            raise ScenarioError(
+                f"no column {flt.column!r} to filter on", file=file, path="--filter"
+            )
+    cols: dict[str, list[float]] = {c: [] for c in (*ARRAY_COLUMNS, *_EXTRA_ARRAYS)}
     kinds: list[str] = []
     skipped: list[int] = []
+    linear = 0
     # a fit mixes no models or GPUs: a file of several must be filtered down to one
     identities: dict[str, set[str]] = {c: set() for c in ("model", "gpu") if c in header}
     for line, row in enumerate(reader, start=2):
         row = {k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
-        if any(row.get(key) != value for key, value in wanted):
+        if not all(flt.matches(row) for flt in wanted):
+            continue
+        if row.get("kind") == "linear" and not keep_linear:
+            linear += 1
             continue
         for column, values in identities.items():
             values.add(row[column])
@@ -165,6 +227,11 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
             )
         features = _features(row, reference, file, line)
         kinds.append(str(features.pop("kind")))
+        weight = _number(row["weight"], file, line, "weight") if row.get("weight") else 1.0
+        for flt, factor in weighted:
+            if flt.matches(row):
+                weight *= factor
+        features["weight"] = weight
         for key, value in features.items():
             cols[key].append(float(value))
         cols["step_s"].append(step_s)
@@ -178,16 +245,23 @@ def read_steps(path: Path, filters: list[str] | tuple[str, ...] = ()) -> StepTab
                 f"--filter {column}={names[0]}",
                 file=file,
             )
-    notes = (f"skipped {len(skipped)} row(s) without step_s: lines {skipped}",) if skipped else ()
+    notes = [f"skipped {len(skipped)} row(s) without step_s: lines {skipped}"] if skipped else []
+    if linear:
+        notes.append(f"left {linear} attention-free (linear) row(s) out of the fit")
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in cols.items()}
     return StepTable(
         kind=tuple(kinds),
-        **{k: np.asarray(v, dtype=np.float64) for k, v in cols.items() if k in ARRAY_COLUMNS},
-        notes=notes,
+        **{k: arrays[k] for k in ARRAY_COLUMNS},
+        notes=tuple(notes),
+        num_prefills=arrays["num_prefills"],
+        prefill_prefix_tokens=arrays["prefill_prefix_tokens"],
+        weight=arrays["weight"],
     )
 
 
 # the numeric step features and the median time: the raw columns between `kind` and the spread
 ARRAY_COLUMNS = RAW_COLUMNS[1 : RAW_COLUMNS.index("step_s") + 1]
+_EXTRA_ARRAYS = ("num_prefills", "prefill_prefix_tokens", "weight")
 
 
 def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dict[str, Any]:
@@ -211,6 +285,7 @@ def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dic
         kind = row.get("kind") or (
             "decode" if prefill == 0 else "prefill" if n == prefill else "mixed"
         )
+        prompts = 0.0 if not prefill else b if kind in ("prefill", "linear") else 1.0
         return {
             "kind": kind,
             "num_seqs": b,
@@ -219,6 +294,8 @@ def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dic
             "context_tokens_per_seq": context,
             "sum_context_tokens": num("sum_context_tokens"),
             "prefill_attention_term": num("prefill_attention_term", 0.0),
+            "num_prefills": num("num_prefills", prompts),
+            "prefill_prefix_tokens": num("prefill_prefix_tokens", 0.0),
         }
     kind, context = row["kind"], num("context_tokens_per_seq")
     if kind == "decode":
@@ -230,6 +307,8 @@ def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dic
             "context_tokens_per_seq": context,
             "sum_context_tokens": b * (context + 1),
             "prefill_attention_term": 0.0,
+            "num_prefills": 0.0,
+            "prefill_prefix_tokens": 0.0,
         }
     if kind == "prefill":
         chunk = n / b
@@ -241,6 +320,8 @@ def _features(row: dict[str, str], reference: bool, file: str, line: int) -> dic
             "context_tokens_per_seq": context,
             "sum_context_tokens": b * (context + chunk),
             "prefill_attention_term": b * chunk * (context + chunk),
+            "num_prefills": b,
+            "prefill_prefix_tokens": context,
         }
     raise ScenarioError(
         f"kind must be decode or prefill in this format, got {kind!r} (mixed steps need the "

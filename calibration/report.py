@@ -47,6 +47,7 @@ def fit_timings(
     name: str | None = None,
     source: Source = "measured",
     filters: tuple[str, ...] = (),
+    weights: tuple[str, ...] = (),
     model: str | None = None,
     extra: dict[str, Any] | None = None,
     plot: bool = True,
@@ -55,7 +56,7 @@ def fit_timings(
     if model is not None and model not in MODELS:
         known = ", ".join(sorted(MODELS))
         raise ScenarioError(f"unknown model {model!r} (known: {known})", path="--model")
-    table = read_steps(csv_path, filters)
+    table = read_steps(csv_path, filters, weights)
     if len(table) < 2:
         raise ScenarioError("need at least 2 timed rows to fit", file=str(csv_path))
     report = fit(table)
@@ -68,6 +69,7 @@ def fit_timings(
         "data_file": str(csv_path),
         "data_sha256": _sha256(csv_path),
         "filters": list(filters),
+        "weights": list(weights),
         "rows_used": len(table),
         "notes": list(table.notes),
         "seed_by_context": report.seed_by_context,

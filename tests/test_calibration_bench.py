@@ -76,3 +76,33 @@ def test_calibrate_command_on_cpu(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert load_profile(out / "profile.yaml").name == "tiny"
     assert main(["calibrate", "--model", "gpt-9", "--device", "cpu", "--out", str(out)]) == 2
     assert "unknown model 'gpt-9'" in capsys.readouterr().err
+
+
+def test_table_grid_points_count_chunk_shapes() -> None:
+    chunk = Point("prefill", chunk=64, prefix=192).features()
+    assert chunk["sum_context_tokens"] == 256 and chunk["prefill_attention_term"] == 64 * 256
+    assert (chunk["num_prefills"], chunk["prefill_prefix_tokens"]) == (1, 192)
+    linear = Point("linear", chunk=40).features()
+    assert (linear["num_seqs"], linear["num_tokens"], linear["sum_context_tokens"]) == (1, 40, 0)
+    grid = preset("tables", max_context=4096)
+    kinds = [p.kind for p in grid.points()]
+    assert kinds.count("linear") == 3 + 256 + 48  # 1, 2, 4, every 8 to 2048, every 128 to 8192
+    assert all(p.chunk + p.prefix <= 4096 for p in grid.points() if p.prefix)
+
+
+def test_gpu_tables_entry_on_cpu(tmp_path: Path) -> None:
+    from calibration.gpu_tables import main as gpu_tables
+
+    code = gpu_tables(["--model", "llama-tiny-test", "--device", "cpu", "--dtype", "fp32",
+                       "--grid", "tiny-tables", "--out", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    raw = read_steps(tmp_path / "tables.csv", keep_linear=True)
+    assert set(raw.kind) == {"linear", "decode", "prefill", "mixed"}
+    assert len(raw) == len(preset("tiny-tables").points())
+    profile = load_profile(tmp_path / "table.yaml")
+    assert profile.model_form == "table" and profile.source == "measured"
+    assert profile.table is not None and profile.table.linear.tokens == [1, 4, 8, 16, 32, 64, 96]
+    prefill = profile.table.prefill_attention
+    assert prefill is not None and prefill.prefix == [0, 64]
+    assert profile.provenance["measured_with"].startswith("batchsim calibrate")
+    assert profile.fit is not None and profile.fit.model_extra["on_grid_max_rel_error"] < 1e-9

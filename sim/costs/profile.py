@@ -1,7 +1,7 @@
-"""Step-cost profile files: schema, load/save, and roofline profiles computed from datasheets.
+"""Step-cost profiles: roofline profiles computed from datasheets, and a scenario's `profile`.
 
-A profile holds the coefficients of the step cost model (see `sim.costs.cost_model` and DESIGN.md
-"Step cost model"), the model form they belong to, and where they came from. Measured profiles are
+A profile (schema and files: `sim.costs.profile_file`, re-exported here) holds the coefficients of
+the step cost model, the model form they belong to, and where they came from. Measured profiles are
 written by `calibration/`; roofline profiles are computed here from the model size and the GPU's
 datasheet bandwidth and FLOP/s, so every scenario runs without a GPU (formulas in `roofline_profile`
 and in each file's provenance).
@@ -22,13 +22,10 @@ roofline files: one per catalog model and GPU at the smallest tensor-parallel de
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from sim.costs.catalog import (
     HARDWARE,
@@ -39,11 +36,29 @@ from sim.costs.catalog import (
     kv_bytes_per_token_on,
     min_tensor_parallel,
 )
+from sim.costs.profile_file import (
+    _SPLIT_DEFAULTS,
+    Coefficients,
+    FitSummary,
+    Profile,
+    _scenario_error,
+    check_form,
+    load_profile,
+    save_profile,
+)
 from sim.errors import ScenarioError
-from sim.inputs.messages import as_error, problems
-from sim.inputs.strict_model import StrictModel
-from sim.inputs.strict_yaml import load_yaml
-from sim.inputs.text import read_text
+
+__all__ = [  # the schema lives in sim.costs.profile_file; importers find it here too
+    "Coefficients",
+    "FitSummary",
+    "Profile",
+    "check_form",
+    "load_profile",
+    "resolve_profile",
+    "roofline_profile",
+    "save_profile",
+    "write_roofline_profiles",
+]
 
 # Chosen against the A100 reference timings; the justification travels in each file's provenance.
 ROOFLINE_MEM_EFFICIENCY = 0.8
@@ -67,111 +82,6 @@ _EFFICIENCY_NOTE = (
     "0.97 (0.87-1.26), prefill median 1.11 (0.87-1.41); the worst cases are short prefills and "
     "large decode batches, where adding the memory and compute terms (no overlap) overestimates."
 )
-
-
-class _KeyedError(ValueError):
-    """A cross-field check failure that knows which key it is about (for ScenarioError paths)."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(reason)
-        self.key = key
-
-
-# Upper bounds of the coefficients: orders of magnitude beyond any GPU, yet small enough that a
-# step's time stays finite whatever its token counts (a step of an hour is already absurd).
-MAX_STEP_S = 3600.0
-MAX_PER_TOKEN_S = 60.0
-
-
-class Coefficients(StrictModel):
-    model_config = ConfigDict(frozen=True)
-
-    # fixed per-step cost: weight reads + launch overhead
-    t_mem_s: float = Field(ge=0, le=MAX_STEP_S)
-    # per scheduled token (linear layers)
-    t_flop_s_per_token: float = Field(ge=0, le=MAX_PER_TOKEN_S)
-    # per context token attention reads
-    t_kv_s_per_token: float = Field(default=0.0, ge=0, le=MAX_PER_TOKEN_S)
-    # per unit of sum(chunk * context)
-    t_attn_s_per_token2: float = Field(default=0.0, ge=0, le=MAX_PER_TOKEN_S)
-    # two_regime: where the slope changes, and the slope above it
-    ridge_tokens: float | None = Field(default=None, gt=0, le=1e12)
-    t_flop_high_s_per_token: float | None = Field(default=None, ge=0, le=MAX_PER_TOKEN_S)
-
-
-class FitSummary(StrictModel):
-    """How well a measured profile fits its data; calibration may add more keys."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    r2: float
-    max_rel_error: float
-    num_points: int = Field(gt=0)
-    heldout_max_rel_error: float | None = None
-
-
-class Profile(StrictModel):
-    model_config = ConfigDict(frozen=True)
-
-    schema_version: Literal[1]
-    name: str
-    source: Literal["measured", "roofline", "imported", "inline"]
-    model_form: Literal["seed", "extended", "two_regime"]
-    coefficients: Coefficients
-    provenance: dict[str, Any] = Field(default_factory=dict)
-    fit: FitSummary | None = None
-
-    @model_validator(mode="after")
-    def _check_form(self) -> Profile:
-        c = self.coefficients
-        two = self.model_form == "two_regime"
-        for key in ("ridge_tokens", "t_flop_high_s_per_token"):
-            if (getattr(c, key) is None) == two:
-                need = "required" if two else "only allowed"
-                raise _KeyedError(f"coefficients.{key}", f"{need} when model_form is two_regime")
-        if self.model_form == "seed":
-            for key in ("t_kv_s_per_token", "t_attn_s_per_token2"):
-                if getattr(c, key) != 0:
-                    raise _KeyedError(f"coefficients.{key}", "must be 0 in the seed model form")
-        return self
-
-
-def _scenario_error(exc: ValidationError, file: str | None, prefix: str | None) -> ScenarioError:
-    """Every schema problem, one line, with dotted key paths (under `prefix` when inline)."""
-    found = [
-        (".".join(p for p in (prefix, path) if p), reason)
-        for path, reason in problems(exc, Profile)
-    ]
-    return as_error(found, file)
-
-
-def load_profile(path: Path) -> Profile:
-    """Read and validate a profile file; every problem is a ScenarioError naming the key."""
-    data = load_yaml(read_text(path, "profile file"), str(path))
-    if not isinstance(data, dict):
-        raise ScenarioError("expected a mapping at the top level", file=str(path))
-    try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        raise _scenario_error(exc, str(path), None) from None
-
-
-def save_profile(profile: Profile, path: Path) -> None:
-    """Write `profile` atomically: a temporary file in the same folder, then os.replace."""
-    text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        # mkstemp creates the file private (0600); a profile is meant to be shared
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _compute_flops(model: ModelSpec, hw: HardwareSpec) -> tuple[float, str]:
@@ -298,7 +208,8 @@ def resolve_profile(
     """A scenario's `profile`: "roofline", a YAML path (relative to base_dir) or an inline mapping.
 
     Inline needs only `coefficients` (source `inline`; form `two_regime` when a ridge is given,
-    else `extended`); `key` prefixes its error paths."""
+    `split` when a split term is, `table` with a `table` block, else `extended`); `key` prefixes
+    its error paths."""
     if raw == "roofline":
         return roofline_profile(model, hw)
     if isinstance(raw, str):
@@ -307,12 +218,19 @@ def resolve_profile(
     if not isinstance(raw, dict):
         raise ScenarioError("expected 'roofline', a file path or a mapping", path=key)
     coefficients = raw.get("coefficients")
-    two = isinstance(coefficients, dict) and coefficients.get("ridge_tokens") is not None
+    given = coefficients if isinstance(coefficients, dict) else {}
+    form = "extended"
+    if "table" in raw:
+        form = "table"
+    elif given.get("ridge_tokens") is not None:
+        form = "two_regime"
+    elif any(given.get(k, v) != v for k, v in _SPLIT_DEFAULTS.items()):
+        form = "split"
     data = {
         "schema_version": 1,
         "name": "inline",
         "source": "inline",
-        "model_form": "two_regime" if two else "extended",
+        "model_form": form,
     } | raw
     try:
         return Profile.model_validate(data)

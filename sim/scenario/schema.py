@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.costs.knobs import PricingSpec
 from sim.inputs.strict_model import StrictModel
 from sim.workload import WorkloadSpec
 
@@ -190,6 +191,9 @@ class MetricsSpec(_Strict):
 class EngineSpec(_Strict):
     # jump over runs of identical decode steps (exact; off only to check that it is exact)
     coalesce_decode_steps: bool = True
+    # engine effects priced on top of every instance's profile (CUDA-graph padding, token
+    # padding, CPU overhead: sim/costs/knobs.py); the fields given here win over a profile's own
+    pricing: PricingSpec | None = None
 
 
 Role = Literal["serve", "prefill", "decode"]

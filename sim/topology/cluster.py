@@ -29,7 +29,7 @@ from sim.costs.catalog import (
     kv_capacity_blocks,
     kv_capacity_tokens,
 )
-from sim.costs.cost_model import CostModel
+from sim.costs.pricer import make_cost_model
 from sim.policies import IterationPolicy, make_policy, queue_from_spec
 from sim.scenario.load import ResolvedGroup, ResolvedScenario
 from sim.scenario.schema import StaticPolicySpec
@@ -107,7 +107,7 @@ def build_cluster(
                 policy,
                 queue_from_spec(group.policy.queue, spec.slo),
                 pool,
-                CostModel(group.profile),
+                make_cost_model(group.profile, spec.engine.pricing),
                 log,
                 kv=kv,
                 coalesce=spec.engine.coalesce_decode_steps,

@@ -1,0 +1,361 @@
+"""Table profiles from Vidur's published per-operation GPU timings: `batchsim profile import`.
+
+Vidur (Agrawal et al., MLSys 2024) publishes, per GPU and model, the time of each operation of
+one transformer layer at each token count (`compute/<gpu>/<org>/<model>/mlp.csv.gz`, medians in
+milliseconds, per tensor-parallel degree), and collective times by message size
+(`network/<node>/all_reduce.csv.gz`). A table profile for a catalog model, GPU and
+tensor-parallel degree takes:
+
+- linear layers at each measured token count: `num_layers x` the sum of one layer's operations
+  (input and post-attention norms, QKV and output projections, rotary, MLP up, activation and
+  down, the residual add: Vidur's block time without attention) `+` the embedding once; with
+  tp > 1 also two all-reduces per layer of `tokens x hidden x 2` bytes from the node's measured
+  all-reduce times (rank 0, all GPUs of one node), interpolated in message size;
+- attention from the attention table next to it when there is one (`attention.csv.gz`, or
+  `attention_analytic_standin.csv.gz`, whose times come from an analytic roofline and not from a
+  GPU: its `attention_backend` column says so and the profile's provenance repeats it):
+  decode (`attn_decode + attn_kv_cache_save`) by batch and cached tokens, prefill
+  (`attn_prefill + attn_kv_cache_save`) by chunk and prefix, each `x num_layers`; else from the
+  roofline model of the same model and GPU (`t_kv`, `t_attn`).
+
+Nothing needs torch or a GPU. The source's commit and license come from the README next to the
+data and go into each profile's provenance with the files' SHA-256 and what was summed.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from calibration.table_build import (
+    Grid,
+    average,
+    fallback_fit_block,
+    fallback_for_linear,
+    fallback_for_tables,
+    grid_from_points,
+    make_profile,
+)
+from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, min_tensor_parallel
+from sim.costs.profile import Profile, roofline_file_name, roofline_profile, save_profile
+from sim.errors import ScenarioError
+
+# Vidur's model folders and GPU names -> catalog names (Vidur profiled A100 80GB SXM4 and H100
+# 80GB SXM5 in DGX nodes; its A40 and CodeLlama-34B have no catalog entry)
+MODEL_NAMES = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+    "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
+    "meta-llama/Meta-Llama-3-70B": "llama-3-70b",
+}
+GPU_NAMES = {"a100": "a100-80g", "h100": "h100-sxm"}
+NETWORK_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
+LINEAR_OPS = (
+    "input_layernorm",
+    "attn_pre_proj",
+    "attn_rope",
+    "attn_post_proj",
+    "post_attention_layernorm",
+    "mlp_up_proj",
+    "mlp_act",
+    "mlp_down_proj",
+    "add",
+)
+ATTENTION_FILES = ("attention.csv.gz", "attention_analytic_standin.csv.gz")
+DIGITS = 6  # significant digits kept (the medians have 3-4)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One model's timings on one GPU in a Vidur profiling tree."""
+
+    root: Path
+    gpu: str  # Vidur's name: a100, h100, a40
+    model_dir: str  # org/model, e.g. meta-llama/Llama-2-7b-hf
+
+    @property
+    def folder(self) -> Path:
+        return self.root / "compute" / self.gpu / self.model_dir
+
+    @property
+    def mlp(self) -> Path:
+        return self.folder / "mlp.csv.gz"
+
+    @property
+    def attention(self) -> Path | None:
+        return next((p for n in ATTENTION_FILES if (p := self.folder / n).is_file()), None)
+
+    @property
+    def catalog(self) -> tuple[str, str] | None:
+        """(model, GPU) catalog names, or None when either is not in the catalog."""
+        model, gpu = MODEL_NAMES.get(self.model_dir), GPU_NAMES.get(self.gpu)
+        return (model, gpu) if model and gpu else None
+
+
+def discover(root: Path) -> list[Source]:
+    """Every (GPU, model) with an mlp.csv.gz under `root/compute`."""
+    if not (root / "compute").is_dir():
+        raise ScenarioError("no compute/ folder: not a Vidur profiling tree", file=str(root))
+    found = []
+    for path in sorted((root / "compute").glob("*/*/*/mlp.csv.gz")):
+        rel = path.parent.relative_to(root / "compute")
+        found.append(Source(root, rel.parts[0], "/".join(rel.parts[1:])))
+    return found
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with gzip.open(path, "rt", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _median(row: dict[str, str], op: str, path: Path) -> float:
+    text = row.get(f"time_stats.{op}.median", "")
+    try:
+        return float(text)
+    except ValueError:
+        raise ScenarioError(f"no median time of {op} ({text!r})", file=str(path)) from None
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{DIGITS}g}")
+
+
+def _check_model(row: dict[str, str], model: ModelSpec, path: Path) -> None:
+    dims = {
+        "n_embd": model.hidden_size,
+        "n_head": model.num_attention_heads,
+        "n_kv_head": model.num_kv_heads,
+    }
+    for column, want in dims.items():
+        if column in row and int(float(row[column])) != want:
+            raise ScenarioError(
+                f"{column} is {row[column]}, catalog {model.name} has {want}", file=str(path)
+            )
+
+
+def linear_layers(source: Source, model: ModelSpec, tp: int) -> tuple[list[int], list[float]]:
+    """Seconds of one step's linear layers at each measured token count (without all-reduce)."""
+    rows = [r for r in read_rows(source.mlp) if int(r["num_tensor_parallel_workers"]) == tp]
+    if not rows:
+        raise ScenarioError(f"no rows for {tp} tensor-parallel workers", file=str(source.mlp))
+    _check_model(rows[0], model, source.mlp)
+    per_layer = average(
+        ((int(r["num_tokens"]), 0), sum(_median(r, op, source.mlp) for op in LINEAR_OPS))
+        for r in rows
+    )
+    emb = average(((int(r["num_tokens"]), 0), _median(r, "emb", source.mlp)) for r in rows)
+    tokens = sorted(n for n, _ in per_layer)
+    seconds = [(model.num_layers * per_layer[(n, 0)] + emb[(n, 0)]) * 1e-3 for n in tokens]
+    return tokens, seconds
+
+
+def allreduce_seconds(
+    root: Path, gpu: str, tp: int, sizes: np.ndarray
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Seconds of one all-reduce of each message size among `tp` GPUs of one node."""
+    path = root / "network" / NETWORK_NODES.get(gpu, f"{gpu}_dgx") / "all_reduce.csv.gz"
+    if not path.is_file():
+        raise ScenarioError(f"no all-reduce timings for {gpu} (needed at tp {tp})", file=str(path))
+    rows = [
+        r
+        for r in read_rows(path)
+        if int(r["num_workers"]) == tp
+        and int(r["devices_per_node"]) == tp
+        and r.get("rank", "0") == "0"
+    ]
+    if not rows:
+        raise ScenarioError(f"no all-reduce rows for {tp} GPUs in one node", file=str(path))
+    by_size = average(((int(r["size"]), 0), _median(r, "all_reduce", path)) for r in rows)
+    xs = np.asarray(sorted(s for s, _ in by_size), dtype=np.float64)
+    ys = np.asarray([by_size[(int(s), 0)] for s in xs]) * 1e-3
+    info = {
+        "file": str(path),
+        "sha256": _sha256(path),
+        "rows": f"num_workers = devices_per_node = {tp}, rank 0",
+        "sizes_outside_measured": int(((sizes < xs[0]) | (sizes > xs[-1])).sum()),
+    }
+    return np.interp(sizes, xs, ys), info  # clamped at either end (counted above)
+
+
+def attention_grids(
+    path: Path, model: ModelSpec, tp: int
+) -> tuple[Grid | None, Grid | None, list[str]]:
+    """Decode (batch x cached tokens) and prefill (chunk x prefix) attention grids, seconds for
+    all layers, and the attention backends the file names."""
+    rows = [r for r in read_rows(path) if int(r["num_tensor_parallel_workers"]) == tp]
+    if not rows:
+        return None, None, []
+    decode, prefill = [], []
+    for r in rows:
+        save = _median(r, "attn_kv_cache_save", path)
+        if r["is_prefill"] == "True":
+            if int(r["batch_size"]) != 1:
+                continue
+            key = (int(r["prefill_chunk_size"]), int(r["kv_cache_size"]))
+            prefill.append(
+                (key, (_median(r, "attn_prefill", path) + save) * model.num_layers * 1e-3)
+            )
+        else:
+            key = (int(r["batch_size"]), int(r["kv_cache_size"]))
+            decode.append((key, (_median(r, "attn_decode", path) + save) * model.num_layers * 1e-3))
+    backends = sorted({r.get("attention_backend", "") for r in rows} - {""})
+    return (
+        _rounded(grid_from_points(average(decode))) if decode else None,
+        _rounded(grid_from_points(average(prefill))) if prefill else None,
+        backends,
+    )
+
+
+def _rounded(grid: Grid) -> Grid:
+    first, second, rows = grid
+    return first, second, [[None if v is None else _round(v) for v in row] for row in rows]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def source_info(root: Path) -> dict[str, Any]:
+    """Repository, commit, license and copyright as the tree's README states them."""
+    readme = root / "README.md"
+    text = readme.read_text() if readme.is_file() else ""
+
+    def find(pattern: str) -> str:
+        match = re.search(pattern, text)
+        return match.group(1) if match else "unknown (no README.md stating it)"
+
+    return {
+        "repository": find(r"repository\s+([\w.-]+/[\w.-]+)"),
+        "commit": find(r"commit\s+([0-9a-f]{7,40})"),
+        "license": find(r"(MIT|Apache[- ]2\.0|BSD[- ]\d-Clause)\s+License"),
+        "copyright": find(r"Copyright \(c\) ([^\n.]+)"),
+    }
+
+
+def import_profile(source: Source, hardware: HardwareSpec, model: ModelSpec) -> Profile:
+    """The table profile of one Vidur source on `hardware` (its tensor-parallel degree)."""
+    tp = hardware.tensor_parallel
+    roofline = roofline_profile(model, hardware)
+    tokens, seconds = linear_layers(source, model, tp)
+    summed = (
+        f"linear(n) = {model.num_layers} layers x ({' + '.join(LINEAR_OPS)}) + emb, medians "
+        "of mlp.csv.gz at n tokens"
+    )
+    provenance: dict[str, Any] = {
+        "generator": "batchsim profile import (calibration/vidur.py)",
+        "origin": "Vidur per-operation GPU timings",
+        "source": source_info(source.root)
+        | {
+            "root": str(source.root),
+            "path": str(source.folder.relative_to(source.root)),
+            "files": {source.mlp.name: _sha256(source.mlp)},
+            "gpu": source.gpu,
+            "model_dir": source.model_dir,
+        },
+        "model": model.model_dump(exclude_none=True),
+        "device": {"name": hardware.name, "tensor_parallel": tp},
+        "dtype": "bf16 (Vidur profiles fp16/bf16 kernels)",
+        "summed": {"linear": summed},
+    }
+    if tp > 1:
+        sizes = np.asarray(tokens, dtype=np.float64) * model.hidden_size * 2
+        allreduce, info = allreduce_seconds(source.root, source.gpu, tp, sizes)
+        seconds = (np.asarray(seconds) + 2 * model.num_layers * allreduce).tolist()
+        provenance["summed"]["allreduce"] = (
+            f"+ 2 x {model.num_layers} all-reduces of n x {model.hidden_size} x 2 bytes"
+        )
+        provenance["source"]["allreduce"] = info
+    seconds = [_round(s) for s in seconds]
+    decode = prefill = None
+    notes = {"linear": summed}
+    attention = source.attention
+    if attention is not None:
+        decode, prefill, backends = attention_grids(attention, model, tp)
+        provenance["source"]["files"][attention.name] = _sha256(attention)
+        synthetic = any("SYNTHETIC" in b.upper() for b in backends) or "standin" in attention.name
+        provenance["attention"] = {
+            "file": attention.name,
+            "backend": backends,
+            "synthetic": synthetic,
+            "summed": "(attn_decode or attn_prefill + attn_kv_cache_save) x layers",
+        }
+        if synthetic:
+            provenance["attention"]["note"] = (
+                "SYNTHETIC: these attention times come from an analytic roofline of "
+                "FlashAttention-class kernels, not from a GPU"
+            )
+            notes["attention"] = "SYNTHETIC analytic stand-in, not measured"
+    if decode is None and prefill is None:
+        provenance["attention"] = {
+            "from": "roofline model of the same model and GPU (t_kv, t_attn)",
+            "roofline": roofline.coefficients.model_dump(exclude_none=True),
+        }
+        form, coefficients, report = fallback_for_linear(tokens, seconds, roofline.coefficients)
+        what = "the linear table (t_mem, token slopes); attention coefficients from the roofline"
+    else:
+        draft = make_profile(
+            name="draft", source="imported", linear=(tokens, seconds), decode=decode,
+            prefill=prefill, coefficients=roofline.coefficients, form="extended",
+            provenance={},
+        )  # fmt: skip
+        form, coefficients, report = fallback_for_tables(draft)
+        what = "steps priced by the tables on a subsample of their grids"
+    provenance["fallback_fit"] = fallback_fit_block(report, what)
+    return make_profile(
+        name=f"vidur-{Path(roofline_file_name(model, hardware)).stem}",
+        source="imported",
+        linear=(tokens, seconds),
+        decode=decode,
+        prefill=prefill,
+        coefficients=coefficients,
+        form=form,
+        provenance=provenance,
+        notes=notes,
+    )
+
+
+def resolve(source: Source, tp: int | None) -> tuple[ModelSpec, HardwareSpec]:
+    names = source.catalog
+    if names is None:
+        raise ScenarioError(f"{source.gpu}/{source.model_dir} has no catalog model and GPU")
+    model, base = MODELS[names[0]], HARDWARE[names[1]]
+    tp = tp or min_tensor_parallel(model, base)
+    if tp is None:
+        raise ScenarioError(f"{model.name} does not fit on {base.name} at any degree")
+    return model, base.with_tensor_parallel(tp) if tp > 1 else base
+
+
+def import_tree(
+    root: Path,
+    out_dir: Path,
+    *,
+    model: str | None = None,
+    hardware: str | None = None,
+    tensor_parallel: int | None = None,
+) -> tuple[list[Path], list[str]]:
+    """Import every catalog (model, GPU) of the tree, or the one named; returns the files
+    written and the sources left out (with why)."""
+    written, skipped = [], []
+    for source in discover(root):
+        names = source.catalog
+        if names is None:
+            skipped.append(f"{source.gpu}/{source.model_dir}: not in the catalog")
+            continue
+        if (model and names[0] != model) or (hardware and names[1] != hardware):
+            continue
+        spec, hw = resolve(source, tensor_parallel)
+        path = out_dir / roofline_file_name(spec, hw)
+        save_profile(import_profile(source, hw, spec), path)
+        written.append(path)
+    if not written and (model or hardware):
+        raise ScenarioError(
+            f"no Vidur timings of {model or 'any model'} on {hardware or 'any GPU'}"
+        )
+    return written, skipped

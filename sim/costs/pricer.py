@@ -1,0 +1,26 @@
+"""The cost model an instance prices its steps with: the profile's, engine effects on top.
+
+`make_cost_model(profile, scenario_pricing)` returns a `CostModel` (analytic forms) or a
+`TableCostModel` (table profiles), wrapped in a `KnobbedPricer` when the profile's `pricing`
+merged with the scenario's `engine.pricing` switches an engine effect on. Every one offers the
+engine's `StepPricer` methods (`run_times`, `linear_steps`) and also `cpu_overhead_s(features)`
+(host seconds per step, 0 without CPU overhead), `num_extrapolated` (priced runs that fell
+outside a table) and `last_extrapolated` (whether the run just priced did).
+"""
+
+from __future__ import annotations
+
+from sim.costs.cost_model import CostModel
+from sim.costs.knobs import KnobbedPricer, PricingSpec, merge_pricing
+from sim.costs.profile import Profile
+from sim.costs.table_model import TableCostModel
+
+Pricer = CostModel | TableCostModel | KnobbedPricer
+
+
+def make_cost_model(profile: Profile, scenario_pricing: PricingSpec | None = None) -> Pricer:
+    base: CostModel | TableCostModel = (
+        TableCostModel(profile) if profile.table is not None else CostModel(profile)
+    )
+    pricing = merge_pricing(profile.pricing, scenario_pricing)
+    return KnobbedPricer(base, pricing) if pricing.active else base
