@@ -16,9 +16,10 @@ nbclient = pytest.importorskip("nbclient", reason="notebook tests need nbclient 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_exist() -> None:
+def test_the_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
-        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb"
+        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
+        "04_prefix_caching.ipynb",
     ]  # fmt: skip
 
 
@@ -57,7 +58,9 @@ def answer_of(book: Any) -> str:
 def test_notebook_executes_and_prints_its_answer(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
+    # synthetic workloads: no trace from outside the repository
+    monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)
+    monkeypatch.delenv("BATCHSIM_MOONCAKE_TRACE", raising=False)
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
     book = execute(path)
     answer_of(book)
@@ -99,3 +102,39 @@ def test_policy_comparison_replays_an_azure_trace(
     printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert f"Azure trace {trace}" in printed
     assert "batching sustains the most goodput" in answer_of(book)
+
+
+def mooncake_trace(path: Path, conversations: int = 60, turns: int = 4) -> Path:
+    """A Mooncake-format trace: every prompt opens with one shared 512-token block (a system
+    prompt) and each turn resends its conversation's earlier blocks plus new ones."""
+    rng = np.random.default_rng(6)
+    rows = []
+    next_id = 1
+    for _ in range(conversations):
+        start = float(rng.uniform(0, 1000))
+        blocks = [0]
+        for t in range(turns):
+            blocks = blocks + list(range(next_id, next_id + 2))
+            next_id += 2
+            ms = int((start + 40.0 * t) * 1000)
+            tokens = 512 * len(blocks) - int(rng.integers(0, 256))
+            rows.append((ms, tokens, int(rng.integers(20, 200)), list(blocks)))
+    rows.sort()
+    lines = [
+        json.dumps({"timestamp": t, "input_length": i, "output_length": o, "hash_ids": h})
+        for t, i, o, h in rows
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_prefix_caching_replays_a_mooncake_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = mooncake_trace(tmp_path / "conversation.jsonl")
+    monkeypatch.setenv("BATCHSIM_MOONCAKE_TRACE", str(trace))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    book = execute(next(p for p in NOTEBOOKS if p.stem == "04_prefix_caching"))
+    printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert f"Mooncake trace {trace}" in printed
+    assert "caching serves" in answer_of(book)

@@ -166,6 +166,11 @@ def test_runs_with_caching_keep_the_pool_balanced(
     assert (fin.loc[once, "num_cached_tokens"] < fin.loc[once, "num_prompt_tokens"]).all()
     pool = instance.pool
     assert pool.num_used == 0 and pool.num_free == pool.num_total and not pool.refs
+    # the steps table's split of the pool (used + cached free) never exceeds it
+    steps = res.steps
+    if len(steps):
+        assert (steps["kv_blocks_used"] + steps["kv_blocks_cached"] <= pool.num_total).all()
+        assert (steps["kv_blocks_cached"] >= 0).all()
     event(f"preemptions {'yes' if req['num_preemptions'].any() else 'no'}")
     event(f"hits {'yes' if req['num_cached_tokens'].any() else 'no'}")
     event(f"evictions {'yes' if pool.num_evictions else 'no'}")

@@ -669,6 +669,8 @@ class Instance:
             stored_growth += chunk
         used = pool.num_used
         pool.take(growth.blocks)
+        # the cached free blocks while the step ran (kv_blocks_used's moment, before any finish)
+        cached = pool.num_cached_free if isinstance(pool, PrefixCachingPool) else 0
         piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
         finished = batch.advance(num_steps, times, self.itl) if plan.decode else []
@@ -740,7 +742,7 @@ class Instance:
         a[17](piece.stored_token_seconds)
         a[18](piece.fragment_token_seconds)
         a[19](run.swap_s)
-        a[20](pool.num_cached_free if isinstance(pool, PrefixCachingPool) else 0)
+        a[20](cached)
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()

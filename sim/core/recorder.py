@@ -44,7 +44,7 @@ STEP_SCHEMA: tuple[tuple[str, str], ...] = (
     ("kv_stored_token_seconds", "d"),
     ("kv_fragment_token_seconds", "d"),
     ("swap_s", "d"),
-    ("kv_blocks_cached", "i"),  # prefix caching: cached free blocks after the group
+    ("kv_blocks_cached", "i"),  # prefix caching: cached free blocks during its last step
 )
 _DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))

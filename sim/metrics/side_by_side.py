@@ -36,6 +36,25 @@ SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("KV util mean %", "kv_utilization_mean", 100.0, "{:.1f}"),
     ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
 )
+# rows shown only when some variant has the metric (a feature it turned on)
+OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("prefix hit %", "prefix_cache_hit_rate", 100.0, "{:.1f}"),
+    ("prefill saved M tok", "prefill_tokens_saved", 1e-6, "{:.2f}"),
+    ("cache evictions", "prefix_cache_evictions", 1.0, "{:.0f}"),
+    ("workload dropped", "workload_dropped_requests", 1.0, "{:.0f}"),
+    ("workload clipped", "workload_clipped_prompts", 1.0, "{:.0f}"),
+)
+
+
+def rows_for(summary: pd.DataFrame) -> tuple[tuple[str, str, float, str], ...]:
+    """The standard rows, and the optional ones some variant reports (a non-zero number)."""
+    extra = tuple(
+        row
+        for row in OPTIONAL_ROWS
+        if row[1] in summary.columns
+        and (pd.to_numeric(summary[row[1]], errors="coerce").fillna(0) != 0).any()
+    )
+    return SUMMARY_ROWS + extra
 
 
 def _number(value: Any) -> float:
@@ -47,14 +66,15 @@ def _number(value: Any) -> float:
 
 def side_by_side(summary: pd.DataFrame) -> pd.DataFrame:
     """Curated metrics (rows, labelled with their unit) by variant (columns), scaled."""
+    rows = rows_for(summary)
     data = {
         str(variant): [
             _number(summary.at[variant, key]) * scale if key in summary.columns else math.nan
-            for _, key, scale, _ in SUMMARY_ROWS
+            for _, key, scale, _ in rows
         ]
         for variant in summary.index
     }
-    index = pd.Index([label for label, *_ in SUMMARY_ROWS], name="metric")
+    index = pd.Index([label for label, *_ in rows], name="metric")
     return pd.DataFrame(data, index=index)
 
 
@@ -69,7 +89,7 @@ def _cells(summary: pd.DataFrame) -> list[list[str]]:
             format_cell(summary.at[v, key] if key in summary.columns else None, scale, fmt)
             for v in summary.index
         ]
-        for _, key, scale, fmt in SUMMARY_ROWS
+        for _, key, scale, fmt in rows_for(summary)
     ]
 
 
@@ -77,7 +97,8 @@ def format_summary(summary: pd.DataFrame) -> str:
     """Side-by-side table for the terminal: labels left-aligned, numbers right-aligned."""
     header = ["metric", *(str(v) for v in summary.index)]
     rows = [
-        [label, *cells] for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+        [label, *cells]
+        for (label, *_), cells in zip(rows_for(summary), _cells(summary), strict=True)
     ]
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
 
@@ -95,7 +116,7 @@ def summary_html(summary: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(v))}</th>" for v in summary.index)
     body = "\n".join(
         f"<tr><td>{html.escape(label)}</td>{''.join(f'<td>{c}</td>' for c in cells)}</tr>"
-        for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+        for (label, *_), cells in zip(rows_for(summary), _cells(summary), strict=True)
     )
     return (
         f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
