@@ -141,7 +141,7 @@ def run_variant(
 
         def take_requests(log: RequestLog) -> None:
             assert stream is not None
-            stream.add_requests(requests_table(requests, log))
+            stream.add_requests(requests_table(requests, log, spec.metrics.tpot))
 
         def make_records(index: int) -> tuple[StepLog, ItlLog]:
             def take_steps(steps: StepLog) -> None:
@@ -175,7 +175,9 @@ def run_variant(
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
     instances = pd.DataFrame([vars(i) for i in cluster.info])
     scenario_doc = resolved.spec.model_dump(mode="json")
-    counters = {**requests.notes, **_cache_counters(cluster)}
+    counters = {**requests.notes, **_cache_counters(cluster), **_pricing_counters(cluster)}
+    if spec.metrics.tpot == "per_output_token":  # the summary says which TPOT it reports
+        counters["tpot_per_output_token"] = 1.0
     if stream is not None:
         log.hand_over()
         for inst in cluster.instances:
@@ -198,7 +200,7 @@ def run_variant(
     counts = np.concatenate([c for _, c in itl_parts])
     return VariantResult(
         name=resolved.variant,
-        requests=requests_table(requests, log),
+        requests=requests_table(requests, log, spec.metrics.tpot),
         steps=steps,
         itl=pd.DataFrame({"gap_s": gaps, "count": counts}, copy=False),
         context=context,
@@ -206,6 +208,19 @@ def run_variant(
         instances=instances,
         counters=counters,
     )
+
+
+def _pricing_counters(cluster: Cluster) -> dict[str, float]:
+    """Steps priced outside a table profile's measurements (extrapolated by its analytic form),
+    and the host seconds of CPU overhead the pricing added; no keys when neither applies."""
+    out: dict[str, float] = {}
+    tabled = [i for i in cluster.instances if getattr(i.cost, "has_tables", False)]
+    if tabled:
+        out["profile_extrapolated_steps"] = float(sum(i.num_extrapolated_steps for i in tabled))
+    cpu = sum(i.cpu_overhead_s for i in cluster.instances)
+    if cpu:
+        out["cpu_overhead_s"] = cpu
+    return out
 
 
 def _cache_counters(cluster: Cluster) -> dict[str, float]:
@@ -272,9 +287,12 @@ def steps_table(logs: list[StepLog]) -> pd.DataFrame:
     return steps
 
 
-def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
+def requests_table(
+    requests: RequestArrays, log: RequestLog, tpot: str = "after_first"
+) -> pd.DataFrame:
     """One row per request the log holds (all of them, in id order, unless streamed): the
-    workload's columns and the run's outcomes."""
+    workload's columns and the run's outcomes; `tpot` is `metrics.tpot`, the definition the
+    tpot_s column follows."""
     ids, f, n = log.block()
     assert requests.tier_index is not None and requests.predicted_output_tokens is not None
     tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index[ids]]
@@ -307,11 +325,19 @@ def requests_table(requests: RequestArrays, log: RequestLog) -> pd.DataFrame:
         },
         copy=False,
     )
+    if requests.source_id is not None:  # the trace's own request ids
+        df["source_id"] = requests.source_id[ids]
+    if requests.sessions is not None:
+        df["session"] = requests.sessions.labels_of(ids)
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] >= 2)
-    df["tpot_s"] = (df["finish_s"] - df["first_token_s"]) / decode_tokens
+    outputs = df["num_output_tokens"]
+    if tpot == "per_output_token":  # the decode time over every output token
+        per = outputs.where(outputs >= 1).astype(float)
+    else:  # over the tokens after the first: each one's share of the time since the first
+        per = (outputs - 1).where(outputs >= 2).astype(float)
+    df["tpot_s"] = (df["finish_s"] - df["first_token_s"]) / per
     df["transfer_queue_s"] = df["transfer_start_s"] - df["handoff_s"]
     df["transfer_s"] = df["transfer_end_s"] - df["transfer_start_s"]
     return df

@@ -41,6 +41,11 @@ class FixedCost:
     def linear_steps(self, features: StepFeatures) -> int:
         return 1 << 62
 
+    def cpu_overhead_s(self, features: StepFeatures) -> float:
+        return 0.0
+
+    last_extrapolated = False
+
 
 @dataclass
 class Stepped:

@@ -96,6 +96,7 @@ SCHEMA_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "policy.mode": ("policy.mode", ALL),
     "slo.ttft_s": ("slo.ttft_s", ALL),
     "metrics.warmup_s": ("metrics.warmup_s", ALL),
+    "metrics.tpot": ("metrics.tpot", ALL),
     "variants.b.policy.max_batch_size": ("variants.b.policy.max_batch_size", ALL),
 }
 

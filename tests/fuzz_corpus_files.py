@@ -182,6 +182,33 @@ def trace_cases() -> list[Case]:
             },
         ),
     ]
+
+    def columns_case(case_id: str, trace: dict[str, Any], body: bytes, *expect: str) -> Case:
+        workload = {"trace": {"path": "t.csv", **trace}}
+        return Case(
+            case_id,
+            ("run", "s.yaml", "-q"),
+            expect,
+            {"s.yaml": dump({**BASE, "workload": workload}), "t.csv": body},
+        )
+
+    with_ids = CSV_HEADER.strip() + b",req\n0,10,5,a\n1,10,5,\n"
+    cases += [
+        columns_case("trace-id-column-absent", {"id_column": "req"}, csv, "t.csv", "req"),
+        columns_case("trace-id-empty", {"id_column": "req"}, with_ids, "t.csv", "line 3"),
+        columns_case(
+            "trace-session-is-id", {"id_column": "req", "session_column": "req"}, with_ids,
+            "s.yaml", "different columns",
+        ),
+        columns_case(
+            "trace-mooncake-session-column", {"format": "mooncake", "session_column": "c"},
+            b'{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": [1]}\n',
+            "s.yaml", "workload.trace.session_column",
+        ),
+        columns_case(
+            "trace-keep-origin-str", {"keep_origin": "maybe"}, csv, "s.yaml", "keep_origin"
+        ),
+    ]  # fmt: skip
     empirical = edited(
         "workload.prompt_tokens", {"dist": "empirical", "path": "t.csv", "column": "prompt"}
     )

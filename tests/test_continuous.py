@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from factories import make_continuous, make_requests, step, tokens
 
+from sim import load_scenario_dict, simulate
 from sim.core.request import Request
 
 
@@ -35,6 +36,31 @@ def test_mixed_mode_runs_decodes_and_prefills_in_one_step() -> None:
     assert tokens(step(policy, 2.0, num_steps=1)) == {0: 1, 2: 1}
     assert (r0.finish_s, r2.finish_s) == (3.0, 3.0)
     assert r0.max_itl_s == 1.0
+
+
+def test_without_a_token_budget_whole_prompts_join_any_step() -> None:
+    # Orca-style mixed batching (max_num_batched_tokens: null): every waiting prompt that has
+    # a seat and blocks joins the step, however many tokens that makes
+    raw = {
+        "name": "t",
+        "seed": 1,
+        "workload": {"num_requests": 3, "arrival": {"process": "constant", "rate": 1000.0},
+                     "prompt_tokens": {"dist": "fixed", "value": 3000},
+                     "output_tokens": {"dist": "fixed", "value": 4}},
+        "model": "llama-2-7b",
+        "hardware": "a100-80g",
+        "policy": {"name": "continuous", "mode": "mixed", "max_num_batched_tokens": None,
+                   "max_num_seqs": 8},
+        "variants": {"budget": {"policy": {"max_num_batched_tokens": 2048}}, "none": {}},
+    }  # fmt: skip
+    res = simulate(load_scenario_dict(raw))
+    budget, none = res["budget"], res["none"]
+    # with a budget the 3000-token prompts cannot run unchunked: rejected
+    assert budget.requests["rejected"].all()
+    assert not none.requests["rejected"].any()
+    assert none.steps["num_prefill_tokens"].max() == 6000  # two prompts in one step
+    ids = none.requests.sort_values("first_scheduled_s")
+    assert ids["first_scheduled_s"].nunique() == 2  # the first alone, the other two together
 
 
 def test_token_budget_limits_admission_first_come_first_served() -> None:

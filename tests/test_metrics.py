@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from helpers_sim import run as run_scenario
+from helpers_sim import scenario
 
 from sim.metrics.steps import group_durations, step_summary
 from sim.metrics.summary import SummaryContext, expand_steps, summarize, weighted_percentile
@@ -265,3 +267,18 @@ def test_values_are_plain_python_scalars() -> None:
     s = run(slo_ttft_s=1.0)
     assert all(type(v) in (int, float) for v in s.values())
     assert type(s["num_finished"]) is int and type(s["ttft_p50_s"]) is float
+
+
+def test_tpot_definition_is_a_choice_named_in_the_summary() -> None:
+    raw = scenario(policy={"name": "continuous"})
+    after_first = run_scenario(raw)
+    raw["metrics"] = {"tpot": "per_output_token"}
+    per_token = run_scenario(raw)
+    a, b = after_first.requests, per_token.requests
+    decode_s = a["finish_s"] - a["first_token_s"]
+    np.testing.assert_allclose(a["tpot_s"], decode_s / (a["num_output_tokens"] - 1))
+    np.testing.assert_allclose(b["tpot_s"], decode_s / b["num_output_tokens"])
+    assert (b["tpot_s"] < a["tpot_s"]).all()  # 10 output tokens: 9/10 of the other
+    assert per_token.summary()["tpot_per_output_token"] == 1.0
+    assert "tpot_per_output_token" not in after_first.summary()
+    assert per_token.summary()["ttft_p50_s"] == after_first.summary()["ttft_p50_s"]

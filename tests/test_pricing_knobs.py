@@ -170,6 +170,12 @@ def test_knobs_from_the_scenario_change_times_and_keep_runs_exact() -> None:
     assert len(expanded) == len(slow.steps)
     # the 12 ms CPU floor shows in the steps: none is shorter
     assert slow.steps["duration_s"].min() >= 0.012 - 1e-12
+    # the host time is reported: 12 ms per step plus 20 us per sequence in it, coalesced or not
+    steps = slow.steps
+    cpu = 0.012 * len(steps) + 2e-5 * float(steps["num_seqs"].sum())
+    assert slow.summary()["cpu_overhead_s"] == pytest.approx(cpu, rel=1e-9)
+    assert fast.summary()["cpu_overhead_s"] == pytest.approx(cpu, rel=1e-9)
+    assert "cpu_overhead_s" not in plain.summary()  # no knob, no metric
 
 
 def test_bad_pricing_is_a_scenario_error() -> None:

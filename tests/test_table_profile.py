@@ -272,6 +272,9 @@ def test_coalesced_runs_with_a_table_profile_equal_stepping(policy: str) -> None
     expanded = expand_steps(fast.steps)
     assert len(expanded) == len(slow.steps)
     np.testing.assert_allclose(expanded["duration_s"], slow.steps["duration_s"], rtol=1e-9)
+    # steps priced off the tables are counted per step, however runs are coalesced
+    off_tables = fast.summary()["profile_extrapolated_steps"]
+    assert off_tables == slow.summary()["profile_extrapolated_steps"]
 
 
 def test_extrapolated_runs_are_counted_by_the_instance_cost_model() -> None:
@@ -283,5 +286,8 @@ def test_extrapolated_runs_are_counted_by_the_instance_cost_model() -> None:
     cost = instance.cost
     assert isinstance(cost, TableCostModel)
     assert cost.num_extrapolated > 0
+    # the summary counts steps: here exactly the decode steps whose batch is above the grid
+    over = res.steps.loc[res.steps["num_decode_tokens"] > 32, "num_steps"].sum()
+    assert res.summary()["profile_extrapolated_steps"] == over > 0
     inside = table_model()
     assert inside.run_times(decode(8, 120))[0] != fallback(decode(8, 120))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_sim import run, scenario
 
 from sim.errors import ScenarioError
 from sim.workload import WorkloadSpec, generate_requests, read_trace
@@ -222,3 +223,34 @@ def test_replay_bad_file_error_names_the_resolved_file(tmp_path: Path) -> None:
         generate_requests(spec, np.random.default_rng(0), base_dir=tmp_path)
     assert info.value.file == str(tmp_path / "bad.csv")
     assert info.value.path == "line 3"
+
+
+def test_a_window_keeps_the_trace_clock_and_carries_ids_and_sessions(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "arrival_s,prompt_tokens,output_tokens,req,conv\n"
+        "100,8,2,a-1,x\n101,9,3,a-2,y\n103,10,4,a-3,x\n106,11,2,a-4,z\n",
+    )
+    trace = {"path": str(path), "start_s": 1.0, "id_column": "req", "session_column": "conv"}
+    shifted = generate_requests(
+        WorkloadSpec.model_validate({"trace": trace}), np.random.default_rng(0), tmp_path
+    )
+    kept = generate_requests(
+        WorkloadSpec.model_validate({"trace": {**trace, "keep_origin": True}}),
+        np.random.default_rng(0),
+        tmp_path,
+    )
+    # the window [1 s, end) of a trace whose first row is t=100: rows 2..4
+    np.testing.assert_array_equal(shifted.arrival_s, [0.0, 2.0, 5.0])  # the window's clock
+    np.testing.assert_array_equal(kept.arrival_s, [1.0, 3.0, 6.0])  # the trace's own clock
+    assert kept.source_id is not None and kept.source_id.tolist() == ["a-2", "a-3", "a-4"]
+    raw = scenario(
+        policy={"name": "continuous"}, workload={"trace": {**trace, "keep_origin": True}}
+    )
+    raw["cluster"] = {"router": "session_sticky", "instances": [{"count": 2}]}
+    req = run(raw).requests
+    assert req["source_id"].tolist() == ["a-2", "a-3", "a-4"]
+    assert req["session"].tolist() == ["y", "x", "z"]
+    assert req["arrival_s"].tolist() == [1.0, 3.0, 6.0]
+    with pytest.raises(ValueError, match="different columns"):
+        WorkloadSpec.model_validate({"trace": {**trace, "session_column": "req"}})

@@ -73,6 +73,15 @@ class StepPricer(Protocol):
         """How many repeated steps grow by that same increment."""
         ...
 
+    def cpu_overhead_s(self, features: StepFeatures) -> float:
+        """Host seconds per step of the run (scheduling, input preparation, sampling)."""
+        ...
+
+    @property
+    def last_extrapolated(self) -> bool:
+        """Whether the run just priced fell outside the profile's measured tables."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Load:
@@ -99,6 +108,8 @@ class Run:
     """The plan in flight: the steps of it not yet applied."""
 
     __slots__ = (
+        "cpu_s",
+        "extrapolated",
         "features",
         "interruptible",
         "num_preempted",
@@ -117,6 +128,8 @@ class Run:
         interruptible: bool,
         num_preempted: int,  # recorded with its first piece
         swap_s: float,
+        cpu_s: float = 0.0,  # host seconds per step (the pricing's CPU overhead)
+        extrapolated: bool = False,  # priced outside the profile's tables
     ) -> None:
         self.plan = plan
         self.features = features
@@ -125,6 +138,8 @@ class Run:
         self.interruptible = interruptible
         self.num_preempted = num_preempted
         self.swap_s = swap_s
+        self.cpu_s = cpu_s
+        self.extrapolated = extrapolated
 
 
 class Instance:
@@ -177,6 +192,9 @@ class Instance:
         self._waiting_work = 0  # remaining work of the waiting requests
         # prefix caching: tokens and full blocks looked up at admissions, and those found
         self.cache_lookups = {"tokens": 0, "hit_tokens": 0, "blocks": 0, "hit_blocks": 0}
+        # pricing: steps priced outside the profile's tables, host seconds of CPU overhead
+        self.num_extrapolated_steps = 0
+        self.cpu_overhead_s = 0.0
         self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
         self._run: Run | None = None
         self._busy = False
@@ -477,7 +495,10 @@ class Instance:
             prefill_tokens * prefill_tokens if repeats else 0,
             chunks,
         )
-        first_s, increment_s = self.cost.run_times(features)
+        cost = self.cost
+        first_s, increment_s = cost.run_times(features)
+        extrapolated = cost.last_extrapolated
+        cpu_s = cost.cpu_overhead_s(features)
         num_steps = 1
         if repeats and not plan.preempt and not plan.swap_in:
             num_steps = min(plan.repeat, batch.steps_to_finish())
@@ -495,6 +516,8 @@ class Instance:
             plan.interruptible and num_steps > 1,
             num_preempted,
             swap_s,
+            cpu_s,
+            extrapolated,
         )
 
     def _move(
@@ -654,6 +677,10 @@ class Instance:
         """Apply the first `num_steps` unapplied steps of `run` (all of it, or those that ended
         before an outside look); returns when they ended."""
         plan, times, batch, pool = run.plan, run.times, self.batch, self.pool
+        if run.extrapolated:
+            self.num_extrapolated_steps += num_steps
+        if run.cpu_s:
+            self.cpu_overhead_s += run.cpu_s * num_steps
         growth = batch.growth(num_steps, times) if plan.decode else NO_GROWTH
         stored_growth = batch.size if plan.decode else 0
         chunk_run = num_steps > 1 and plan.prefill

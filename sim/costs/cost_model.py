@@ -46,6 +46,7 @@ class CostModel:
     # analytic forms hold everywhere: nothing is extrapolated (the table model counts its own)
     num_extrapolated = 0
     last_extrapolated = False
+    has_tables = False  # whether steps can fall outside measured tables
 
     def __init__(self, profile: Profile) -> None:
         c = profile.coefficients

@@ -114,6 +114,7 @@ class KnobbedPricer:
         self.cpu_step_s, self.cpu_seq_s, self.overlap = cpu.per_step_s, cpu.per_seq_s, cpu.overlap
         self.num_extrapolated = 0
         self.last_extrapolated = False
+        self.has_tables: bool = getattr(base, "has_tables", False)
         self._last: tuple[StepFeaturesLike | None, int] = (None, 0)
 
     def padded(self, features: StepFeaturesLike) -> tuple[int, int]:

@@ -34,6 +34,8 @@ from sim.costs.tables import INF, GridLookup, dense_linear
 class TableCostModel:
     """Prices steps with a table profile (see the module docstring)."""
 
+    has_tables = True
+
     def __init__(self, profile: Profile) -> None:
         table = profile.table
         if table is None:

@@ -41,6 +41,8 @@ OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("prefix hit %", "prefix_cache_hit_rate", 100.0, "{:.1f}"),
     ("prefill saved M tok", "prefill_tokens_saved", 1e-6, "{:.2f}"),
     ("cache evictions", "prefix_cache_evictions", 1.0, "{:.0f}"),
+    ("CPU overhead s", "cpu_overhead_s", 1.0, "{:.2f}"),
+    ("steps off the tables", "profile_extrapolated_steps", 1.0, "{:.0f}"),
     ("workload dropped", "workload_dropped_requests", 1.0, "{:.0f}"),
     ("workload clipped", "workload_clipped_prompts", 1.0, "{:.0f}"),
 )

@@ -53,6 +53,9 @@ def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue
     )
 
 
+NO_TOKEN_BUDGET = 1 << 62  # `max_num_batched_tokens: null`: more than any step can hold
+
+
 def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -> Policy:
     """The policy a `policy` mapping describes, for a pool of `kv_blocks_total` blocks."""
     if isinstance(spec, StaticPolicySpec):
@@ -63,9 +66,11 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             kv_reservation=spec.kv_reservation,
             pad_prompts=spec.pad_prompts,
         )
+    budget = spec.max_num_batched_tokens
     limits = dict(
         max_num_seqs=spec.max_num_seqs,
-        max_num_batched_tokens=spec.max_num_batched_tokens,
+        # no budget: a step's tokens are bounded by seats and memory only
+        max_num_batched_tokens=NO_TOKEN_BUDGET if budget is None else budget,
         max_model_len=max_model_len,
         watermark_blocks=int(spec.watermark * kv_blocks_total),
         reservation=make_reservation(spec.kv_reservation, max_model_len),

@@ -134,12 +134,14 @@ class _IterationLevelSpec(_Strict):
 
 class ContinuousPolicySpec(_IterationLevelSpec):
     name: Literal["continuous"]
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    # tokens per step; null: no budget (Orca-style mixed batching: whole prompts join a step
+    # whatever their length, bounded only by seats and KV memory)
+    max_num_batched_tokens: int | None = Field(default=8192, gt=0, le=1_000_000_000)
     mode: Literal["prefill_first", "mixed"] = "prefill_first"
 
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ContinuousPolicySpec:
-        if self.mode == "mixed":
+        if self.mode == "mixed" and self.max_num_batched_tokens is not None:
             self._check_budget(self.max_num_batched_tokens, " in mixed mode")
         return self
 
@@ -186,6 +188,10 @@ class MetricsSpec(_Strict):
     # requests arriving in the first warmup_s / last cooldown_s are left out of the statistics
     warmup_s: float = Field(default=0.0, ge=0)
     cooldown_s: float = Field(default=0.0, ge=0)
+    # TPOT: the time from the first token to the last over the tokens after the first
+    # (after_first, this project's definition), or over every output token (per_output_token,
+    # the decode time normalized by the output length, as some simulators report it)
+    tpot: Literal["after_first", "per_output_token"] = "after_first"
 
 
 class EngineSpec(_Strict):

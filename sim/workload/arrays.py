@@ -31,6 +31,12 @@ class Sessions:
     session: np.ndarray  # int64 per request
     next_turn: np.ndarray | None = None  # int64 per request
     think_s: np.ndarray | None = None  # float64 per request: the wait before its next turn
+    names: np.ndarray | None = None  # a trace's session ids by label (None: the labels)
+
+    def labels_of(self, ids: np.ndarray) -> np.ndarray:
+        """The session of each of `ids` as the requests table shows it."""
+        labels = self.session[ids]
+        return labels if self.names is None else self.names[labels]
 
     @property
     def closed_loop(self) -> bool:
@@ -61,6 +67,8 @@ class RequestArrays:
     sessions: Sessions | None = None
     # requests a trace had that the workload dropped or clipped (reported in the summary)
     notes: dict[str, int] = field(default_factory=dict)
+    # each request's id in the trace it came from (strings; None: no id column)
+    source_id: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
@@ -68,6 +76,8 @@ class RequestArrays:
             object.__setattr__(self, "tier_index", np.zeros(n, dtype=np.int64))
         if self.predicted_output_tokens is None:
             object.__setattr__(self, "predicted_output_tokens", self.output_tokens.copy())
+        if self.source_id is not None and len(self.source_id) != n:
+            raise ValueError(f"source_id has {len(self.source_id)} entries, expected {n}")
         names = ("prompt_tokens", "output_tokens", "class_index", "tier_index")
         for name in (*names, "predicted_output_tokens"):
             if len(getattr(self, name)) != n:

@@ -121,17 +121,21 @@ def _from_trace(
     sessions: Sessions | None = None
     tier_index: np.ndarray | None = None
     tier_names: tuple[str, ...] = ("default",)
+    columns = {
+        key: name
+        for key in ("tier_column", "id_column", "session_column")
+        if (name := getattr(trace, key))
+    }
     if trace.format == "mooncake":
-        if trace.tier_column:
+        for key in columns:
             raise ScenarioError(
-                "a mooncake trace has no columns: tier_column does not apply",
-                path="workload.trace.tier_column",
+                f"a mooncake trace has no columns: {key} does not apply",
+                path=f"workload.trace.{key}",
             )
         moon = read_mooncake(path)
         times, prompts, outputs = moon.arrival_s, moon.prompt_tokens, moon.output_tokens
     else:
-        extra = (trace.tier_column,) if trace.tier_column else ()
-        data = read_trace(path, trace.format, extra)
+        data = read_trace(path, trace.format, tuple(columns.values()))
         times, prompts, outputs = data.arrival_s, data.prompt_tokens, data.output_tokens
     end_s = np.inf if trace.end_s is None else trace.end_s
     keep = np.flatnonzero((times >= trace.start_s) & (times < end_s))
@@ -144,7 +148,8 @@ def _from_trace(
             f"{float(times[-1]):.3f} s)",
             path="workload.trace",
         )
-    arrival_s = (times[keep] - times[keep[0]]) / trace.rate_scale
+    origin = 0.0 if trace.keep_origin else times[keep[0]]  # the trace's clock, or the window's
+    arrival_s = (times[keep] - origin) / trace.rate_scale
     # Caps in simulated time; arrival_s is sorted (the readers reject out-of-order rows).
     count = len(keep)
     if spec.num_requests is not None:
@@ -177,9 +182,18 @@ def _from_trace(
         ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
         content = Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt.copy())
         sessions = Sessions(session=moon.session[keep])  # conversation labels (see mooncake)
-    elif trace.tier_column:
-        codes, uniques = pd.factorize(data.extra[trace.tier_column][keep])
-        tier_index, tier_names = codes.astype(np.int64), tuple(str(u) for u in uniques)
+    source_id: np.ndarray | None = None
+    if trace.format != "mooncake":
+        if trace.tier_column:
+            codes, uniques = pd.factorize(data.extra[trace.tier_column][keep])
+            tier_index, tier_names = codes.astype(np.int64), tuple(str(u) for u in uniques)
+        if trace.id_column:
+            source_id = data.extra[trace.id_column][keep].astype(object)
+        if trace.session_column:
+            labels, names = pd.factorize(data.extra[trace.session_column][keep])
+            sessions = Sessions(
+                session=labels.astype(np.int64), names=np.asarray(names, dtype=object)
+            )
     return RequestArrays(
         arrival_s=arrival_s.copy(),
         prompt_tokens=prompt,
@@ -191,4 +205,5 @@ def _from_trace(
         content=content,
         sessions=sessions,
         notes=notes,
+        source_id=source_id,
     )

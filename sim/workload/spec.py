@@ -202,6 +202,14 @@ class TraceSpec(_Strict):
     max_rows: int | None = Field(default=None, gt=0)
     # an extra column holding each request's service tier (absent: every request "default")
     tier_column: str | None = Field(default=None, min_length=1)
+    # extra columns carried into the requests table: the trace's own request id (column
+    # `source_id`), and a session id (column `session`; session_sticky routing keeps a session
+    # on one instance)
+    id_column: str | None = Field(default=None, min_length=1)
+    session_column: str | None = Field(default=None, min_length=1)
+    # arrivals on the trace's own clock (seconds since its first row) instead of since the
+    # window's first request: a replayed window lines up with the source
+    keep_origin: bool = False
     # requests longer than the model's context (prompt + output > max_model_len): kept (and
     # rejected by the policy, counted), dropped from the workload, or their prompt clipped;
     # dropped and clipped requests are counted in the summary
@@ -211,6 +219,11 @@ class TraceSpec(_Strict):
     def _window(self) -> TraceSpec:
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be > start_s ({self.start_s})")
+        named = [c for c in (self.tier_column, self.id_column, self.session_column) if c]
+        if len(set(named)) < len(named):
+            raise ValueError(
+                "tier_column, id_column and session_column must name different columns"
+            )
         return self
 
 
