@@ -97,6 +97,8 @@ CP = "scenarios/chunked_prefill.yaml"
 DG = "scenarios/disaggregation_goodput.yaml"
 KV = "scenarios/kv_paging.yaml"
 PC = "scenarios/prefix_caching.yaml"
+PR = "scenarios/profile_comparison.yaml"
+AZURE = (ROOT / "scenarios" / "../../shared/traces/azure_llm_2023_conv.csv").resolve()
 # the public trace prefix_caching.yaml replays, where the scenario's relative path points
 MOONCAKE = (ROOT / "scenarios" / "../../shared/traces/mooncake_conversation.jsonl").resolve()
 S, MS, PCT = 1.0, 1e3, 100.0
@@ -106,6 +108,7 @@ disagg = functools.partial(m, "disaggregation_goodput")
 paging = functools.partial(m, "kv_paging")
 quick = functools.partial(m, "quickstart")
 caching = functools.partial(m, "prefix_caching")
+pricing = functools.partial(m, "profile_comparison")
 
 # fmt: off
 QUOTES: list[Quote] = [
@@ -172,6 +175,17 @@ QUOTES: list[Quote] = [
     Quote(PC, rf"which raises its TTFT p99 by {NUM}% over least-load",
           (ratio(caching("session-sticky", "ttft_p99_s"), caching("least-load", "ttft_p99_s"),
                  True),), MOONCAKE),
+    *_rows(PR, "profile_comparison",
+           rf"{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM}\n",
+           [("ttft_p50_s", MS), ("ttft_p99_s", MS), ("tpot_p50_s", MS), ("tpot_p99_s", MS),
+            ("e2e_p50_s", S), ("e2e_p99_s", S), ("mean_batch_size", S)],
+           ["roofline", "fitted", "table"], AZURE),
+    Quote(PR, rf"its TPOT p50 is {NUM}% below",
+          (cut(pricing("fitted", "tpot_p50_s"), pricing("roofline", "tpot_p50_s")),), AZURE),
+    Quote(PR, rf"so its TTFT p99 is {NUM}% lower",
+          (cut(pricing("fitted", "ttft_p99_s"), pricing("table", "ttft_p99_s")),), AZURE),
+    Quote(PR, rf"{NUM} step groups fell outside",
+          (pricing("table", "profile_extrapolated_steps"),), AZURE),
     Quote("README.md", rf"\| SLO attainment \(TTFT 2 s, TPOT 100 ms\) \| {NUM} % \| {NUM} % \|",
           (quick("static", "slo_attainment", PCT), quick("continuous", "slo_attainment", PCT))),
     Quote("README.md", rf"\| TTFT p50 / p99 \| {NUM} s / {NUM} s \| {NUM} ms / {NUM} ms \|",

@@ -21,17 +21,24 @@ def test_every_quoted_figure_matches_a_fresh_run() -> None:
 
 
 def test_figures_of_public_traces_are_checked_where_the_trace_is() -> None:
-    # prefix_caching.yaml replays the Mooncake trace, which is not part of the repository:
-    # its figures are checked (above) only on a machine that has it
+    # prefix_caching.yaml and profile_comparison.yaml replay public traces that are not part of
+    # the repository: their figures are checked (above) only on a machine that has them
     away = [q for q in QUOTES if not q.available]
     if away:
-        pytest.skip(f"{len(away)} quoted rows need {away[0].needs}, absent here")
+        missing = sorted({str(q.needs) for q in away})
+        pytest.skip(f"{len(away)} quoted rows need {', '.join(missing)}, absent here")
     assert sum(q.needs is not None for q in QUOTES) >= 5
 
 
 def test_the_shipped_documents_are_covered() -> None:
     docs = {q.doc for q in QUOTES}
-    scenarios = ("chunked_prefill", "disaggregation_goodput", "kv_paging", "prefix_caching")
+    scenarios = (
+        "chunked_prefill",
+        "disaggregation_goodput",
+        "kv_paging",
+        "prefix_caching",
+        "profile_comparison",
+    )
     assert docs == {"README.md", *(f"scenarios/{name}.yaml" for name in scenarios)}
     assert sum(len(q.values) for q in QUOTES) >= 90
 
