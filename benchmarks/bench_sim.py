@@ -8,7 +8,8 @@ Each size runs in a fresh process, so peak RSS belongs to that run alone.
 
     python benchmarks/bench_sim.py                  # 10k and 100k requests
     python benchmarks/bench_sim.py --sizes 1000000  # any sizes
-    python benchmarks/bench_sim.py --policy static  # the other policy
+    python benchmarks/bench_sim.py --policy static  # another policy (chunked, mixed, ...)
+    python benchmarks/bench_sim.py --policy cached  # prefix caching (vs --policy uncached)
     python benchmarks/bench_sim.py --stream --sizes 10000000   # no tables: summary streamed
 
 `us/req` is the wall time per simulated request: flat across sizes means the cost is linear in
@@ -43,8 +44,13 @@ BASE: dict[str, Any] = {
 POLICIES = {
     "continuous": {"name": "continuous"},
     "mixed": {"name": "continuous", "mode": "mixed"},
+    "chunked": {"name": "chunked"},
     "static": {"name": "static", "max_batch_size": 32},
+    # prefix caching, on the same lengths behind 16 shared 512-token system prompts (Zipf)
+    "cached": {"name": "continuous", "prefix_caching": True},
+    "uncached": {"name": "continuous"},  # the same prompts, caching off: the baseline for it
 }
+SHARED_PREFIX = {"num_prefixes": 16, "zipf": 1.0, "length": {"dist": "fixed", "value": 512}}
 
 
 def one_run(num_requests: int, rate: float, policy: str, stream: bool = False) -> dict[str, Any]:
@@ -54,6 +60,8 @@ def one_run(num_requests: int, rate: float, policy: str, stream: bool = False) -
     raw["workload"]["num_requests"] = num_requests
     raw["workload"]["arrival"]["rate"] = rate
     raw["policy"] = POLICIES[policy]
+    if policy in ("cached", "uncached"):
+        raw["workload"]["shared_prefix"] = SHARED_PREFIX
     scenario = load_scenario_dict(raw)
     start = time.perf_counter()
     results = simulate(scenario, tables=not stream)

@@ -72,24 +72,28 @@ class PrefixCachingPool(BlockManager):
             raise AssertionError(f"KV pool: {num_blocks} blocks asked, {self.num_free} free")
         raw = min(num_blocks, self._free)
         self._free -= raw
-        for _ in range(num_blocks - raw):
-            self.lru.popitem(last=False)
-            self.num_evictions += 1
+        evict = num_blocks - raw
+        if evict:
+            pop = self.lru.popitem
+            for _ in range(evict):
+                pop(False)
+            self.num_evictions += evict
 
     def acquire(self, req: Request, num_blocks: int) -> int:
         """`req` starts from its first `num_blocks` cached blocks; returns how many of them were
         already in use by others (shared: their tokens are stored once)."""
         shared = 0
         hashes = req.block_hashes(self.block_size)[:num_blocks]
+        refs, lru = self.refs, self.lru
         for block_hash in hashes:
-            count = self.refs.get(block_hash)
+            count = refs.get(block_hash)
             if count is None:
-                del self.lru[block_hash]  # a KeyError here: the plan's hit was not cached
-                self.refs[block_hash] = 1
+                del lru[block_hash]  # a KeyError here: the plan's hit was not cached
+                refs[block_hash] = 1
             else:
-                self.refs[block_hash] = count + 1
+                refs[block_hash] = count + 1
                 shared += 1
-            req.cached_blocks.append(block_hash)
+        req.cached_blocks.extend(hashes)
         req.set_kv_blocks(req.kv_blocks + num_blocks)
         return shared
 
@@ -99,11 +103,18 @@ class PrefixCachingPool(BlockManager):
         hashes = req.block_hashes(self.block_size)
         full = min(upto_tokens // self.block_size, len(hashes))
         mine = req.cached_blocks
-        for index in range(len(mine), full):
-            block_hash = hashes[index]
-            if block_hash in self.refs or block_hash in self.lru:
+        new = hashes[len(mine) : full]
+        if not new:
+            return
+        refs, lru = self.refs, self.lru
+        if refs.keys().isdisjoint(new) and lru.keys().isdisjoint(new):  # the common case
+            refs.update(dict.fromkeys(new, 1))
+            mine.extend(new)
+            return
+        for block_hash in new:
+            if block_hash in refs or block_hash in lru:
                 return  # computed twice: this copy stays private, and so do the rest
-            self.refs[block_hash] = 1
+            refs[block_hash] = 1
             mine.append(block_hash)
 
     def release(self, req: Request) -> int:
@@ -112,15 +123,15 @@ class PrefixCachingPool(BlockManager):
         held = req.kv_blocks
         cached = req.cached_blocks
         shared = 0
-        lru = self.lru
+        refs, lru = self.refs, self.lru
+        pop = refs.pop
         # the tail first, as vLLM does: a prefix's later blocks are evicted before its first
         for block_hash in reversed(cached):
-            count = self.refs[block_hash] - 1
-            if count:
-                self.refs[block_hash] = count
+            count = pop(block_hash)
+            if count > 1:  # others still hold it
+                refs[block_hash] = count - 1
                 shared += 1
             else:
-                del self.refs[block_hash]
                 lru[block_hash] = None  # most recently freed: evicted last
         self.shared_tokens_delta = shared * self.block_size
         plain = held - len(cached)

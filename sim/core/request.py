@@ -34,6 +34,10 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
+
+from sim.core.block_hash import block_hashes
+
 
 class _Batch(Protocol):
     """What a member reads of its decode batch (`sim.core.decode_batch.DecodeBatch`)."""
@@ -115,7 +119,7 @@ class Request:
         predicted_output_tokens: int = 0,
         *,
         session: int = -1,
-        content: Sequence[int] = (),
+        content: Sequence[int] | np.ndarray = (),
         content_unit: int = 0,
         content_tokens: int = 0,
     ) -> None:
@@ -152,7 +156,7 @@ class Request:
         # prefix caching: what the tokens are (a content id per `content_unit` tokens, equal ids
         # meaning equal tokens), the chained hashes of its full blocks (per block size), the
         # hashes of the cached blocks it holds, and the prompt tokens it found cached
-        self.content: Sequence[int] = content
+        self.content: Sequence[int] | np.ndarray = content
         self.content_unit = content_unit
         self.content_tokens = content_tokens  # how many of its tokens the content describes
         self._hashes: tuple[int, ...] = ()
@@ -240,19 +244,7 @@ class Request:
             return self._hashes
         unit = self.content_unit
         covered = min(len(self.content) * unit, self.content_tokens) if unit else 0
-        hashes = []
-        chained = 0
-        content = self.content
-        for b in range(covered // block_size):
-            start = b * block_size
-            # the content units the block covers, and where in the first one it starts
-            key = (
-                tuple(content[start // unit : (start + block_size - 1) // unit + 1]),
-                start % unit,
-            )
-            chained = hash((chained, key))
-            hashes.append(chained)
-        self._hashes = tuple(hashes)
+        self._hashes = block_hashes(self.content, unit, covered, block_size)
         self._hash_bs = block_size
         return self._hashes
 

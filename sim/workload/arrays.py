@@ -18,9 +18,9 @@ class Content:
     unit: int
     tokens: np.ndarray  # int64, per request
 
-    def of(self, i: int) -> list[int]:
-        ids: list[int] = self.ids[self.offsets[i] : self.offsets[i + 1]].tolist()
-        return ids
+    def of(self, i: int) -> np.ndarray:
+        """Request i's content ids (a read-only view)."""
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
 
 
 @dataclass(frozen=True)

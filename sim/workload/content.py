@@ -24,14 +24,6 @@ _PREFIX_BASE = 1 << 40  # prefix k's unit j: _PREFIX_BASE + k * 2**24 + j
 _OWN_BASE = 1 << 50  # owner o's unit j: _OWN_BASE + o * 2**24 + j
 
 
-def prefix_unit(prefix: int, unit: int) -> int:
-    return _PREFIX_BASE + (prefix << 24) + unit
-
-
-def own_unit(owner: int, unit: int) -> int:
-    return _OWN_BASE + (owner << 24) + unit
-
-
 def draw_prefixes(
     spec: SharedPrefixSpec, n: int, rng: np.random.Generator, traces: TraceCache
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -44,29 +36,29 @@ def draw_prefixes(
     return prefix, np.where(uses, lengths[chosen], 0).astype(np.int64)
 
 
-def units(prefix: int, prefix_tokens: int, owner: int, total_tokens: int) -> list[int]:
-    """Content ids of a token sequence: the prefix's whole units, then units of its own."""
-    shared = prefix_tokens // UNIT_TOKENS if prefix >= 0 else 0
+def content_ids(
+    prefix: np.ndarray, prefix_tokens: np.ndarray, owner: np.ndarray, total_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Content ids of many token sequences at once, and where each one's start (`offsets`, one
+    more than sequences): sequence i has its prefix's whole units (none when prefix[i] < 0),
+    then units of its owner's own."""
+    shared = np.where(prefix >= 0, prefix_tokens // UNIT_TOKENS, 0)
     count = -(-total_tokens // UNIT_TOKENS)
-    return [prefix_unit(prefix, j) for j in range(shared)] + [
-        own_unit(owner, j) for j in range(shared, count)
-    ]
+    offsets = np.zeros(len(count) + 1, dtype=np.int64)
+    np.cumsum(count, out=offsets[1:])
+    position = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], count)
+    ids = np.where(
+        position < np.repeat(shared, count),
+        _PREFIX_BASE + (np.repeat(prefix, count) << 24) + position,
+        _OWN_BASE + (np.repeat(owner, count) << 24) + position,
+    )
+    return ids.astype(np.int64), offsets
 
 
 def build_content(
     prefix: np.ndarray, prefix_tokens: np.ndarray, prompt_tokens: np.ndarray
 ) -> Content:
     """Content of independent requests: request i owns its units (owner id i)."""
-    ids: list[int] = []
-    offsets = [0]
-    for i, (p, length, total) in enumerate(
-        zip(prefix.tolist(), prefix_tokens.tolist(), prompt_tokens.tolist(), strict=True)
-    ):
-        ids.extend(units(p, length, i, total))
-        offsets.append(len(ids))
-    return Content(
-        ids=np.asarray(ids, dtype=np.int64),
-        offsets=np.asarray(offsets, dtype=np.int64),
-        unit=UNIT_TOKENS,
-        tokens=prompt_tokens.copy(),
-    )
+    owner = np.arange(len(prompt_tokens), dtype=np.int64)
+    ids, offsets = content_ids(prefix, prefix_tokens, owner, prompt_tokens)
+    return Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt_tokens.copy())

@@ -20,7 +20,7 @@ import numpy as np
 
 from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.arrivals import sample_arrivals
-from sim.workload.content import UNIT_TOKENS, draw_prefixes, units
+from sim.workload.content import UNIT_TOKENS, content_ids, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
 from sim.workload.spec import SessionSpec, SharedPrefixSpec, WorkloadSpec
 
@@ -57,7 +57,9 @@ def generate_sessions(
     next_turn = np.full(total, -1, dtype=np.int64)
     think_s = np.full(total, np.nan)
     arrival = np.full(total, np.nan)
-    ids: list[list[int]] = [[] for _ in range(total)]
+    owner = np.zeros(total, dtype=np.int64)  # the session whose history a turn's content is
+    owner_prefix = np.full(total, -1, dtype=np.int64)
+    owner_prefix_tokens = np.zeros(total, dtype=np.int64)
     later = num
     draw = 0  # index into the per-turn draws
     for i in range(num):
@@ -75,19 +77,13 @@ def generate_sessions(
             prompt[rid] = history
             out[rid] = output[draw]
             session[rid] = i
-            # its content covers its answer too: the next turn's prompt holds it
-            ids[rid] = units(int(prefix[i]), int(prefix_tokens[i]), i, history + int(out[rid]))
+            # its content covers its answer too (the next turn's prompt holds it)
+            owner[rid], owner_prefix[rid], owner_prefix_tokens[rid] = i, prefix[i], prefix_tokens[i]
             history += int(out[rid])
             previous = rid
             draw += 1
-    offsets = np.zeros(total + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(x) for x in ids])
-    content = Content(
-        ids=np.asarray([u for x in ids for u in x], dtype=np.int64),
-        offsets=offsets,
-        unit=UNIT_TOKENS,
-        tokens=prompt + out,
-    )
+    ids, offsets = content_ids(owner_prefix, owner_prefix_tokens, owner, prompt + out)
+    content = Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt + out)
     return RequestArrays(
         arrival_s=arrival,
         prompt_tokens=prompt,
