@@ -16,6 +16,7 @@ schedules) with the linear profile's.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import subprocess
 import sys
@@ -23,22 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_sim
+
 ROOT = Path(__file__).resolve().parents[1]
 VIDUR = ROOT / "calibration" / "profiles" / "imported" / "vidur"
-BASE: dict[str, Any] = {
-    "name": "bench",
-    "seed": 7,
-    "workload": {
-        "num_requests": 10_000,
-        "arrival": {"process": "poisson", "rate": 1.0},
-        "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.5, "max": 3000},
-        "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 0.99, "max": 1000},
-    },
-    "model": "llama-2-7b",
-    "hardware": "h100-sxm",
-    "profile": "roofline",
-    "policy": {"name": "continuous"},
-}
+# bench_sim.py's workload and model, on an H100 (the GPU the Vidur table profile measured)
+BASE: dict[str, Any] = {**copy.deepcopy(bench_sim.BASE), "hardware": "h100-sxm"}
 KNOBS = {
     "cuda_graph_capture_sizes": "vllm",
     "pad_tokens_to": 8,

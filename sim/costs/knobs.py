@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 from pydantic import ConfigDict, Field, field_validator
 
 from sim.costs.features import StepFeaturesLike
+from sim.costs.priced_runs import PricedRuns
 from sim.inputs.strict_model import StrictModel
 
 VLLM_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
@@ -97,7 +98,7 @@ class BasePricer(Protocol):
         ...
 
 
-class KnobbedPricer:
+class KnobbedPricer(PricedRuns):
     """A cost model with CUDA-graph padding, token padding and CPU overhead priced on top."""
 
     def __init__(self, base: BasePricer, pricing: PricingSpec) -> None:
@@ -142,17 +143,8 @@ class KnobbedPricer:
                 first, increment, steps = _overlapped(first, increment, steps, cpu)
         return first, increment, steps, outside
 
-    def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
-        first, increment, steps, outside = self.times(features)
-        self.last_extrapolated = outside
-        if outside:
-            self.num_extrapolated += 1
-        self._last = (features, steps)
-        return first, increment
-
-    def linear_steps(self, features: StepFeaturesLike) -> int:
-        last, steps = self._last
-        return steps if last is features else self.times(features)[2]
+    def _times(self, features: StepFeaturesLike) -> tuple[float, float, int, bool]:
+        return self.times(features)
 
 
 def _overlapped(first: float, increment: float, steps: int, cpu: float) -> tuple[float, float, int]:

@@ -27,11 +27,12 @@ import math
 from sim.costs.cost_model import CostModel
 from sim.costs.features import StepFeaturesLike, chunk_shapes
 from sim.costs.knobs import BIG
+from sim.costs.priced_runs import PricedRuns
 from sim.costs.profile import Profile
 from sim.costs.tables import INF, GridLookup, dense_linear
 
 
-class TableCostModel:
+class TableCostModel(PricedRuns):
     """Prices steps with a table profile (see the module docstring)."""
 
     has_tables = True
@@ -55,23 +56,8 @@ class TableCostModel:
         self.last_extrapolated = False
         self._last: tuple[StepFeaturesLike | None, int] = (None, 0)
 
-    def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
-        """The first step's seconds, and how much longer each repeated step is."""
-        first, increment, steps, outside = self.price(
-            features, features.num_tokens, features.num_seqs
-        )
-        self.last_extrapolated = outside
-        if outside:
-            self.num_extrapolated += 1
-        self._last = (features, steps)
-        return first, increment
-
-    def linear_steps(self, features: StepFeaturesLike) -> int:
-        """How many repeated steps stay on the linear piece of the step just priced."""
-        last, steps = self._last
-        if last is features:
-            return steps
-        return self.price(features, features.num_tokens, features.num_seqs)[2]
+    def _times(self, features: StepFeaturesLike) -> tuple[float, float, int, bool]:
+        return self.price(features, features.num_tokens, features.num_seqs)
 
     def cpu_overhead_s(self, features: StepFeaturesLike) -> float:
         """Host seconds per step: none unless the pricing knobs add some (`sim.costs.knobs`)."""
