@@ -292,3 +292,23 @@ def test_cache_aware_routers_run_a_cluster(tmp_path: Path) -> None:
     # affinity sends each request where its prefix is: every hit one instance would have
     assert out["prefix_affinity"].summary()["prefill_tokens_saved"] == sum(expected_hits(ROWS, 16))
     assert math.isfinite(out["least_outstanding_tokens"].summary()["ttft_p99_s"])
+
+
+def test_the_prefill_pool_of_a_disaggregated_cluster_caches() -> None:
+    raw = scenario(
+        policy={"name": "chunked", "max_num_seqs": 8, "block_size": 4, "prefix_caching": True},
+        workload=_session_workload(),
+        model=tiny_model(),
+        hardware=tiny_hardware(10_000),
+        disaggregation={
+            "prefill": {"count": 1},
+            "decode": {"count": 1},
+            "link": {"bandwidth_gb_per_s": 1.0},
+        },
+    )
+    res = simulate(load_scenario_dict(raw))["default"]
+    req = res.requests.set_index("id")
+    assert not req["rejected"].any() and req["finish_s"].notna().all()
+    # later turns find their history cached on the prefill instance, as on a colocated one
+    assert (req.loc[3:, "num_cached_tokens"] > 0).all()
+    assert (req.loc[[0, 1, 2], "num_cached_tokens"] == 0).all()
