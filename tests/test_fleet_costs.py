@@ -36,9 +36,13 @@ def test_price_and_power_are_overridable_and_checked() -> None:
     assert (hw.economics.usd_per_gpu_hour, hw.economics.tdp_w) == (2.5, 600)
     assert hw.economics.idle_w == pytest.approx(IDLE_FRACTION * 600)  # follows the given TDP
     custom = HardwareSpec.model_validate(
-        {"name": "my-gpu", "memory_bytes": 10**10, "hbm_bandwidth_bytes_per_s": 1e12,
-         "peak_flops": 1e14}
-    )  # fmt: skip
+        {
+            "name": "my-gpu",
+            "memory_bytes": 10**10,
+            "hbm_bandwidth_bytes_per_s": 1e12,
+            "peak_flops": 1e14,
+        }
+    )
     assert all(math.isnan(x) for x in vars(custom.economics).values())
     with pytest.raises(ValueError, match="idle_w"):
         HardwareSpec.model_validate({"name": "a100-80g", "idle_w": 500})
@@ -94,8 +98,12 @@ def test_disaggregated_pools_are_both_priced() -> None:
 
 
 def test_a_gpu_without_a_price_has_no_fleet_cost_but_still_runs() -> None:
-    gpu = {"name": "my-gpu", "memory_bytes": 80 * 2**30, "hbm_bandwidth_bytes_per_s": 2e12,
-           "peak_flops": 3e14}  # fmt: skip
+    gpu = {
+        "name": "my-gpu",
+        "memory_bytes": 80 * 2**30,
+        "hbm_bandwidth_bytes_per_s": 2e12,
+        "peak_flops": 3e14,
+    }
     s = sim.simulate(scenario(hardware=gpu))["default"].summary()
     assert s["num_gpus"] == 1 and math.isnan(s["usd_per_million_output_tokens"])
     assert set(FLEET_METRICS) <= set(s)

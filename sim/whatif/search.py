@@ -1,0 +1,243 @@
+"""Deployment search: the cheapest fleet (or the one using least energy) that serves a workload
+at its rate under its SLOs, over a space of GPUs, tensor-parallel degrees, layouts and policies.
+
+    search("scenario.yaml", "space.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20)
+
+The scenario gives the workload (synthetic arrivals or a trace), the model, the step-cost profile
+(roofline by default, computed for each GPU and degree), the per-request SLO targets and the
+metrics window; the space (`sim.whatif.search_space`) gives what to vary; the SLOs are written as
+for `batchsim capacity` (`ttft_p99=2`, `slo_attainment>=0.99`). The rate is the workload's own
+(its arrival rate, or a trace's rate at its `rate_scale`) unless given.
+
+Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
+
+1. set aside what cannot run (`search_space.expand`: the model does not fit, the degree cannot
+   shard it, static batching split into pools, a unit larger than `max_instances`);
+2. size one unit of every other configuration (`search_probe.unit_capacity`) and prune with what
+   that tells (`search_prune`: configurations that cannot meet the SLOs, and those dominated);
+3. find the fewest units of each survivor at the rate (`search_probe.fleet_search`), starting
+   from the estimate `ceil(rate / unit capacity)`, confirmed on every seed;
+4. rank by the objective (`search_result`): the fleet's dollars per hour (`cost`) or its joules
+   per output token (`energy`), with the Pareto front of cost against TTFT p99.
+
+`exhaustive=True` skips phase 2 and sizes every fleet from one unit: the reference the pruned
+search is checked against. Each configuration's phase result is saved as it finishes under
+`<out>/configs/` (keyed by a hash of the question, the configuration and the phase), so an
+interrupted search resumes where it stopped; every result is deterministic, so the answer is the
+same whatever the backend, the worker count and the interruptions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from sim.errors import ScenarioError
+from sim.io.destination import check_sweep_folder
+from sim.whatif.capacity import SLO
+from sim.whatif.search_probe import Question, Task, max_units
+from sim.whatif.search_prune import Unit, estimate_units, prune
+from sim.whatif.search_question import Source, prepare
+from sim.whatif.search_result import SUMMARY_COLUMNS, SearchResult, build_table
+from sim.whatif.search_runs import Runner, Store, digest
+from sim.whatif.search_space import Config
+from sim.whatif.sweep_backends import check_ray, default_workers
+
+Objective = Literal["cost", "energy"]
+
+
+def _check_flags(objective: str, tolerance: float, workers: int | None, backend: str) -> None:
+    if objective not in ("cost", "energy"):
+        raise ScenarioError(f"--objective {objective!r}: expected 'cost' or 'energy'")
+    if not 0 < tolerance < 1:
+        raise ScenarioError(f"--tolerance {tolerance}: must be between 0 and 1")
+    if workers is not None and workers < 1:
+        raise ScenarioError(f"--workers {workers}: must be at least 1")
+    if backend not in ("local", "ray"):
+        raise ScenarioError(f"--backend {backend!r}: expected 'local' or 'ray'")
+
+
+def search(
+    scenario: Source,
+    space: str | os.PathLike[str] | Mapping[str, Any],
+    slos: Sequence[str | SLO],
+    *,
+    rate: float | None = None,
+    objective: Objective = "cost",
+    overrides: Sequence[str] = (),
+    tolerance: float = 0.1,
+    repeats: int = 2,
+    exhaustive: bool = False,
+    backend: Literal["local", "ray"] = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    out: str | Path | None = None,
+    resume: bool = True,
+    progress: bool = False,
+) -> SearchResult:
+    """The configurations of `space` ranked by what their fewest instances serving `scenario`'s
+    workload at `rate` (default: its own) under `slos` cost; see the module docstring. The
+    scenario is a YAML path, a mapping or a loaded `ScenarioSet`, the space a YAML path or a
+    mapping. Writes files only when `out` is given (`sim.whatif.search_output`)."""
+    started = time.perf_counter()
+    _check_flags(objective, tolerance, workers, backend)
+    prepared = prepare(
+        scenario,
+        space,
+        slos,
+        rate=rate,
+        overrides=overrides,
+        tolerance=tolerance,
+        repeats=repeats,
+        objective=objective,
+    )
+    question, runnable = prepared.question, prepared.runnable
+    if out is not None:
+        check_sweep_folder(Path(out), "search")
+    if backend == "ray":
+        check_ray(address)
+    count = workers or default_workers()
+    runner = Runner(
+        Store(Path(out) if out is not None else None, resume), backend, count, address, progress
+    )
+    fingerprint = digest(
+        [
+            question.raw,
+            question.file,
+            question.rate_rps,
+            question.native_rps,
+            [str(s) for s in question.slos],
+            question.seeds,
+            question.tolerance,
+            question.max_instances,
+            question.router,
+            question.link,
+        ]
+    )
+
+    def task(phase: str, config: Config, start: int = 1) -> Task:
+        return Task(digest([fingerprint, phase, config.id, start]), phase, config, question, start)
+
+    units: dict[str, dict[str, Any]] = {}
+    pruned: dict[str, tuple[str, str]] = {}
+    starts = {c.id: 1 for c in runnable}
+    with runner.session():
+        if not exhaustive:
+            tasks = [task("unit", c) for c in runnable]
+            done = runner.run(tasks, "one unit")
+            units = {t.config.id: done[t.id] for t in tasks}
+            facts = [_unit(question, c, units[c.id]) for c in runnable]
+            starts = {u.config.id: u.estimate for u in facts}
+            pruned = prune(facts, objective, question.rate_rps / question.max_instances)
+        tasks = [task("fleet", c, starts[c.id]) for c in runnable if c.id not in pruned]
+        done = runner.run(tasks, "fleets")
+        fleets = {t.config.id: done[t.id] for t in tasks}
+    every = prepared.expanded.every
+    metrics = [s.metric for s in question.slos]
+    rows = [_row(c, prepared.aside, pruned, units, fleets, question, metrics) for c in every]
+    described = {
+        "scenario": prepared.name,
+        "file": question.file,
+        "space": prepared.space_file,
+        "rate_rps": question.rate_rps,
+        "workload": "trace" if question.native_rps is not None else "synthetic",
+        "native_rate_rps": question.native_rps,
+        "slos": [str(s) for s in question.slos],
+        "objective": objective,
+        "seeds": list(question.seeds),
+        "tolerance": tolerance,
+        "max_instances": question.max_instances,
+        "exhaustive": exhaustive,
+        "backend": backend,
+        "workers": count,
+        "wall_s": time.perf_counter() - started,
+    }
+    result = SearchResult(
+        build_table(rows, objective),
+        _counts(every, prepared.aside, pruned, units, fleets),
+        described,
+    )
+    if out is not None:
+        from sim.whatif.search_output import write_search
+
+        write_search(result, Path(out))
+    return result
+
+
+def _unit(question: Question, config: Config, result: dict[str, Any]) -> Unit:
+    capacity = float(result["capacity_rps"])
+    failing = math.inf if result["failing_rps"] is None else float(result["failing_rps"])
+    estimate = estimate_units(question.rate_rps, capacity, max_units(question, config))
+    return Unit(config, capacity, failing, estimate)
+
+
+def _row(
+    config: Config,
+    aside: dict[str, tuple[str, str]],
+    pruned: dict[str, tuple[str, str]],
+    units: dict[str, dict[str, Any]],
+    fleets: dict[str, dict[str, Any]],
+    question: Question,
+    slo_metrics: list[str],
+) -> dict[str, Any]:
+    """One configuration's row of the table (see `sim.whatif.search_result`)."""
+    unit, fleet = units.get(config.id), fleets.get(config.id)
+    row: dict[str, Any] = {"configuration": config.label, "status": "", "note": ""}
+    if unit is not None:
+        failing = unit["failing_rps"]
+        row["unit_capacity_rps"] = unit["capacity_rps"]
+        row["unit_failing_rps"] = math.inf if failing is None else failing
+    row["num_probes"] = sum(r["probes"] for r in (unit, fleet) if r is not None)
+    row["confirmed"] = bool(fleet and fleet["confirmed"])
+    if config.id in aside:
+        row["status"], row["note"] = aside[config.id]
+    elif config.id in pruned:
+        row["status"], row["note"] = pruned[config.id]
+    elif fleet is not None and fleet["found"]:
+        row["status"] = "found"
+        row["instances"] = fleet["instances"]
+        if config.prefill:
+            row["prefill"], row["decode"] = fleet["prefill"], fleet["decode"]
+        summary = fleet["summary"]
+        for key in (*SUMMARY_COLUMNS, *slo_metrics):
+            value = summary.get(key)
+            row[key] = math.nan if value is None else value
+    elif fleet is not None:
+        row["status"] = "no fleet"
+        row["note"] = f"no fleet of up to {question.max_instances} instances meets the SLOs"
+    row["gpu"], row["tensor_parallel"], row["layout"] = (
+        config.gpu,
+        config.tensor_parallel,
+        config.layout,
+    )
+    row["policy"], row["config_id"] = config.policy_label, config.id
+    return row
+
+
+def _counts(
+    every: list[Config],
+    aside: dict[str, tuple[str, str]],
+    pruned: dict[str, tuple[str, str]],
+    units: dict[str, dict[str, Any]],
+    fleets: dict[str, dict[str, Any]],
+) -> dict[str, Any]:
+    results = [*units.values(), *fleets.values()]
+    return {
+        "configurations": len(every),
+        "set_aside": len(aside),
+        "set_aside_by_reason": dict(Counter(why for why, _ in aside.values())),
+        "simulated": len(set(units) | set(fleets)),
+        "unit_searched": len(units),
+        "pruned": len(pruned),
+        "pruned_by_reason": dict(Counter(why for why, _ in pruned.values())),
+        "fleet_searched": len(fleets),
+        "found": sum(bool(f["found"]) for f in fleets.values()),
+        "confirmed": sum(bool(f["confirmed"]) for f in fleets.values()),
+        "probes": sum(int(r["probes"]) for r in results),
+        "requests": sum(int(r["requests"]) for r in results),
+    }

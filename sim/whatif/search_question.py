@@ -1,0 +1,169 @@
+"""The question a deployment search asks every configuration, checked before anything runs.
+
+From the scenario, the space and the flags: the base mapping (overrides applied), the rate to
+serve (the flag, else the workload's arrival rate, else a trace's rate at its `rate_scale`, with
+the trace's own rate measured over the requests it replays), the SLOs, the seeds, and the space
+expanded into configurations. Everything is validated first, so that a bad key fails in one line
+naming its file before minutes of simulation:
+
+* the scenario: no variants (the search varies the deployment itself); its model alone, then the
+  rest with the hardware of the first configuration that fits (the scenario's own hardware,
+  policy, cluster and disaggregation are replaced by each configuration's, so they need not fit);
+* the space (`sim.whatif.search_space`), each of its policies in the scenario, and every
+  configuration's scenario at one unit; the objective's figures (price, or TDP) of every GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.costs.catalog import ModelSpec
+from sim.errors import ScenarioError
+from sim.scenario.load import ResolvedScenario, ScenarioSet, load_scenario_dict, source_of
+from sim.whatif.capacity import SLO, parse_slos
+from sim.whatif.search_probe import Question, max_units, scenario_of, unit_counts
+from sim.whatif.search_prune import unit_figures
+from sim.whatif.search_space import Config, Expanded, expand, policies, read_space, validated
+from sim.workload import generate_requests
+
+Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]
+REPLACED = ("hardware", "cluster", "disaggregation")  # set by each configuration
+
+
+@dataclass(frozen=True)
+class Prepared:
+    question: Question
+    name: str  # the scenario's
+    space_file: str
+    expanded: Expanded
+    runnable: list[Config]  # the configurations to simulate, in space order
+    aside: dict[str, tuple[str, str]]  # config id -> (status, reason): cannot run
+
+
+def _native_rate(resolved: ResolvedScenario) -> float:
+    """A trace workload's own arrival rate at rate_scale 1 (over the requests it replays)."""
+    spec = resolved.spec
+    arrays = generate_requests(spec.workload, np.random.default_rng(spec.seed), resolved.base_dir)
+    span = float(arrays.arrival_s[-1] - arrays.arrival_s[0]) if len(arrays) > 1 else 0.0
+    if span <= 0:
+        raise ScenarioError(
+            "the trace replays fewer than two arrival times: it has no rate", path="workload.trace"
+        )
+    assert spec.workload.trace is not None
+    return (len(arrays) - 1) / span * spec.workload.trace.rate_scale
+
+
+def _rates(resolved: ResolvedScenario, rate: float | None) -> tuple[float, float | None]:
+    """(the rate to serve, a trace's native rate or None)."""
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ScenarioError(
+            f"must be a finite number of requests/s above 0 (got {rate})", path="--rate"
+        )
+    workload = resolved.spec.workload
+    if workload.trace is not None:
+        native = _native_rate(resolved)
+        return (rate if rate is not None else native * workload.trace.rate_scale), native
+    if workload.arrival is None:
+        raise ScenarioError("the workload has no arrival rate", path="workload.arrival")
+    return (rate if rate is not None else workload.arrival.rate), None
+
+
+def _policy_error(exc: ScenarioError, label: str, index: int, space_file: str) -> ScenarioError:
+    where = (exc.path or "policy").replace("policy", f"policies.{index}", 1)
+    return ScenarioError(f"{exc.reason} (in {label})", file=space_file, path=where)
+
+
+def _check_configs(prepared: Prepared, objective: str) -> None:
+    question = prepared.question
+    for config in prepared.runnable:
+        figures = unit_figures(config)
+        if math.isnan(figures[0] if objective == "cost" else figures[1]):
+            field = "usd_per_gpu_hour" if objective == "cost" else "tdp_w"
+            raise ScenarioError(
+                f"{config.gpu} has no {field} (not in the price table): give one to rank by "
+                f"{objective}",
+                file=prepared.space_file,
+                path="gpus",
+            )
+        counts = unit_counts(config)
+        raw = scenario_of(question, config, counts, question.rate_rps, question.seeds[0])
+        try:
+            load_scenario_dict(raw, file=question.file, base_dir=Path(question.base_dir))
+        except ScenarioError as exc:
+            raise ScenarioError(
+                f"configuration {config.label}: {exc.message()}", file=prepared.space_file
+            ) from None
+
+
+def prepare(
+    scenario: Source,
+    space: str | os.PathLike[str] | Mapping[str, Any],
+    slos: Sequence[str | SLO],
+    *,
+    rate: float | None,
+    overrides: Sequence[str],
+    tolerance: float,
+    repeats: int,
+    objective: str,
+) -> Prepared:
+    """The checked question and configurations (see the module docstring)."""
+    parsed = tuple(parse_slos(slos, repeats))
+    raw, file, base_dir = source_of(scenario, tuple(overrides))
+    if raw.get("variants"):
+        raise ScenarioError(
+            "the search varies the deployment itself: give a scenario without variants",
+            file=file,
+            path="variants",
+        )
+    model = validated(ModelSpec, raw.get("model"), file, "model")
+    spec, space_file = read_space(space)
+    policy = raw.get("policy")
+    found = policies(spec, policy if isinstance(policy, dict) else {})
+    expanded = expand(spec, space_file, model, found)
+    base = {k: v for k, v in raw.items() if k not in REPLACED}
+    if expanded.configs:
+        base["hardware"] = expanded.configs[0].hardware
+    elif "hardware" in raw:
+        base["hardware"] = raw["hardware"]
+    resolved = load_scenario_dict(base, file=file, base_dir=base_dir).variants[0]
+    if spec.policies is not None:
+        for label, policy, index in found:
+            try:
+                load_scenario_dict({**base, "policy": policy}, file=file, base_dir=base_dir)
+            except ScenarioError as exc:
+                raise _policy_error(exc, label, index, space_file) from None
+    try:
+        target, native = _rates(resolved, rate)
+    except ScenarioError as exc:
+        raise (exc if exc.path == "--rate" else exc.with_file(file)) from None
+    question = Question(
+        raw=raw,
+        file=file,
+        base_dir=str(base_dir),
+        rate_rps=target,
+        native_rps=native,
+        slos=parsed,
+        seeds=tuple(resolved.spec.seed + k for k in range(repeats + 1)),
+        tolerance=tolerance,
+        max_instances=spec.max_instances,
+        router=spec.router,
+        link=spec.link.model_dump() if spec.link is not None else None,
+    )
+    aside = {c.id: (why, note) for c, why, note in expanded.set_aside}
+    runnable = []
+    for config in expanded.configs:
+        if max_units(question, config) < 1:
+            note = f"{config.unit_size} instances per unit; max_instances is {spec.max_instances}"
+            aside[config.id] = ("unit over max_instances", note)
+        else:
+            runnable.append(config)
+    prepared = Prepared(question, resolved.spec.name, space_file, expanded, runnable, aside)
+    _check_configs(prepared, objective)
+    return prepared
