@@ -75,9 +75,14 @@ def _rates(resolved: ResolvedScenario, rate: float | None) -> tuple[float, float
     return (rate if rate is not None else workload.arrival.rate), None
 
 
-def _policy_error(exc: ScenarioError, label: str, index: int, space_file: str) -> ScenarioError:
+def _policy_error(
+    exc: ScenarioError, label: str, index: int, listed: bool, space_file: str
+) -> ScenarioError:
+    """The error of one policy a space entry expands to, named in the space (and, when the
+    entry lists values, with the combination at fault)."""
     where = (exc.path or "policy").replace("policy", f"policies.{index}", 1)
-    return ScenarioError(f"{exc.reason} (in {label})", file=space_file, path=where)
+    reason = f"{exc.reason} (in {label})" if listed else exc.reason
+    return ScenarioError(reason, file=space_file, path=where)
 
 
 def _check_configs(prepared: Prepared, objective: str) -> None:
@@ -138,7 +143,8 @@ def prepare(
             try:
                 load_scenario_dict({**base, "policy": policy}, file=file, base_dir=base_dir)
             except ScenarioError as exc:
-                raise _policy_error(exc, label, index, space_file) from None
+                listed = any(isinstance(v, list) for v in spec.policies[index].values())
+                raise _policy_error(exc, label, index, listed, space_file) from None
     try:
         target, native = _rates(resolved, rate)
     except ScenarioError as exc:
