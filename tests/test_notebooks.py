@@ -16,9 +16,10 @@ nbclient = pytest.importorskip("nbclient", reason="notebook tests need nbclient 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_exist() -> None:
+def test_the_four_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
-        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb"
+        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
+        "04_deployment_search.ipynb",
     ]  # fmt: skip
 
 
@@ -58,6 +59,7 @@ def test_notebook_executes_and_prints_its_answer(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)  # synthetic workload: no ../shared
+    monkeypatch.delenv("BATCHSIM_SEARCH_FULL", raising=False)  # the small version: seconds
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
     book = execute(path)
     answer_of(book)
@@ -99,3 +101,18 @@ def test_policy_comparison_replays_an_azure_trace(
     printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert f"Azure trace {trace}" in printed
     assert "batching sustains the most goodput" in answer_of(book)
+
+
+def test_deployment_search_replays_an_azure_trace_at_the_asked_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = azure_trace(tmp_path / "azure_conv.csv")
+    monkeypatch.setenv("BATCHSIM_AZURE_TRACE", str(trace))
+    monkeypatch.delenv("BATCHSIM_SEARCH_FULL", raising=False)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    book = execute(NOTEBOOKS[3])
+    printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert f"Azure trace {trace} at 20 requests/s" in printed
+    answer = answer_of(book)
+    assert "serves 20 requests/s within TTFT p99 2 s" in answer
+    assert "configurations searched" in answer

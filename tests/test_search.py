@@ -291,19 +291,23 @@ def _unit(gpu: str, price: float, capacity: float, failing: float, estimate: int
 
 
 def test_the_pruning_rules_on_known_units() -> None:
-    from sim.whatif.search_prune import prune
+    from sim.whatif.search_prune import bound, first_to_size, prune
 
     units = [
-        _unit("a", 2.0, 5.0, 5.5, 4),  # $8/h estimated
+        _unit("a", 2.0, 5.0, 5.5, 4),  # $8/h estimated: the cheapest estimate
         _unit("b", 2.0, 4.0, 4.4, 5),  # same price, serves less, brackets apart: dominated
         _unit("c", 2.0, 4.9, 5.2, 5),  # same price, brackets overlap with a: kept
         _unit("d", 1.0, 2.0, 2.2, 10),  # cheaper: never dominated by a dearer one
-        _unit("e", 9.0, 20.0, math.inf, 1),  # one unit ($9) costs more than a's fleet ($8)
+        _unit("e", 9.0, 20.0, math.inf, 1),  # serves more: not dominated
         _unit("f", 0.5, 0.0, 0.1, 20),  # no rate passes
-        _unit("g", 8.0, 20.0, math.inf, 1),  # $8: ties a's fleet, kept
+        _unit("g", 8.0, 20.0, math.inf, 1),
     ]
     found = prune(units, "cost", 0.25)
-    assert set(found) == {"b", "e", "f"}
+    assert set(found) == {"b", "f"}
     assert found["b"][0] == "dominated" and "by a" in found["b"][1]
-    assert found["e"][0] == "dominated" and "estimated fleet of a" in found["e"][1]
     assert found["f"][0] == "cannot meet the SLOs"
+    first = first_to_size([u for u in units if u.config.id not in found], "cost")
+    assert first is not None and first.config.id == "a"
+    # a's fleet, confirmed, costs $8/h: a unit dearer than that cannot win; $8 ties, kept
+    capped = bound([u for u in units if u.config.id not in found and u is not first], 8.0, "a")
+    assert set(capped) == {"e"} and "more than the fleet of a ($8/h)" in capped["e"][1]

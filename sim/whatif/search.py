@@ -16,7 +16,9 @@ Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
 2. size one unit of every other configuration (`search_probe.unit_capacity`) and prune with what
    that tells (`search_prune`: configurations that cannot meet the SLOs, and those dominated);
 3. find the fewest units of each survivor at the rate (`search_probe.fleet_search`), starting
-   from the estimate `ceil(rate / unit capacity)`, confirmed on every seed;
+   from the estimate `ceil(rate / unit capacity)`, confirmed on every seed: first the one with
+   the cheapest estimate, whose fleet then sets aside every configuration whose single unit
+   costs more (objective "cost"), then all the others;
 4. rank by the objective (`search_result`): the fleet's dollars per hour (`cost`) or its joules
    per output token (`energy`), with the Pareto front of cost against TTFT p99.
 
@@ -41,7 +43,7 @@ from sim.errors import ScenarioError
 from sim.io.destination import check_sweep_folder
 from sim.whatif.capacity import SLO
 from sim.whatif.search_probe import Question, Task, max_units
-from sim.whatif.search_prune import Unit, estimate_units, prune
+from sim.whatif.search_prune import Unit, bound, estimate_units, first_to_size, prune
 from sim.whatif.search_question import Source, prepare
 from sim.whatif.search_result import SUMMARY_COLUMNS, SearchResult, build_table
 from sim.whatif.search_runs import Runner, Store, digest
@@ -124,6 +126,7 @@ def search(
         return Task(digest([fingerprint, phase, config.id, start]), phase, config, question, start)
 
     units: dict[str, dict[str, Any]] = {}
+    fleets: dict[str, dict[str, Any]] = {}
     pruned: dict[str, tuple[str, str]] = {}
     starts = {c.id: 1 for c in runnable}
     with runner.session():
@@ -134,9 +137,23 @@ def search(
             facts = [_unit(question, c, units[c.id]) for c in runnable]
             starts = {u.config.id: u.estimate for u in facts}
             pruned = prune(facts, objective, question.rate_rps / question.max_instances)
-        tasks = [task("fleet", c, starts[c.id]) for c in runnable if c.id not in pruned]
+            first = first_to_size([u for u in facts if u.config.id not in pruned], objective)
+            if first is not None and objective == "cost":
+                # the cheapest estimate first: its confirmed fleet bounds every other
+                lead = task("fleet", first.config, first.estimate)
+                fleets[first.config.id] = runner.run([lead], "first fleet")[lead.id]
+                summary = fleets[first.config.id]["summary"]
+                if summary is not None:
+                    rest = [u for u in facts if u.config.id not in pruned and u is not first]
+                    usd = float(summary["fleet_usd_per_hour"])
+                    pruned |= bound(rest, usd, first.config.label)
+        tasks = [
+            task("fleet", c, starts[c.id])
+            for c in runnable
+            if c.id not in pruned and c.id not in fleets
+        ]
         done = runner.run(tasks, "fleets")
-        fleets = {t.config.id: done[t.id] for t in tasks}
+        fleets |= {t.config.id: done[t.id] for t in tasks}
     every = prepared.expanded.every
     metrics = [s.metric for s in question.slos]
     rows = [_row(c, prepared.aside, pruned, units, fleets, question, metrics) for c in every]

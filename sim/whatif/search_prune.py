@@ -1,26 +1,26 @@
 """Which configurations a deployment search need not size, once each unit's capacity is known.
 
-After the first phase every configuration has a bracket on what one unit serves (`Unit`):
-`capacity_rps` passed on every seed, `failing_rps` failed on some seed (infinite when one unit
-serves the whole rate). Three rules set configurations aside before the fleet search:
+After the first phase every configuration has a bracket on what one unit serves (`Unit`, on the
+first seed): `capacity_rps` passed, `failing_rps` failed (infinite when one unit served the whole
+rate). Three rules set configurations aside before, or while, the fleets are sized:
 
 * cannot meet the SLOs: one unit meets them at no rate down to the rate over the most units the
   fleet may have, so no fleet within `max_instances` is expected to;
-* dominated: another configuration's unit costs no more (objective "cost": dollars per hour;
-  "energy": both its TDP and its idle power are no higher) and serves more, with the brackets
-  apart (`failing_rps` of this one <= `capacity_rps` of the other, so noise cannot swap them);
-* bounded: one unit of this configuration already costs more than the estimated fleet of
-  another (`ceil(rate / capacity)` units of it; for energy, this unit's idle power against that
-  fleet at full power), so no fleet of this one can be cheaper.
+* dominated (`prune`): another configuration's unit costs no more (objective "cost": dollars per
+  hour; "energy": both its TDP and its idle power are no higher) and serves more, with the
+  brackets apart (`failing_rps` of this one <= `capacity_rps` of the other, so noise cannot
+  swap them);
+* bounded (`bound`, objective "cost"): the configuration with the cheapest estimated fleet
+  (`ceil(rate / capacity)` units) is sized first, on every seed; every configuration whose single
+  unit already costs more than that confirmed fleet is set aside, since no fleet of it can be
+  cheaper (a fleet has at least one unit). This rule is exact.
 
-What the rules assume. The bounded rule relies on pooling: n units serve n times a rate at least
-as well as one unit serves that rate (exact for random routing; load-aware routers only do
-better), which makes `ceil(rate / capacity)` an upper bound on the units needed. The dominated
-rule is the stronger assumption the question itself makes: the order of two configurations'
-single-unit capacities carries over to their fleets. Both are checked by comparing the pruned
-search with the exhaustive one on small spaces (tests/test_search.py); `exhaustive=True`
+The dominated rule is the assumption the question itself makes: the order of two
+configurations' single-unit capacities carries over to their fleets (fleets are whole numbers of
+units, so equal units scale alike; load-aware routing helps both). It is checked by comparing the
+pruned search with the exhaustive one on small spaces (tests/test_search.py); `exhaustive=True`
 (`--exhaustive`) switches every rule off. Ties are never pruned: a configuration is set aside
-only for one that is strictly better on capacity or on cost.
+only for one strictly better on capacity or on cost.
 """
 
 from __future__ import annotations
@@ -53,19 +53,26 @@ def estimate_units(rate: float, capacity: float, limit: int) -> int:
     return max(1, min(limit, math.ceil(rate / capacity * (1 - 1e-9))))
 
 
+def first_to_size(units: list[Unit], objective: str) -> Unit | None:
+    """The configuration whose estimated fleet costs (or draws at full power) the least."""
+    column = 0 if objective == "cost" else 1
+    feasible = [u for u in units if u.capacity_rps > 0]
+    return min(
+        feasible,
+        key=lambda u: (u.estimate * unit_figures(u.config)[column], u.config.label),
+        default=None,
+    )
+
+
 def prune(units: list[Unit], objective: str, floor_rps: float) -> dict[str, tuple[str, str]]:
-    """config id -> (status, note) for every configuration the rules set aside."""
+    """config id -> (status, note) for the configurations that cannot meet the SLOs, or that
+    another dominates."""
     figures = {u.config.id: unit_figures(u.config) for u in units}
     key = {i: (f[0],) if objective == "cost" else (f[1], f[2]) for i, f in figures.items()}
     feasible = sorted(
         (u for u in units if u.capacity_rps > 0),
         key=lambda u: (key[u.config.id], -u.capacity_rps, u.config.label),
     )
-
-    def fleet_bound(u: Unit) -> float:  # most the estimated fleet costs (or draws)
-        return u.estimate * (figures[u.config.id][0 if objective == "cost" else 1])
-
-    best = min(feasible, key=fleet_bound, default=None)
     out: dict[str, tuple[str, str]] = {}
     for u in units:
         cid = u.config.id
@@ -92,18 +99,19 @@ def prune(units: list[Unit], objective: str, floor_rps: float) -> dict[str, tupl
                 f"by {better.config.label}: its unit costs no more and serves "
                 f"{better.capacity_rps:.4g} req/s (this one fails at {u.failing_rps:.4g})",
             )
-            continue
-        own = figures[cid][0] if objective == "cost" else figures[cid][2]
-        if best is not None and best is not u and own > fleet_bound(best):
-            what = f"${own:.4g}/h" if objective == "cost" else f"{own:.4g} W idle"
-            bound = (
-                f"${fleet_bound(best):.4g}/h"
-                if objective == "cost"
-                else f"{fleet_bound(best):.4g} W"
-            )
-            out[cid] = (
+    return out
+
+
+def bound(units: list[Unit], fleet_usd_per_hour: float, label: str) -> dict[str, tuple[str, str]]:
+    """config id -> (status, note) for every configuration whose one unit costs more than a
+    fleet known to serve the rate (`label`'s, confirmed on every seed)."""
+    out: dict[str, tuple[str, str]] = {}
+    for u in units:
+        own = unit_figures(u.config)[0]
+        if own > fleet_usd_per_hour:
+            out[u.config.id] = (
                 "dominated",
-                f"one unit ({what}) exceeds the estimated fleet of {best.config.label} "
-                f"({best.estimate} units, at most {bound})",
+                f"one unit costs ${own:.4g}/h, more than the fleet of {label} "
+                f"(${fleet_usd_per_hour:.4g}/h)",
             )
     return out

@@ -47,8 +47,9 @@ class Prepared:
     aside: dict[str, tuple[str, str]]  # config id -> (status, reason): cannot run
 
 
-def _native_rate(resolved: ResolvedScenario) -> float:
-    """A trace workload's own arrival rate at rate_scale 1 (over the requests it replays)."""
+def _native_rate(resolved: ResolvedScenario) -> tuple[float, int]:
+    """A trace workload's own arrival rate at rate_scale 1 (over the requests it replays), and
+    how many it replays."""
     spec = resolved.spec
     arrays = generate_requests(spec.workload, np.random.default_rng(spec.seed), resolved.base_dir)
     span = float(arrays.arrival_s[-1] - arrays.arrival_s[0]) if len(arrays) > 1 else 0.0
@@ -57,22 +58,38 @@ def _native_rate(resolved: ResolvedScenario) -> float:
             "the trace replays fewer than two arrival times: it has no rate", path="workload.trace"
         )
     assert spec.workload.trace is not None
-    return (len(arrays) - 1) / span * spec.workload.trace.rate_scale
+    return (len(arrays) - 1) / span * spec.workload.trace.rate_scale, len(arrays)
 
 
 def _rates(resolved: ResolvedScenario, rate: float | None) -> tuple[float, float | None]:
-    """(the rate to serve, a trace's native rate or None)."""
+    """(the rate to serve, a trace's native rate or None), after checking that at that rate the
+    workload outlasts the metrics' warm-up and cool-down windows (else nothing is measured)."""
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise ScenarioError(
             f"must be a finite number of requests/s above 0 (got {rate})", path="--rate"
         )
     workload = resolved.spec.workload
+    native: float | None = None
     if workload.trace is not None:
-        native = _native_rate(resolved)
-        return (rate if rate is not None else native * workload.trace.rate_scale), native
-    if workload.arrival is None:
+        native, count = _native_rate(resolved)
+        target = rate if rate is not None else native * workload.trace.rate_scale
+        span = (count - 1) / target
+    elif workload.arrival is None:
         raise ScenarioError("the workload has no arrival rate", path="workload.arrival")
-    return (rate if rate is not None else workload.arrival.rate), None
+    else:
+        target = rate if rate is not None else workload.arrival.rate
+        span = (workload.num_requests or math.inf) / target
+    span = min(span, workload.duration_s or math.inf)
+    window = resolved.spec.metrics
+    edges = window.warmup_s + window.cooldown_s
+    if span <= edges:
+        raise ScenarioError(
+            f"at {target:.4g} requests/s the workload spans about {span:.3g} s, no more than "
+            f"warmup_s + cooldown_s ({edges:g} s): no request would be measured; give more "
+            "requests or shorter windows",
+            path="metrics",
+        )
+    return target, native
 
 
 def _policy_error(
