@@ -247,6 +247,31 @@ def test_a_trace_is_replayed_at_the_asked_rate(tmp_path: Path) -> None:
     assert default.question["rate_rps"] == pytest.approx(2.0)  # the trace's own rate
 
 
+def test_further_seeds_replay_further_windows_of_a_trace(tmp_path: Path) -> None:
+    from sim.whatif.search_probe import scenario_of, unit_counts
+    from sim.whatif.search_question import prepare
+
+    gaps = [0.5] * 100 + [0.25] * 100 + [1.0] * 100  # three stretches: 2, 4 and 1 requests/s
+    times = [sum(gaps[:i]) for i in range(len(gaps))]
+    trace = tmp_path / "t.csv"
+    body = "\n".join(f"{t},1,1" for t in times)
+    trace.write_text(f"arrival_s,prompt_tokens,output_tokens\n{body}\n")
+    scenario = hand_scenario()
+    scenario["workload"] = {"num_requests": 100, "trace": {"path": str(trace), "format": "csv"}}
+    prepared = prepare(scenario, hand_space(), [HAND_SLO], rate=10.0, overrides=(),
+                       tolerance=0.1, repeats=2, objective="cost")  # fmt: skip
+    q = prepared.question
+    assert [start for start, _ in q.windows] == [0.0, 50.0, 75.0]
+    assert [own for _, own in q.windows] == pytest.approx([2.0, 4.0, 1.0])
+    config = prepared.runnable[0]
+    for seed, (start, own) in zip(q.seeds, q.windows, strict=True):
+        replayed = scenario_of(q, config, unit_counts(config), 10.0, seed)["workload"]["trace"]
+        assert replayed["start_s"] == start and replayed["rate_scale"] == pytest.approx(10 / own)
+    short = prepare(scenario, hand_space(), [HAND_SLO], rate=10.0, overrides=(), tolerance=0.1,
+                    repeats=4, objective="cost")  # fmt: skip
+    assert [start for start, _ in short.question.windows] == [0.0, 50.0, 75.0, 0.0, 0.0]
+
+
 def write(folder: Path, name: str, raw: dict[str, Any]) -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(raw, sort_keys=False))

@@ -4,7 +4,9 @@ units (or prefill and decode instances) that serve the whole rate.
 A probe is one streamed simulation (`simulate(..., tables=False)`: only the summary is needed) of
 the base scenario with the configuration's GPU, degree and policy, a fleet of given size, the
 offered rate and a seed. The rate is the workload's arrival rate, or for a trace its `rate_scale`
-times its own rate (`Question.native_rps`). A probe passes when every SLO holds.
+times the own rate of the window that seed replays (`Question.windows`: a trace replays the same
+requests whatever the seed, so each seed replays its own stretch of the trace, and a fleet
+confirmed on every seed holds on several windows of it). A probe passes when every SLO holds.
 
 A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD).
 
@@ -53,7 +55,10 @@ class Question:
     file: str
     base_dir: str
     rate_rps: float
-    native_rps: float | None  # a trace's own rate at rate_scale 1; None: synthetic arrivals
+    # a trace: (start_s, its own rate at rate_scale 1) of the window each seed replays (a
+    # replayed trace is the same run whatever the seed: other seeds replay other windows);
+    # empty: synthetic arrivals at the rate
+    windows: tuple[tuple[float, float], ...]
     slos: tuple[SLO, ...]
     seeds: tuple[int, ...]
     tolerance: float
@@ -109,10 +114,13 @@ def scenario_of(
             {"router": router} if router else {}
         )
     workload = raw["workload"]
-    if question.native_rps is None:
-        workload["arrival"]["rate"] = rate
+    if question.windows:
+        index = question.seeds.index(seed) if seed in question.seeds else 0
+        start_s, own_rate = question.windows[index]
+        workload["trace"]["start_s"] = start_s
+        workload["trace"]["rate_scale"] = rate / own_rate
     else:
-        workload["trace"]["rate_scale"] = rate / question.native_rps
+        workload["arrival"]["rate"] = rate
     return raw
 
 

@@ -2,9 +2,10 @@
 
 From the scenario, the space and the flags: the base mapping (overrides applied), the rate to
 serve (the flag, else the workload's arrival rate, else a trace's rate at its `rate_scale`, with
-the trace's own rate measured over the requests it replays), the SLOs, the seeds, and the space
-expanded into configurations. Everything is validated first, so that a bad key fails in one line
-naming its file before minutes of simulation:
+the trace's own rate measured over the requests it replays), the SLOs, the seeds (for a trace,
+the windows of it that each seed replays), and the space expanded into configurations.
+Everything is validated first, so that a bad key fails in one line naming its file before
+minutes of simulation:
 
 * the scenario: no variants (the search varies the deployment itself); its model alone, then the
   rest with the hardware of the first configuration that fits (the scenario's own hardware,
@@ -32,6 +33,7 @@ from sim.whatif.search_probe import Question, max_units, scenario_of, unit_count
 from sim.whatif.search_prune import unit_figures
 from sim.whatif.search_space import Config, Expanded, expand, policies, read_space, validated
 from sim.workload import generate_requests
+from sim.workload.traces import read_trace, resolve_path
 
 Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]
 REPLACED = ("hardware", "cluster", "disaggregation")  # set by each configuration
@@ -47,33 +49,52 @@ class Prepared:
     aside: dict[str, tuple[str, str]]  # config id -> (status, reason): cannot run
 
 
-def _native_rate(resolved: ResolvedScenario) -> tuple[float, int]:
-    """A trace workload's own arrival rate at rate_scale 1 (over the requests it replays), and
-    how many it replays."""
+def _trace_windows(
+    resolved: ResolvedScenario, count: int
+) -> tuple[tuple[tuple[float, float], ...], int]:
+    """(start_s, own rate at rate_scale 1) of `count` consecutive windows of a trace, each of as
+    many requests as the scenario replays: the first is the scenario's own, the others are what
+    further seeds replay (and the number of requests in each). Where the trace is too short for
+    them all, the first is replayed."""
     spec = resolved.spec
-    arrays = generate_requests(spec.workload, np.random.default_rng(spec.seed), resolved.base_dir)
-    span = float(arrays.arrival_s[-1] - arrays.arrival_s[0]) if len(arrays) > 1 else 0.0
-    if span <= 0:
-        raise ScenarioError(
-            "the trace replays fewer than two arrival times: it has no rate", path="workload.trace"
-        )
-    assert spec.workload.trace is not None
-    return (len(arrays) - 1) / span * spec.workload.trace.rate_scale, len(arrays)
+    trace = spec.workload.trace
+    assert trace is not None
+    replay = generate_requests(spec.workload, np.random.default_rng(spec.seed), resolved.base_dir)
+    size = len(replay)
+    times = read_trace(resolve_path(trace.path, resolved.base_dir), trace.format).arrival_s
+    end = math.inf if trace.end_s is None else trace.end_s
+    rows = times[(times >= trace.start_s) & (times < end)]
+    windows = []
+    for k in range(count):
+        first = k * size if (k + 1) * size <= len(rows) else 0
+        chunk = rows[first : first + size]
+        span = float(chunk[-1] - chunk[0]) if size > 1 else 0.0
+        if span <= 0:
+            raise ScenarioError(
+                "the trace replays fewer than two arrival times: it has no rate",
+                path="workload.trace",
+            )
+        windows.append((float(chunk[0]), (size - 1) / span))
+    return tuple(windows), size
 
 
-def _rates(resolved: ResolvedScenario, rate: float | None) -> tuple[float, float | None]:
-    """(the rate to serve, a trace's native rate or None), after checking that at that rate the
-    workload outlasts the metrics' warm-up and cool-down windows (else nothing is measured)."""
+def _rates(
+    resolved: ResolvedScenario, rate: float | None, seeds: int
+) -> tuple[float, tuple[tuple[float, float], ...]]:
+    """(the rate to serve, a trace's windows (empty for synthetic arrivals)), after checking that
+    at that rate the workload outlasts the metrics' warm-up and cool-down windows (else nothing
+    would be measured)."""
     if rate is not None and not (math.isfinite(rate) and rate > 0):
         raise ScenarioError(
             f"must be a finite number of requests/s above 0 (got {rate})", path="--rate"
         )
     workload = resolved.spec.workload
-    native: float | None = None
+    windows: tuple[tuple[float, float], ...] = ()
     if workload.trace is not None:
-        native, count = _native_rate(resolved)
-        target = rate if rate is not None else native * workload.trace.rate_scale
-        span = (count - 1) / target
+        windows, size = _trace_windows(resolved, seeds)
+        own = windows[0][1] * workload.trace.rate_scale
+        target = rate if rate is not None else own
+        span = (size - 1) / target
     elif workload.arrival is None:
         raise ScenarioError("the workload has no arrival rate", path="workload.arrival")
     else:
@@ -89,7 +110,7 @@ def _rates(resolved: ResolvedScenario, rate: float | None) -> tuple[float, float
             "requests or shorter windows",
             path="metrics",
         )
-    return target, native
+    return target, windows
 
 
 def _policy_error(
@@ -163,7 +184,7 @@ def prepare(
                 listed = any(isinstance(v, list) for v in spec.policies[index].values())
                 raise _policy_error(exc, label, index, listed, space_file) from None
     try:
-        target, native = _rates(resolved, rate)
+        target, windows = _rates(resolved, rate, repeats + 1)
     except ScenarioError as exc:
         raise (exc if exc.path == "--rate" else exc.with_file(file)) from None
     question = Question(
@@ -171,7 +192,7 @@ def prepare(
         file=file,
         base_dir=str(base_dir),
         rate_rps=target,
-        native_rps=native,
+        windows=windows,
         slos=parsed,
         seeds=tuple(resolved.spec.seed + k for k in range(repeats + 1)),
         tolerance=tolerance,

@@ -110,12 +110,16 @@ class SearchResult:
         aside = ", ".join(f"{n} {why}" for why, n in c["set_aside_by_reason"].items())
         pruned = ", ".join(f"{n} {why}" for why, n in c["pruned_by_reason"].items())
         seeds = len(self.question["seeds"]) - 1
+        more = f"{seeds} more seed(s)"
+        if self.question.get("workload") == "trace":
+            distinct = self.question.get("trace_windows", 1)
+            more += f" (each replays its own window of the trace: {distinct} distinct)"
         return (
             f"{c['configurations']} configurations: {c['set_aside']} set aside before simulating"
             f"{f' ({aside})' if aside else ''}; {c['simulated']} simulated "
             f"({c['unit_searched']} sized on one unit, {c['pruned']} pruned after that"
             f"{f': {pruned}' if pruned else ''}); {c['fleet_searched']} fleets searched, "
-            f"{c['found']} found, {c['confirmed']} confirmed on {seeds} more seed(s); "
+            f"{c['found']} found, {c['confirmed']} confirmed on {more}; "
             f"{c['probes']} probes, {c['requests']:,} simulated requests, "
             f"{self.question['wall_s']:.1f} s on {self.question['workers']} worker(s) "
             f"({self.question['backend']})"
