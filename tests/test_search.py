@@ -132,8 +132,8 @@ def test_pruning_never_removes_the_optimum_on_a_realistic_space() -> None:
     assert len(both) == len(pruned.ranked)
     assert (both["instances"] == both["instances_full"]).all()
     # and every configuration it pruned costs at least the optimum
-    gone = set(pruned.table.loc[pruned.table["status"] == "dominated", "configuration"])
-    dearer = full.ranked[full.ranked["configuration"].isin(gone)]["fleet_usd_per_hour"]
+    gone = pruned.table.loc[pruned.table["status"].isin(["dominated", "bounded"]), "configuration"]
+    dearer = full.ranked[full.ranked["configuration"].isin(set(gone))]["fleet_usd_per_hour"]
     assert (dearer >= cheapest - 1e-9).all()
     # P/D fleets are whole units of their ratio
     pd_rows = full.ranked[full.ranked["layout"] == "1p1d"]
@@ -335,4 +335,23 @@ def test_the_pruning_rules_on_known_units() -> None:
     assert first is not None and first.config.id == "a"
     # a's fleet, confirmed, costs $8/h: a unit dearer than that cannot win; $8 ties, kept
     capped = bound([u for u in units if u.config.id not in found and u is not first], 8.0, "a")
-    assert set(capped) == {"e"} and "more than the fleet of a ($8/h)" in capped["e"][1]
+    assert set(capped) == {"e"} and capped["e"][0] == "bounded"
+    assert "more than the fleet of a ($8/h)" in capped["e"][1]
+
+
+def test_the_shipped_search_is_valid_and_sets_aside_what_does_not_fit() -> None:
+    from sim.whatif.search_question import prepare
+
+    folder = Path(__file__).resolve().parents[1] / "scenarios" / "search"
+    raw = yaml.safe_load((folder / "llama3_70b_azure.yaml").read_text())
+    assert raw["workload"]["trace"]["path"].endswith("shared/traces/azure_llm_2023_conv.csv")
+    raw["workload"] = {  # the trace lies outside the repository: an Azure-like stand-in
+        "num_requests": 2000,
+        "arrival": {"process": "poisson", "rate": 20.0},
+        "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.5, "max": 3072},
+        "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 1.0, "max": 1024},
+    }
+    prepared = prepare(raw, folder / "space_70b.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20.0,
+                       overrides=(), tolerance=0.1, repeats=2, objective="cost")  # fmt: skip
+    assert len(prepared.expanded.every) == 144 and len(prepared.runnable) == 108
+    assert {why for why, _ in prepared.aside.values()} == {"does not fit"}

@@ -23,10 +23,13 @@ Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
    per output token (`energy`), with the Pareto front of cost against TTFT p99.
 
 `exhaustive=True` skips phase 2 and sizes every fleet from one unit: the reference the pruned
-search is checked against. Each configuration's phase result is saved as it finishes under
-`<out>/configs/` (keyed by a hash of the question, the configuration and the phase), so an
-interrupted search resumes where it stopped; every result is deterministic, so the answer is the
-same whatever the backend, the worker count and the interruptions.
+search is checked against (and a slow one: a configuration that cannot meet the SLOs is tried
+at every fleet size the doubling reaches, up to `max_instances`).
+
+Each configuration's phase result is saved as it finishes under `<out>/configs/` (keyed by a hash
+of the question, the configuration and the phase), so an interrupted search resumes where it
+stopped; every result is deterministic, so the answer is the same whatever the backend, the
+worker count and the interruptions.
 """
 
 from __future__ import annotations
@@ -228,13 +231,9 @@ def _row(
     elif fleet is not None:
         row["status"] = "no fleet"
         row["note"] = f"no fleet of up to {question.max_instances} instances meets the SLOs"
-    row["gpu"], row["tensor_parallel"], row["layout"] = (
-        config.gpu,
-        config.tensor_parallel,
-        config.layout,
-    )
-    row["policy"], row["config_id"] = config.policy_label, config.id
-    return row
+    parts = {"gpu": config.gpu, "tensor_parallel": config.tensor_parallel,
+             "layout": config.layout, "policy": config.policy_label}  # fmt: skip
+    return row | parts | {"config_id": config.id}
 
 
 def _counts(

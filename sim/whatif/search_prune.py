@@ -110,7 +110,7 @@ def bound(units: list[Unit], fleet_usd_per_hour: float, label: str) -> dict[str,
         own = unit_figures(u.config)[0]
         if own > fleet_usd_per_hour:
             out[u.config.id] = (
-                "dominated",
+                "bounded",
                 f"one unit costs ${own:.4g}/h, more than the fleet of {label} "
                 f"(${fleet_usd_per_hour:.4g}/h)",
             )

@@ -4,7 +4,7 @@
 first, ranked by the objective (the fleet's dollars per hour, or its joules per output token;
 ties by GPUs, then name), then the others in space order with their status and the reason:
 
-    found | no fleet (none up to max_instances) | dominated | cannot meet the SLOs |
+    found | no fleet (none up to max_instances) | dominated | bounded | cannot meet the SLOs |
     does not fit | cannot shard | static P/D | unit over max_instances
 
 Columns: `rank`, `configuration`, `status`, `instances` (`prefill` and `decode` for P/D),
