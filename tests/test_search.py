@@ -41,8 +41,8 @@ ANSWER = [
     "slo_attainment",
     "goodput_rps",
     "pareto",
-    "unit_capacity_rps",
-    "unit_failing_rps",
+    "unit_completed_rps",
+    "units_at_least",
     "num_probes",
     "note",
 ]
@@ -78,7 +78,7 @@ def test_the_hand_solvable_space_gives_the_cheapest_fleet_exactly() -> None:
 def test_pruning_keeps_the_optimum_of_the_exhaustive_search() -> None:
     exhaustive = search(hand_scenario(), hand_space(), [HAND_SLO], exhaustive=True, workers=1)
     pruned = search(hand_scenario(), hand_space(), [HAND_SLO], workers=1)
-    assert exhaustive.counts["pruned"] == 0 and exhaustive.counts["unit_searched"] == 0
+    assert exhaustive.counts["pruned"] == 0 and exhaustive.counts["unit_probed"] == 0
     assert exhaustive.best is not None and pruned.best is not None
     assert exhaustive.best["configuration"] == pruned.best["configuration"]
     assert exhaustive.best["instances"] == pruned.best["instances"] == 3
@@ -93,7 +93,7 @@ def realistic() -> tuple[dict[str, Any], dict[str, Any]]:
         "name": "small",
         "seed": 3,
         "workload": {
-            "num_requests": 300,
+            "num_requests": 600,
             "arrival": {"process": "poisson", "rate": 40.0},
             "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.6, "max": 2000},
             "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.6, "max": 400},
@@ -131,6 +131,10 @@ def test_pruning_never_removes_the_optimum_on_a_realistic_space() -> None:
     both = pruned.ranked.merge(full.ranked, on="configuration", suffixes=("", "_full"))
     assert len(both) == len(pruned.ranked)
     assert (both["instances"] == both["instances_full"]).all()
+    # and the bound one unit's probe set holds for every configuration's true fleet
+    bounds = pruned.table.merge(full.ranked, on="configuration", suffixes=("", "_full"))
+    units = bounds["instances_full"] // bounds["layout"].map({"colocated": 1, "1p1d": 2})
+    assert len(bounds) == len(full.ranked) and (bounds["units_at_least"] <= units).all()
     # and every configuration it pruned costs at least the optimum
     gone = pruned.table.loc[pruned.table["status"].isin(["dominated", "bounded"]), "configuration"]
     dearer = full.ranked[full.ranked["configuration"].isin(set(gone))]["fleet_usd_per_hour"]
@@ -259,7 +263,7 @@ def test_further_seeds_replay_further_windows_of_a_trace(tmp_path: Path) -> None
     scenario = hand_scenario()
     scenario["workload"] = {"num_requests": 100, "trace": {"path": str(trace), "format": "csv"}}
     prepared = prepare(scenario, hand_space(), [HAND_SLO], rate=10.0, overrides=(),
-                       tolerance=0.1, repeats=2, objective="cost")  # fmt: skip
+                       repeats=2, objective="cost")  # fmt: skip
     q = prepared.question
     assert [start for start, _ in q.windows] == [0.0, 50.0, 75.0]
     assert [own for _, own in q.windows] == pytest.approx([2.0, 4.0, 1.0])
@@ -267,7 +271,7 @@ def test_further_seeds_replay_further_windows_of_a_trace(tmp_path: Path) -> None
     for seed, (start, own) in zip(q.seeds, q.windows, strict=True):
         replayed = scenario_of(q, config, unit_counts(config), 10.0, seed)["workload"]["trace"]
         assert replayed["start_s"] == start and replayed["rate_scale"] == pytest.approx(10 / own)
-    short = prepare(scenario, hand_space(), [HAND_SLO], rate=10.0, overrides=(), tolerance=0.1,
+    short = prepare(scenario, hand_space(), [HAND_SLO], rate=10.0, overrides=(),
                     repeats=4, objective="cost")  # fmt: skip
     assert [start for start, _ in short.question.windows] == [0.0, 50.0, 75.0, 0.0, 0.0]
 
@@ -306,37 +310,41 @@ def test_sim_search_is_part_of_the_api() -> None:
     )
 
 
-def _unit(gpu: str, price: float, capacity: float, failing: float, estimate: int) -> Any:
-    from sim.whatif.search_prune import Unit
+def _unit(name: str, price: float, completed: float, rate: float = 40.0) -> Any:
+    from sim.whatif.search_prune import Unit, units_at_least
     from sim.whatif.search_space import Config
 
     hardware = {"name": "h100-sxm", "usd_per_gpu_hour": price}
-    config = Config(gpu, gpu, hardware, 1, "colocated", 0, 0, {"name": "continuous"}, "c")
-    return Unit(config, capacity, failing, estimate)
+    config = Config(name, name, hardware, 1, "colocated", 0, 0, {"name": "continuous"}, name)
+    passes = completed >= rate
+    return Unit(config, completed, passes, units_at_least(rate, completed, passes))
 
 
-def test_the_pruning_rules_on_known_units() -> None:
-    from sim.whatif.search_prune import bound, first_to_size, prune
+def test_the_bounds_one_unit_sets_on_its_fleets() -> None:
+    from sim.whatif.search_prune import MARGIN, WAVE, Bounds, cannot_meet, units_at_least
 
+    assert units_at_least(40.0, 50.0, passes=True) == 1
+    assert units_at_least(40.0, 40.0, passes=False) == 1  # completed all it was offered
+    assert units_at_least(40.0, 8.0, passes=False) == math.ceil(40 / (8 * (1 + MARGIN))) == 4
+    assert units_at_least(40.0, math.nan, passes=False) == 1  # nothing measured: no bound
     units = [
-        _unit("a", 2.0, 5.0, 5.5, 4),  # $8/h estimated: the cheapest estimate
-        _unit("b", 2.0, 4.0, 4.4, 5),  # same price, serves less, brackets apart: dominated
-        _unit("c", 2.0, 4.9, 5.2, 5),  # same price, brackets overlap with a: kept
-        _unit("d", 1.0, 2.0, 2.2, 10),  # cheaper: never dominated by a dearer one
-        _unit("e", 9.0, 20.0, math.inf, 1),  # serves more: not dominated
-        _unit("f", 0.5, 0.0, 0.1, 20),  # no rate passes
-        _unit("g", 8.0, 20.0, math.inf, 1),
+        _unit("a", 2.0, 8.0),  # at least 4 units: $8/h
+        _unit("b", 1.0, 2.0),  # at least 14 units: $14/h
+        _unit("c", 3.0, 40.0),  # one unit may do: $3/h, the lowest bound
+        _unit("d", 0.5, 0.3),  # at least 89 units: more than allowed
     ]
-    found = prune(units, "cost", 0.25)
-    assert set(found) == {"b", "f"}
-    assert found["b"][0] == "dominated" and "by a" in found["b"][1]
-    assert found["f"][0] == "cannot meet the SLOs"
-    first = first_to_size([u for u in units if u.config.id not in found], "cost")
-    assert first is not None and first.config.id == "a"
-    # a's fleet, confirmed, costs $8/h: a unit dearer than that cannot win; $8 ties, kept
-    capped = bound([u for u in units if u.config.id not in found and u is not first], 8.0, "a")
-    assert set(capped) == {"e"} and capped["e"][0] == "bounded"
-    assert "more than the fleet of a ($8/h)" in capped["e"][1]
+    limits = {u.config.id: 64 for u in units}
+    assert set(cannot_meet(units, limits)) == {"d"}
+    bounds = Bounds(units[:3], "cost")
+    assert [u.config.id for u in bounds.next_wave()] == ["c"]  # the lowest bound alone first
+    bounds.found("c", 6.0)  # c needed two units after all: $6/h
+    assert set(bounds.pruned) == {"a", "b"}  # $8 and $14 at best: more than $6
+    assert "at least 4 units, $8/h, more than c ($6/h)" in bounds.pruned["a"][1]
+    assert bounds.next_wave() == []
+    ties = Bounds([_unit(f"t{i}", 2.0, 8.0) for i in range(WAVE + 3)], "cost")
+    assert len(ties.next_wave()) == 1 and len(ties.next_wave()) == WAVE
+    ties.found("t0", 8.0)  # equal bounds are sized, not pruned
+    assert ties.pruned == {} and len(ties.next_wave()) == 2
 
 
 def test_the_shipped_search_is_valid_and_sets_aside_what_does_not_fit() -> None:
@@ -352,6 +360,6 @@ def test_the_shipped_search_is_valid_and_sets_aside_what_does_not_fit() -> None:
         "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 1.0, "max": 1024},
     }
     prepared = prepare(raw, folder / "space_70b.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20.0,
-                       overrides=(), tolerance=0.1, repeats=2, objective="cost")  # fmt: skip
+                       overrides=(), repeats=2, objective="cost")  # fmt: skip
     assert len(prepared.expanded.every) == 144 and len(prepared.runnable) == 108
     assert {why for why, _ in prepared.aside.values()} == {"does not fit"}

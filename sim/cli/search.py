@@ -62,9 +62,6 @@ def register(sub: Any) -> None:
         help="override a scenario field first",
     )
     cmd.add_argument(
-        "--tolerance", type=float, default=0.1, help="bracket of one unit's capacity (default 0.1)"
-    )
-    cmd.add_argument(
         "--repeats",
         type=nonnegative_int,
         default=2,
@@ -161,7 +158,6 @@ def _search(args: argparse.Namespace) -> int:
             rate=args.rate,
             objective=args.objective,
             overrides=args.overrides,
-            tolerance=args.tolerance,
             repeats=args.repeats,
             exhaustive=args.exhaustive,
             backend=args.backend,

@@ -31,7 +31,6 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import pandas as pd
 
@@ -106,18 +105,10 @@ class CapacityResult:
         }
 
 
-class RateProber(Protocol):
-    """What a rate search needs: a summary per (variant, rate, seed), and GPUs per variant."""
-
-    num_gpus: dict[str, int]
-
-    def run(self, variant: str, rate: float, seed: int) -> dict[str, float]: ...
-
-
-class RateSearch:
+class _Search:
     """The bisection of one variant; `passes` caches probes by (rate, seed)."""
 
-    def __init__(self, prober: RateProber, variant: str, slos: Sequence[SLO], seeds: list[int]):
+    def __init__(self, prober: Prober, variant: str, slos: Sequence[SLO], seeds: list[int]):
         self.prober, self.variant, self.slos, self.seeds = prober, variant, slos, seeds
         self.result = CapacityResult(variant, math.nan, math.inf, 0, prober.num_gpus[variant])
         self.confirmed: set[float] = set()
@@ -141,32 +132,18 @@ class RateSearch:
             self.confirmed.add(rate)
         return ok
 
-    def bracket(
-        self, start: float, floor: float = 0.0, ceiling: float = math.inf
-    ) -> tuple[float, float]:
-        """(lo, hi): lo passes (0 if none tried did), hi fails (inf if none tried did), doubling
-        up from `start` no further than `ceiling`, or halving down no further than `floor`."""
-        lo, hi = (start, math.inf) if self.passes(start, confirm=False) else (0.0, start)
-        for _ in range(MAX_DOUBLINGS):
-            if hi == math.inf and lo * 2 <= ceiling:
-                lo, hi = (lo * 2, hi) if self.passes(lo * 2, confirm=False) else (lo, lo * 2)
-            elif lo == 0.0 and hi / 2 >= floor:
-                lo, hi = (hi / 2, hi) if self.passes(hi / 2, confirm=False) else (0.0, hi / 2)
-        return lo, hi
-
     def run(self, start: float, tolerance: float) -> CapacityResult:
         res = self.result
-        lo, hi = self.bracket(start)
+        lo, hi = (start, math.inf) if self.passes(start, confirm=False) else (0.0, start)
+        for _ in range(MAX_DOUBLINGS):
+            if hi == math.inf:
+                lo, hi = (lo * 2, hi) if self.passes(lo * 2, confirm=False) else (lo, lo * 2)
+            elif lo == 0.0:
+                lo, hi = (hi / 2, hi) if self.passes(hi / 2, confirm=False) else (0.0, hi / 2)
         if lo == 0.0 or hi == math.inf:
             res.capacity_rps, res.failing_rps = lo, hi
             res.note = "no rate tried meets the SLOs" if lo == 0.0 else "no rate tried fails"
             return res
-        return self.refine(lo, hi, tolerance)
-
-    def refine(self, lo: float, hi: float, tolerance: float) -> CapacityResult:
-        """Bisect a bracket (lo passes on the first seed, hi fails on some seed) to `tolerance`,
-        then confirm lo on every seed, stepping down until every seed passes."""
-        res = self.result
         while True:
             while (hi - lo) / lo >= tolerance:
                 mid = (lo + hi) / 2
@@ -240,7 +217,7 @@ def search(
     seeds = [prober.seed + k for k in range(repeats + 1)]
     out = []
     for variant in prober.variants:
-        result = RateSearch(prober, variant, parsed, seeds).run(prober.start_rate, tolerance)
+        result = _Search(prober, variant, parsed, seeds).run(prober.start_rate, tolerance)
         if progress:
             progress(f"{variant}: {result.capacity_rps:.4g} req/s ({len(result.probes)} probes)")
         out.append(result)

@@ -4,7 +4,7 @@ The scenario keeps its arrival rate; the search varies the instance count of a c
 cluster (`cluster.instances[0].count`; a plain scenario becomes a one-group cluster behind its
 default router). More instances never hurt the SLOs, so the count is bracketed by doubling from
 1 and then bisected over integers (`fewest`, which can also start from an estimate and gallop
-from there: the deployment search starts from one instance's capacity). Noise is handled as in
+from there: the deployment search starts from a lower bound on the count). Noise is handled as in
 the rate search: the answer is confirmed with `repeats` further seeds, and raised one instance
 at a time until every seed passes, so it holds for every seed tried. Disaggregated scenarios
 have two pools whose ratio is itself the question; vary them with `batchsim sweep` (or let

@@ -13,16 +13,18 @@ Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
 
 1. set aside what cannot run (`search_space.expand`: the model does not fit, the degree cannot
    shard it, static batching split into pools, a unit larger than `max_instances`);
-2. size one unit of every other configuration (`search_probe.unit_capacity`) and prune with what
-   that tells (`search_prune`: configurations that cannot meet the SLOs, and those dominated);
-3. find the fewest units of each survivor at the rate (`search_probe.fleet_search`), starting
-   from the estimate `ceil(rate / unit capacity)`, confirmed on every seed: first the one with
-   the cheapest estimate, whose fleet then sets aside every configuration whose single unit
-   costs more (objective "cost"), then all the others;
-4. rank by the objective (`search_result`): the fleet's dollars per hour (`cost`) or its joules
-   per output token (`energy`), with the Pareto front of cost against TTFT p99.
+2. probe one unit of every other configuration at the whole rate (`search_probe.unit_probe`):
+   what it completes bounds the units any of its fleets needs (`search_prune`), which sets aside
+   the configurations that would need more than `max_instances` (they cannot meet the SLOs);
+3. find the fewest units of the others at the rate (`search_probe.fleet_search`: the instance
+   search of `sim.whatif.capacity_instances`, from that bound, confirmed on every seed), in order
+   of the bound on their cost, branch and bound: once a fleet is found, every configuration whose
+   bound already costs more is dominated and never sized;
+4. rank by the objective (`search_result`): the fleet's dollars per hour (`cost`), or its mean
+   power (`energy`: at the given rate, energy per hour and per output token alike), with the
+   Pareto front of cost against TTFT p99.
 
-`exhaustive=True` skips phase 2 and sizes every fleet from one unit: the reference the pruned
+`exhaustive=True` skips phase 2 and sizes every fleet from one instance: the reference the pruned
 search is checked against (and a slow one: a configuration that cannot meet the SLOs is tried
 at every fleet size the doubling reaches, up to `max_instances`).
 
@@ -46,7 +48,7 @@ from sim.errors import ScenarioError
 from sim.io.destination import check_sweep_folder
 from sim.whatif.capacity import SLO
 from sim.whatif.search_probe import Question, Task, max_units
-from sim.whatif.search_prune import Unit, bound, estimate_units, first_to_size, prune
+from sim.whatif.search_prune import Bounds, Unit, cannot_meet, units_at_least
 from sim.whatif.search_question import Source, prepare
 from sim.whatif.search_result import SUMMARY_COLUMNS, SearchResult, build_table
 from sim.whatif.search_runs import Runner, Store, digest
@@ -56,11 +58,9 @@ from sim.whatif.sweep_backends import check_ray, default_workers
 Objective = Literal["cost", "energy"]
 
 
-def _check_flags(objective: str, tolerance: float, workers: int | None, backend: str) -> None:
+def _check_flags(objective: str, workers: int | None, backend: str) -> None:
     if objective not in ("cost", "energy"):
         raise ScenarioError(f"--objective {objective!r}: expected 'cost' or 'energy'")
-    if not 0 < tolerance < 1:
-        raise ScenarioError(f"--tolerance {tolerance}: must be between 0 and 1")
     if workers is not None and workers < 1:
         raise ScenarioError(f"--workers {workers}: must be at least 1")
     if backend not in ("local", "ray"):
@@ -75,7 +75,6 @@ def search(
     rate: float | None = None,
     objective: Objective = "cost",
     overrides: Sequence[str] = (),
-    tolerance: float = 0.1,
     repeats: int = 2,
     exhaustive: bool = False,
     backend: Literal["local", "ray"] = "local",
@@ -90,14 +89,13 @@ def search(
     scenario is a YAML path, a mapping or a loaded `ScenarioSet`, the space a YAML path or a
     mapping. Writes files only when `out` is given (`sim.whatif.search_output`)."""
     started = time.perf_counter()
-    _check_flags(objective, tolerance, workers, backend)
+    _check_flags(objective, workers, backend)
     prepared = prepare(
         scenario,
         space,
         slos,
         rate=rate,
         overrides=overrides,
-        tolerance=tolerance,
         repeats=repeats,
         objective=objective,
     )
@@ -118,7 +116,6 @@ def search(
             question.windows,
             [str(s) for s in question.slos],
             question.seeds,
-            question.tolerance,
             question.max_instances,
             question.router,
             question.link,
@@ -131,32 +128,27 @@ def search(
     units: dict[str, dict[str, Any]] = {}
     fleets: dict[str, dict[str, Any]] = {}
     pruned: dict[str, tuple[str, str]] = {}
-    starts = {c.id: 1 for c in runnable}
     with runner.session():
-        if not exhaustive:
+        if exhaustive:
+            tasks = [task("fleet", c) for c in runnable]
+            done = runner.run(tasks, "fleets")
+            fleets = {t.config.id: done[t.id] for t in tasks}
+        else:
             tasks = [task("unit", c) for c in runnable]
             done = runner.run(tasks, "one unit")
             units = {t.config.id: done[t.id] for t in tasks}
             facts = [_unit(question, c, units[c.id]) for c in runnable]
-            starts = {u.config.id: u.estimate for u in facts}
-            pruned = prune(facts, objective, question.rate_rps / question.max_instances)
-            first = first_to_size([u for u in facts if u.config.id not in pruned], objective)
-            if first is not None and objective == "cost":
-                # the cheapest estimate first: its confirmed fleet bounds every other
-                lead = task("fleet", first.config, first.estimate)
-                fleets[first.config.id] = runner.run([lead], "first fleet")[lead.id]
-                summary = fleets[first.config.id]["summary"]
-                if summary is not None:
-                    rest = [u for u in facts if u.config.id not in pruned and u is not first]
-                    usd = float(summary["fleet_usd_per_hour"])
-                    pruned |= bound(rest, usd, first.config.label)
-        tasks = [
-            task("fleet", c, starts[c.id])
-            for c in runnable
-            if c.id not in pruned and c.id not in fleets
-        ]
-        done = runner.run(tasks, "fleets")
-        fleets |= {t.config.id: done[t.id] for t in tasks}
+            limits = {c.id: max_units(question, c) for c in runnable}
+            pruned = cannot_meet(facts, limits)
+            bounds = Bounds([u for u in facts if u.config.id not in pruned], objective)
+            while wave := bounds.next_wave():
+                tasks = [task("fleet", u.config, u.units_at_least) for u in wave]
+                done = runner.run(tasks, f"fleets, wave {bounds.waves}")
+                for t in tasks:
+                    fleets[t.config.id] = fleet = done[t.id]
+                    if fleet["found"]:
+                        bounds.found(t.config.label, _objective(fleet, objective))
+            pruned |= bounds.pruned
     every = prepared.expanded.every
     metrics = [s.metric for s in question.slos]
     rows = [_row(c, prepared.aside, pruned, units, fleets, question, metrics) for c in every]
@@ -171,7 +163,6 @@ def search(
         "slos": [str(s) for s in question.slos],
         "objective": objective,
         "seeds": list(question.seeds),
-        "tolerance": tolerance,
         "max_instances": question.max_instances,
         "exhaustive": exhaustive,
         "backend": backend,
@@ -191,10 +182,16 @@ def search(
 
 
 def _unit(question: Question, config: Config, result: dict[str, Any]) -> Unit:
-    capacity = float(result["capacity_rps"])
-    failing = math.inf if result["failing_rps"] is None else float(result["failing_rps"])
-    estimate = estimate_units(question.rate_rps, capacity, max_units(question, config))
-    return Unit(config, capacity, failing, estimate)
+    completed = result["completed_rps"]
+    completed = math.nan if completed is None else float(completed)
+    passes = bool(result["passes"])
+    return Unit(config, completed, passes, units_at_least(question.rate_rps, completed, passes))
+
+
+def _objective(fleet: dict[str, Any], objective: str) -> float:
+    """What a found fleet is ranked by: its dollars per hour, or its mean power."""
+    value = fleet["summary"]["fleet_usd_per_hour" if objective == "cost" else "fleet_power_w"]
+    return math.inf if value is None else float(value)
 
 
 def _row(
@@ -210,9 +207,11 @@ def _row(
     unit, fleet = units.get(config.id), fleets.get(config.id)
     row: dict[str, Any] = {"configuration": config.label, "status": "", "note": ""}
     if unit is not None:
-        failing = unit["failing_rps"]
-        row["unit_capacity_rps"] = unit["capacity_rps"]
-        row["unit_failing_rps"] = math.inf if failing is None else failing
+        completed = unit["completed_rps"]
+        row["unit_completed_rps"] = math.nan if completed is None else completed
+        row["units_at_least"] = units_at_least(
+            question.rate_rps, row["unit_completed_rps"], bool(unit["passes"])
+        )
     row["num_probes"] = sum(r["probes"] for r in (unit, fleet) if r is not None)
     row["confirmed"] = bool(fleet and fleet["confirmed"])
     if config.id in aside:
@@ -249,7 +248,7 @@ def _counts(
         "set_aside": len(aside),
         "set_aside_by_reason": dict(Counter(why for why, _ in aside.values())),
         "simulated": len(set(units) | set(fleets)),
-        "unit_searched": len(units),
+        "unit_probed": len(units),
         "pruned": len(pruned),
         "pruned_by_reason": dict(Counter(why for why, _ in pruned.values())),
         "fleet_searched": len(fleets),

@@ -10,20 +10,15 @@ confirmed on every seed holds on several windows of it). A probe passes when eve
 
 A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD).
 
-* Unit capacity (`unit_capacity`): a bracket on the largest rate one unit serves, on the first
-  seed (it only estimates and prunes: fleets are confirmed on every seed), with the bisection of
-  `sim.whatif.capacity` (`RateSearch`). It asks first whether one unit serves the whole rate
-  (then the search stops there). Otherwise that overloaded probe measured what one unit can
-  complete, which bounds what it serves under any SLO: the next probe is at 90 % of it, then the
-  rate is halved until a probe passes (no lower than the rate over the most units the fleet may
-  have: below that no fleet within `max_instances` would do), raised by `STEP_UP` until one
-  fails, and the bracket bisected to the tolerance.
+* One unit (`unit_probe`): one probe of one unit at the whole rate, on the first seed. If it
+  meets the SLOs the answer may be one unit; if not, the requests/s it completed (all it was
+  offered, or when overloaded the most one unit completes) bound how many units any fleet of it
+  needs (`sim.whatif.search_prune`).
 * Fleet (`fleet_search`): the fewest units meeting the SLOs at the whole rate, with
-  `sim.whatif.capacity_instances.fewest` galloping from the estimate `ceil(rate / capacity)`,
-  confirmed on every seed. For xPyD a fleet of k units has kx prefill and ky decode instances:
+  `sim.whatif.capacity_instances.fewest` galloping from that lower bound, confirmed on every
+  seed. For xPyD a fleet of k units has kx prefill and ky decode instances:
   the search over (prefill, decode) pairs runs along each ratio of the space, so list the ratios
-  worth trying (1p1d, 1p2d, 2p1d, ...); keeping fleets whole multiples of a unit is also what
-  lets one unit's capacity stand for its fleets when pruning (`sim.whatif.search_prune`).
+  worth trying (1p1d, 1p2d, 2p1d, ...).
 
 Both run in worker processes (or Ray tasks): everything they need travels in a `Task`, and they
 return plain JSON-ready data (`run_task`).
@@ -39,12 +34,11 @@ from typing import Any
 
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
-from sim.whatif.capacity import SLO, RateSearch
+from sim.whatif.capacity import SLO
 from sim.whatif.capacity_instances import fewest
 from sim.whatif.search_space import Config
 
 Counts = tuple[int, int]  # (instances, 0) colocated; (prefill, decode) for P/D
-STEP_UP = 1.25  # the factor by which a unit's bracket grows above a passing rate
 
 
 @dataclass(frozen=True)
@@ -61,7 +55,6 @@ class Question:
     windows: tuple[tuple[float, float], ...]
     slos: tuple[SLO, ...]
     seeds: tuple[int, ...]
-    tolerance: float
     max_instances: int
     router: str | None = None  # the space's colocated router (None: the scenario's)
     link: dict[str, Any] | None = None  # the space's P/D link (None: the scenario's)
@@ -125,14 +118,12 @@ def scenario_of(
 
 
 class Prober:
-    """Summaries of probes of one configuration, counted (a `RateProber` for its one unit)."""
+    """Summaries of probes of one configuration, counted."""
 
     def __init__(self, question: Question, config: Config) -> None:
         self.question, self.config = question, config
-        self.num_gpus = {"unit": config.unit_gpus}
         self.probes = 0
         self.requests = 0
-        self.last: dict[str, float] = {}
 
     def summary(self, counts: Counts, rate: float, seed: int) -> dict[str, float]:
         q = self.question
@@ -141,46 +132,27 @@ class Prober:
         summary = simulate(loaded, tables=False)[loaded.variants[0].variant].summary()
         self.probes += 1
         self.requests += int(summary["num_requests"])
-        self.last = summary
         return summary
 
-    def run(self, variant: str, rate: float, seed: int) -> dict[str, float]:
-        return self.summary(unit_counts(self.config), rate, seed)
+
+def completed_rps(summary: dict[str, float], instances: int) -> float:
+    """Requests/s a run completed over its whole span (first arrival to last step): for an
+    overloaded unit, the most it can complete, whatever the SLOs. The span is the one
+    `busy_fraction` divides by (`busy_s / (instances * busy_fraction)`)."""
+    busy, fraction = summary.get("busy_s", math.nan), summary.get("busy_fraction", math.nan)
+    if not (busy > 0 and fraction > 0):
+        return math.nan
+    return float(summary["num_finished"]) / (busy / (instances * fraction))
 
 
-def unit_capacity(question: Question, config: Config) -> dict[str, Any]:
-    """One unit's capacity on the first seed: `capacity_rps` passes (0: none tried did),
-    `failing_rps` fails (None: none tried did, one unit serves the whole rate)."""
+def unit_probe(question: Question, config: Config) -> dict[str, Any]:
+    """One unit at the whole rate on the first seed: whether it meets the SLOs, and the
+    requests/s it completed (`completed_rps`), which bounds what any fleet of it needs."""
     prober = Prober(question, config)
-    search = RateSearch(prober, "unit", question.slos, list(question.seeds[:1]))
-    target = question.rate_rps
-    floor = target / max_units(question, config)
-    lo, hi = 0.0, target
-    if search.passes(target, confirm=False):
-        lo, hi = target, math.inf
-    else:
-        # what one overloaded unit completed bounds what it serves under any SLO: start below it
-        served = prober.last.get("requests_per_s", math.nan)
-        rate = max(min(0.9 * served, target / 2) if served > 0 else target / 2, floor)
-        while True:  # down by halves until a rate passes, no lower than the floor
-            if search.passes(rate, confirm=False):
-                lo = rate
-                break
-            hi = rate
-            if rate <= floor:
-                break
-            rate = max(rate / 2, floor)
-        while lo > 0 and lo * STEP_UP < hi:  # then up in small steps until one fails
-            if not search.passes(lo * STEP_UP, confirm=False):
-                hi = lo * STEP_UP
-                break
-            lo *= STEP_UP
-        if lo > 0:
-            found = search.refine(lo, hi, question.tolerance)
-            lo, hi = found.capacity_rps, found.failing_rps
+    summary = prober.summary(unit_counts(config), question.rate_rps, question.seeds[0])
     return {
-        "capacity_rps": lo,
-        "failing_rps": None if math.isinf(hi) else hi,
+        "passes": all(slo.met(summary) for slo in question.slos),
+        "completed_rps": _json_ready({"x": completed_rps(summary, config.unit_size)})["x"],
         "probes": prober.probes,
         "requests": prober.requests,
     }
@@ -231,5 +203,5 @@ def fleet_search(question: Question, config: Config, start: int) -> dict[str, An
 def run_task(task: Task) -> dict[str, Any]:
     """A worker's entry point (module level, so that it pickles by reference)."""
     if task.phase == "unit":
-        return unit_capacity(task.question, task.config)
+        return unit_probe(task.question, task.config)
     return fleet_search(task.question, task.config, task.start)

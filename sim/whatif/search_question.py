@@ -152,7 +152,6 @@ def prepare(
     *,
     rate: float | None,
     overrides: Sequence[str],
-    tolerance: float,
     repeats: int,
     objective: str,
 ) -> Prepared:
@@ -195,7 +194,6 @@ def prepare(
         windows=windows,
         slos=parsed,
         seeds=tuple(resolved.spec.seed + k for k in range(repeats + 1)),
-        tolerance=tolerance,
         max_instances=spec.max_instances,
         router=spec.router,
         link=spec.link.model_dump() if spec.link is not None else None,

@@ -1,17 +1,19 @@
 """The answer of a deployment search: one row per configuration, ranked, and what was done.
 
 `table` has one row per configuration of the space. The configurations that found a fleet come
-first, ranked by the objective (the fleet's dollars per hour, or its joules per output token;
-ties by GPUs, then name), then the others in space order with their status and the reason:
+first, ranked by the objective (the fleet's dollars per hour, or its mean power: at a given
+rate, its energy per hour and per token; ties by GPUs, then name), then the others in space
+order with their status and the reason:
 
-    found | no fleet (none up to max_instances) | dominated | bounded | cannot meet the SLOs |
+    found | no fleet (none up to max_instances) | dominated | cannot meet the SLOs |
     does not fit | cannot shard | static P/D | unit over max_instances
 
 Columns: `rank`, `configuration`, `status`, `instances` (`prefill` and `decode` for P/D),
 `num_gpus`, `fleet_usd_per_hour`, `usd_per_million_output_tokens`, `energy_per_output_token_j`,
 `fleet_power_w`, `slo_attainment`, `goodput_rps`, `ttft_p99_s`, `tpot_p99_s`, `e2e_p99_s` (the
 first seed's probe at the answer), `pareto` (on the front of cost against TTFT p99),
-`unit_capacity_rps`, `unit_failing_rps`, `num_probes`, `confirmed` (the answer held on every
+`unit_completed_rps` (what one unit completed at the whole rate), `units_at_least` (the bound
+that gives on any fleet), `num_probes`, `confirmed` (the answer held on every
 seed), `note`, then the configuration's parts: `gpu`, `tensor_parallel`, `layout`, `policy`,
 `config_id`.
 """
@@ -36,7 +38,7 @@ SUMMARY_COLUMNS = (
     "tpot_p99_s",
     "e2e_p99_s",
 )
-OBJECTIVE_COLUMN = {"cost": "fleet_usd_per_hour", "energy": "energy_per_output_token_j"}
+OBJECTIVE_COLUMN = {"cost": "fleet_usd_per_hour", "energy": "fleet_power_w"}
 
 
 def pareto_mask(cost: pd.Series, latency: pd.Series) -> pd.Series:
@@ -54,11 +56,11 @@ def pareto_mask(cost: pd.Series, latency: pd.Series) -> pd.Series:
 def build_table(rows: list[dict[str, Any]], objective: str) -> pd.DataFrame:
     """Rank the rows (one per configuration, in space order) as the module docstring says."""
     frame = pd.DataFrame(rows)
-    for column in (*SUMMARY_COLUMNS, "unit_capacity_rps", "unit_failing_rps"):
+    for column in (*SUMMARY_COLUMNS, "unit_completed_rps"):
         if column not in frame.columns:
             frame[column] = math.nan
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
-    for column in ("instances", "prefill", "decode"):  # whole numbers, missing where not found
+    for column in ("instances", "prefill", "decode", "units_at_least"):  # whole, or missing
         values = frame[column] if column in frame.columns else pd.Series(math.nan, frame.index)
         frame[column] = pd.to_numeric(values, errors="coerce").astype("Int64")
     found = frame["status"] == "found"
@@ -75,7 +77,7 @@ def build_table(rows: list[dict[str, Any]], objective: str) -> pd.DataFrame:
     frame["pareto"] = False
     frame.loc[front.index, "pareto"] = front
     first = ["rank", "configuration", "status", "instances", "prefill", "decode"]
-    tail = ["pareto", "unit_capacity_rps", "unit_failing_rps", "num_probes", "confirmed", "note",
+    tail = ["pareto", "unit_completed_rps", "units_at_least", "num_probes", "confirmed", "note",
             "gpu", "tensor_parallel", "layout", "policy", "config_id"]  # fmt: skip
     rest = [c for c in frame.columns if c not in (*first, *SUMMARY_COLUMNS, *tail)]
     return frame[[*first, *SUMMARY_COLUMNS, *tail, *rest]]
@@ -117,7 +119,7 @@ class SearchResult:
         return (
             f"{c['configurations']} configurations: {c['set_aside']} set aside before simulating"
             f"{f' ({aside})' if aside else ''}; {c['simulated']} simulated "
-            f"({c['unit_searched']} sized on one unit, {c['pruned']} pruned after that"
+            f"({c['unit_probed']} probed on one unit, {c['pruned']} pruned after that"
             f"{f': {pruned}' if pruned else ''}); {c['fleet_searched']} fleets searched, "
             f"{c['found']} found, {c['confirmed']} confirmed on {more}; "
             f"{c['probes']} probes, {c['requests']:,} simulated requests, "

@@ -4,7 +4,7 @@ A phase is a list of `Task`s (one per configuration) run by `search_probe.run_ta
 process pool or on Ray (`sim.whatif.sweep_backends`, the sweep's backends). As each finishes its
 result is saved to `<out>/configs/<task id>.json` (a temporary file renamed into place, so a file
 that exists is whole); a rerun reads those back and runs only the others. A task's id hashes the
-whole question (scenario mapping, rate, SLOs, seeds, tolerance, limits), the configuration, the
+whole question (scenario mapping, rate, SLOs, seeds, limits), the configuration, the
 phase and the starting estimate, so a saved result is reused only for the very same work, and a
 changed question recomputes instead of mixing old and new. Like a sweep's fingerprint, the id
 does not cover files the scenario refers to (a trace): run with `resume=False` (`--fresh`) after
