@@ -35,9 +35,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("slot util %", "slot_utilization", 100.0, "{:.1f}"),
     ("KV util mean %", "kv_utilization_mean", 100.0, "{:.1f}"),
     ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
-    ("fleet $/h", "fleet_usd_per_hour", 1.0, "{:.2f}"),
     ("$ per 1M output tok", "usd_per_million_output_tokens", 1.0, "{:.3f}"),
-    ("J per output tok", "energy_per_output_token_j", 1.0, "{:.3f}"),
 )
 
 
