@@ -5,7 +5,7 @@ scenarios/search/space_70b.yaml (144 configurations: A100-80GB, H100-SXM, H200; 
 parallelism 1, 2, 4, 8; colocated, P/D 1:1 and 1:2; continuous batching with 128 or 256
 sequences, chunked prefill with a 512- or 2048-token budget), under TTFT p99 <= 2 s and TPOT p99
 <= 100 ms, 2,000 requests per probe, confirmed on 2 more seeds. Prints what the search did
-(configurations set aside, sized on one unit, pruned, fleets searched and confirmed, probes,
+(configurations set aside, probed on one unit, pruned, fleets searched and confirmed, probes,
 simulated requests), its wall time on `--workers` processes and the best configurations.
 Without `--trace` the workload is synthetic and Azure-like (lognormal prompts, median 1020
 tokens; outputs median 129), so the benchmark runs anywhere.
