@@ -1,9 +1,10 @@
 """batchsim: a discrete-event simulator of LLM-serving batching policies.
 
 `simulate(scenario) -> Results` runs a scenario (every variant on the same requests);
-`sweep(scenario, grid)` and `capacity_search(scenario, slos)` ask what-if questions over many
-runs; `load_scenario(path, overrides)` validates one without running it. A scenario is a YAML
-path, a mapping or a loaded `ScenarioSet`.
+`sweep(scenario, grid)`, `capacity_search(scenario, slos)` and `search(scenario, space, slos)`
+(the cheapest fleet meeting the SLOs) ask what-if questions over many runs;
+`load_scenario(path, overrides)` validates one without running it. A scenario is a YAML path, a
+mapping or a loaded `ScenarioSet`.
 
 The names are loaded on first use (module `__getattr__`), so `import sim`, and the `batchsim`
 command's start-up, do not pay for pandas, matplotlib or pyarrow until something needs them.
@@ -31,6 +32,7 @@ _EXPORTS = {
     "simulate": "sim.simulate",
     "sweep": "sim.whatif.sweep",
     "capacity_search": "sim.whatif.capacity",
+    "search": "sim.whatif.search",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from sim.scenario.load import load_scenario_dict as load_scenario_dict
     from sim.simulate import simulate as simulate
     from sim.whatif.capacity import capacity_search as capacity_search
+    from sim.whatif.search import search as search
     from sim.whatif.sweep import sweep as sweep
 
 

@@ -30,6 +30,7 @@ import simpy
 from sim.core.engine import Source
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
+from sim.costs.catalog import HardwareSpec
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.results import Results, VariantResult
@@ -271,7 +272,16 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
             for i in cluster.info
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
+        fleet=tuple(
+            _fleet(group.hardware) for group in resolved.groups for _ in range(group.count)
+        ),
     )
+
+
+def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
+    """(GPUs, dollars per GPU-hour, TDP and idle watts) of one instance, in instance order."""
+    figures = hw.economics
+    return hw.tensor_parallel, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:

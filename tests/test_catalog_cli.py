@@ -26,8 +26,10 @@ def test_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     # model row: params_B active_B layers heads kv_heads head_dim weights kv GiB KV B/token len
     assert lines["mixtral-8x7b"][1:7] == ["46.7", "12.9", "32", "32", "8", "128"]
     assert lines["qwen2.5-7b"][-2:] == ["57344", "32768"]
-    # GPU row: memory GiB, HBM TB/s, bf16 and fp8 TFLOP/s, link GB/s
-    assert lines["h100-sxm"][1:] == ["79.6", "3.4", "989.0", "1,979.0", "900.0"]
+    # GPU row: memory GiB, HBM TB/s, bf16 and fp8 TFLOP/s, link GB/s, $/GPU-h, TDP and idle W
+    assert lines["h100-sxm"][1:] == [
+        "79.6", "3.4", "989.0", "1,979.0", "900.0", "2.99", "700.0", "140.0"
+    ]  # fmt: skip
     assert lines["a100-80g"][4] == "-"  # no fp8
     assert "KV capacity" not in out  # only with --model or --hardware
 

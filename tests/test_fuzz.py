@@ -17,6 +17,7 @@ import pytest
 from fuzz_corpus import Case, runtime_cases, schema_cases, yaml_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_files import profile_cases, trace_cases
+from fuzz_corpus_search import search_cases
 
 from sim.cli.main import main
 
@@ -27,6 +28,7 @@ CORPUS: list[Case] = [
     *profile_cases(),
     *trace_cases(),
     *cli_cases(),
+    *search_cases(),
 ]
 
 
@@ -39,7 +41,9 @@ def test_the_corpus_is_large_and_its_ids_are_unique() -> None:
     assert len(CORPUS) >= 150
     assert [i for i, n in ids.items() if n > 1] == []
     kinds = Counter(case.id.split("-")[0] for case in CORPUS)
-    assert {"yaml", "schema", "profile", "trace", "azure", "set", "out", "sweep"} <= set(kinds)
+    assert {"yaml", "schema", "profile", "trace", "azure", "set", "out", "sweep", "search"} <= set(
+        kinds
+    )
 
 
 def _populate(folder: Path, case: Case) -> None:

@@ -19,7 +19,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 def test_the_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
-        "04_prefix_caching.ipynb",
+        "04_prefix_caching.ipynb", "06_deployment_search.ipynb",
     ]  # fmt: skip
 
 
@@ -58,9 +58,10 @@ def answer_of(book: Any) -> str:
 def test_notebook_executes_and_prints_its_answer(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # synthetic workloads: no trace from outside the repository
+    # synthetic workloads: no trace from outside the repository, small versions
     monkeypatch.delenv("BATCHSIM_AZURE_TRACE", raising=False)
     monkeypatch.delenv("BATCHSIM_MOONCAKE_TRACE", raising=False)
+    monkeypatch.delenv("BATCHSIM_SEARCH_FULL", raising=False)
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's own (inline) backend
     book = execute(path)
     answer_of(book)
@@ -138,3 +139,18 @@ def test_prefix_caching_replays_a_mooncake_trace(
     printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert f"Mooncake trace {trace}" in printed
     assert "caching serves" in answer_of(book)
+
+
+def test_deployment_search_replays_an_azure_trace_at_the_asked_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = azure_trace(tmp_path / "azure_conv.csv")
+    monkeypatch.setenv("BATCHSIM_AZURE_TRACE", str(trace))
+    monkeypatch.delenv("BATCHSIM_SEARCH_FULL", raising=False)
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    book = execute(next(p for p in NOTEBOOKS if p.stem == "06_deployment_search"))
+    printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert f"Azure trace {trace} at 20 requests/s" in printed
+    answer = answer_of(book)
+    assert "serves 20 requests/s within TTFT p99 2 s" in answer
+    assert "configurations searched" in answer

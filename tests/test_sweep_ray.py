@@ -1,4 +1,5 @@
-"""The Ray backend gives the very table the local backend gives (Ray on a local 2-CPU cluster).
+"""The Ray backend gives the very table (of a sweep, of a deployment search) the local backend
+gives (Ray on a local 2-CPU cluster).
 
 Ray starts slowly (seconds), so one module-scoped session serves every test here; the sweep
 reuses an initialized session and leaves it running, which the fixture then shuts down.
@@ -55,3 +56,22 @@ def test_ray_and_local_backends_give_identical_tables(ray_session: None, tmp_pat
     # and not merely sorted alike: rows come in grid order whatever finishes first
     pd.testing.assert_frame_equal(on_ray, local)
     assert len(list((tmp_path / "ray" / "points").glob("*.json"))) == 4
+
+
+def test_a_deployment_search_gives_the_same_answer_on_ray_and_local_processes(
+    ray_session: None, tmp_path: Path
+) -> None:
+    from helpers_search import HAND_SLO, hand_scenario, hand_space
+
+    from sim.whatif.search import search
+
+    slos = [HAND_SLO]
+    on_ray = search(hand_scenario(), hand_space(), slos, backend="ray", workers=2, out=tmp_path)
+    pool = search(hand_scenario(), hand_space(), slos, backend="local", workers=2)
+    inline = search(hand_scenario(), hand_space(), slos, backend="local", workers=1)
+    assert on_ray.question["backend"] == "ray" and on_ray.best is not None
+    assert on_ray.best["instances"] == 3
+    for other in (pool, inline):
+        pd.testing.assert_frame_equal(on_ray.table, other.table)
+        assert on_ray.counts == other.counts
+    assert len(list((tmp_path / "configs").glob("*.json"))) == 5 + 4

@@ -23,6 +23,7 @@ from sim.costs.catalog import (
     kv_capacity_tokens,
     min_tensor_parallel,
 )
+from sim.costs.prices import PRICES_AS_OF
 from sim.errors import ScenarioError
 
 
@@ -86,6 +87,10 @@ def model_table(models: list[ModelSpec]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _cents(x: float) -> str:
+    return "-" if x != x else f"{x:.2f}"  # NaN: a GPU outside the price table
+
+
 def hardware_table(gpus: list[HardwareSpec]) -> pd.DataFrame:
     def tera(x: float | None) -> float:
         return float("nan") if x is None else x / 1e12
@@ -98,6 +103,9 @@ def hardware_table(gpus: list[HardwareSpec]) -> pd.DataFrame:
             "bf16_TFLOP/s": tera(h.peak_flops),
             "fp8_TFLOP/s": tera(h.fp8_peak_flops),
             "link_GB/s": (h.interconnect_bandwidth_bytes_per_s or 0) / 1e9,
+            "usd/GPU-h": _cents(h.economics.usd_per_gpu_hour),
+            "tdp_W": h.economics.tdp_w,
+            "idle_W": h.economics.idle_w,
         }
         for h in gpus
     ]
@@ -162,7 +170,10 @@ def catalog_command(args: argparse.Namespace) -> int:
             raise ScenarioError(reason, path="--model") from None
     print("Models (params in billions; KV bytes/token for the whole model, tp 1)")
     print(_fmt(model_table(models)))
-    print("\nGPUs (per GPU; dense tensor-core FLOP/s; link: NVLink or PCIe, both directions)")
+    print(
+        "\nGPUs (per GPU; dense tensor-core FLOP/s; link: NVLink or PCIe, both directions; "
+        f"on-demand price and board power: defaults as of {PRICES_AS_OF}, sim/costs/prices.py)"
+    )
     print(_fmt(hardware_table(gpus)))
     if args.model is not None or args.hardware is not None:
         print(

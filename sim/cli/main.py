@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.whatif import register as register_whatif
 
     register_whatif(sub)
+    from sim.cli.search import register as register_search
+
+    register_search(sub)
     from sim.cli.catalog import register as register_catalog
 
     register_catalog(sub)

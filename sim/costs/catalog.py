@@ -21,6 +21,10 @@ int4 weight-only (W4A16) at bf16. Attention always at bf16, also with an fp8 KV 
 Mixture of experts. `num_parameters` is the total (memory, weight reads); `num_active_parameters`
 (default: the total) is what one token multiplies through (FLOPs), e.g. 2 of 8 experts.
 
+Price and power. A GPU's rent per hour and board power (`usd_per_gpu_hour`, `tdp_w`, `idle_w`)
+default to the table in sim/costs/prices.py (its source and date are there) and may be set like
+any other field; they price a fleet and estimate its energy, and never change a schedule.
+
 Tensor parallelism. A `HardwareSpec` is one serving *instance*: `tensor_parallel` GPUs of the
 named kind (default 1). Weights and KV heads are split across them, each GPU keeps its own
 activation reserve, so
@@ -39,6 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.costs.prices import GpuEconomics, economics
 from sim.inputs.strict_model import StrictModel
 
 GiB = 1024**3
@@ -372,11 +377,31 @@ class HardwareSpec(StrictModel):
     interconnect_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     # GPUs per instance: weights and KV heads split across them, all-reduces between them
     tensor_parallel: int = Field(default=1, ge=1)
+    # rent per GPU-hour (US dollars) and board power per GPU (watts); None: the catalog default
+    # (sim/costs/prices.py), unknown (NaN) for a GPU outside the catalog
+    usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    tdp_w: float | None = Field(default=None, gt=0)
+    idle_w: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
     def _from_catalog(cls, data: Any) -> Any:
         return _resolve(data, _HARDWARE_TABLE, "hardware")
+
+    @model_validator(mode="after")
+    def _check_power(self) -> HardwareSpec:
+        figures = self.economics
+        if figures.idle_w > figures.tdp_w:
+            raise ValueError(
+                f"idle_w ({figures.idle_w:g}) cannot exceed tdp_w ({figures.tdp_w:g}) of "
+                f"{self.name}"
+            )
+        return self
+
+    @property
+    def economics(self) -> GpuEconomics:
+        """Price and power per GPU: the fields given, else the catalog defaults."""
+        return economics(self.name, self.usd_per_gpu_hour, self.tdp_w, self.idle_w)
 
     @property
     def usable_bytes(self) -> float:

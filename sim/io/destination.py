@@ -150,20 +150,21 @@ def check_destination(out: Path, name: str, flag: str = "--out") -> Path:
     return dest
 
 
-def check_sweep_folder(out: Path) -> None:
-    """A sweep folder (`sweep --out`) is created, or is one a sweep wrote, or is empty: a sweep
-    adds its files there and rewrites its own table, so it must not land in someone's folder."""
+def check_sweep_folder(out: Path, kind: str = "sweep") -> None:
+    """A sweep (or search) folder (`--out`) is created, or is one batchsim wrote, or is empty: a
+    sweep adds its files there and rewrites its own table, so it must not land in someone's
+    folder."""
     check_out_folder(out)
     ours = (out / MARKER).is_file() or (out / "points").is_dir()
     if out.is_dir() and any(out.iterdir()) and not ours:
         raise ScenarioError(
-            f"--out {out}: exists and is not a batchsim sweep folder; choose another --out"
+            f"--out {out}: exists and is not a batchsim {kind} folder; choose another --out"
         )
 
 
-def mark_sweep_folder(out: Path) -> None:
+def mark_sweep_folder(out: Path, kind: str = "sweep") -> None:
     if not (out / MARKER).is_file():
-        mark(out, "sweep")
+        mark(out, kind)
 
 
 def mark(folder: Path, kind: str) -> None:

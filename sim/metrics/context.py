@@ -1,4 +1,4 @@
-"""What a summary needs beyond the tables: SLOs, exclusion windows and hardware figures."""
+"""What a summary needs beyond the tables: SLOs, exclusion windows, hardware figures, prices."""
 
 from __future__ import annotations
 
@@ -30,3 +30,6 @@ class SummaryContext:
     num_links: int = 0  # KV-transfer links of a disaggregated cluster
     # per-tier SLO targets (tier, ttft_s, tpot_s), defaults already filled in
     slo_tiers: TierTargets = ()
+    # per instance index: (GPUs, US dollars per GPU-hour, TDP and idle watts per GPU), for the
+    # fleet's price and energy (sim.metrics.fleet); empty: unknown, those metrics are NaN
+    fleet: tuple[tuple[int, float, float, float], ...] = ()

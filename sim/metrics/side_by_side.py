@@ -35,6 +35,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("slot util %", "slot_utilization", 100.0, "{:.1f}"),
     ("KV util mean %", "kv_utilization_mean", 100.0, "{:.1f}"),
     ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
+    ("$ per 1M output tok", "usd_per_million_output_tokens", 1.0, "{:.3f}"),
 )
 # rows shown only when some variant has the metric (a feature it turned on)
 OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (

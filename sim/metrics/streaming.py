@@ -28,6 +28,7 @@ from ddsketch import DDSketch
 from ddsketch.mapping import LogarithmicMapping
 
 from sim.metrics.context import SummaryContext
+from sim.metrics.fleet import fleet_summary
 from sim.metrics.instances import INSTANCE_METRICS, instance_identity
 from sim.metrics.percentiles import QUANTILES
 from sim.metrics.steps import StepTotals, summary_of_totals
@@ -297,6 +298,9 @@ class StreamSummary:
         out.update(self.itl.stats("itl"))
         out["itl_max_s"] = self.itl_max
         out.update(summary_of_totals(self.steps, self.ctx, self.first_arrival))
+        out.update(
+            fleet_summary(self.steps, self.ctx, self.first_arrival, out["output_tokens_per_s"])
+        )
         span = self.served_last_finish - self.first_arrival
         waited = self.served_wait_count and span > 0
         out["mean_queue_length"] = self.served_waits / span if waited else math.nan

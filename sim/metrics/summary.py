@@ -19,7 +19,8 @@ Which requests count where:
   covers the whole run; `itl_max_s` likewise is the longest stall of any served request (the
   max of `max_itl_s`), so that with consistent tables `itl_max_s >= itl_p99_s`.
 
-Step metrics (batch size, utilizations, MFU) live in `sim.metrics.steps`. Every value returned is
+Step metrics (batch size, utilizations, MFU) live in `sim.metrics.steps`, the fleet's price and
+power in `sim.metrics.fleet`. Every value returned is
 a plain Python `int` or `float`; undefined metrics are NaN rather than exceptions.
 """
 
@@ -31,8 +32,9 @@ import numpy as np
 import pandas as pd
 
 from sim.metrics.context import SummaryContext
+from sim.metrics.fleet import fleet_summary
 from sim.metrics.percentiles import latency_stats, weighted_percentile, weighted_stats
-from sim.metrics.steps import expand_steps, step_summary
+from sim.metrics.steps import expand_steps, summary_of_totals, totals_by_instance
 from sim.metrics.tiers import meets_slo, slo_targets, tier_summary
 
 __all__ = ["SummaryContext", "expand_steps", "summarize", "weighted_percentile"]
@@ -150,7 +152,9 @@ def summarize(
     stalls = stalls[~np.isnan(stalls)]
     out["itl_max_s"] = float(stalls.max()) if stalls.size else math.nan
     first_arrival = float(_floats(requests, "arrival_s").min()) if len(requests) else math.nan
-    out.update(step_summary(steps, ctx, first_arrival))
+    totals = totals_by_instance(steps)
+    out.update(summary_of_totals(totals, ctx, first_arrival))
+    out.update(fleet_summary(totals, ctx, first_arrival, out["output_tokens_per_s"]))
     # time-average number of requests waiting for their first schedule (Little's law on the
     # queue): exact, unlike a per-step sample, whatever the grouping of steps
     served = ~requests["rejected"].to_numpy(dtype=bool)

@@ -183,7 +183,7 @@ def capacity_search(
     if instances:
         from sim.whatif.capacity_instances import search_instances
 
-        parsed = _parse_all(slos, repeats)
+        parsed = parse_slos(slos, repeats)
         found = search_instances(
             scenario, parsed, overrides=overrides, repeats=repeats, progress=progress
         )
@@ -212,7 +212,7 @@ def search(
 ) -> list[CapacityResult]:
     if not 0 < tolerance < 1:
         raise ScenarioError(f"--tolerance {tolerance}: must be between 0 and 1")
-    parsed = _parse_all(slos, repeats)
+    parsed = parse_slos(slos, repeats)
     prober = Prober(scenario, overrides, RATE_KEY)
     seeds = [prober.seed + k for k in range(repeats + 1)]
     out = []
@@ -224,7 +224,7 @@ def search(
     return out
 
 
-def _parse_all(slos: Sequence[str | SLO], repeats: int) -> list[SLO]:
+def parse_slos(slos: Sequence[str | SLO], repeats: int) -> list[SLO]:
     if repeats < 0:
         raise ScenarioError(f"--repeats {repeats}: must be >= 0")
     parsed = [s if isinstance(s, SLO) else parse_slo(s) for s in slos]

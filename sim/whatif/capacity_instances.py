@@ -3,10 +3,12 @@
 The scenario keeps its arrival rate; the search varies the instance count of a colocated
 cluster (`cluster.instances[0].count`; a plain scenario becomes a one-group cluster behind its
 default router). More instances never hurt the SLOs, so the count is bracketed by doubling from
-1 and then bisected over integers. Noise is handled as in the rate search: the answer is
-confirmed with `repeats` further seeds, and raised one instance at a time until every seed
-passes, so it holds for every seed tried. Disaggregated scenarios have two pools whose ratio is
-itself the question; vary them with `batchsim sweep` instead.
+1 and then bisected over integers (`fewest`, which can also start from an estimate and gallop
+from there: the deployment search starts from a lower bound on the count). Noise is handled as in
+the rate search: the answer is confirmed with `repeats` further seeds, and raised one instance
+at a time until every seed passes, so it holds for every seed tried. Disaggregated scenarios
+have two pools whose ratio is itself the question; vary them with `batchsim sweep` (or let
+`batchsim search` find the fewest prefill and decode instances for given ratios).
 """
 
 from __future__ import annotations
@@ -79,6 +81,42 @@ def check_clusterable(prober: Prober) -> None:
             )
 
 
+def fewest(
+    passes: Callable[[int, list[int]], bool], seeds: list[int], start: int, limit: int
+) -> int:
+    """The fewest count in 1..limit that passes for every seed (0: none up to `limit` passes on
+    the first seed), given `passes(count, seeds)` (true when every seed in the list passes).
+
+    Counts are searched on the first seed, galloping from `start` (down by 1, 2, 4, ... while
+    it passes; else up by 1, 2, 4, ..., which from 1 is doubling), then bisecting the bracket.
+    The answer is then confirmed on every seed and raised one at a time until all pass."""
+    first = seeds[:1]
+    start = min(max(start, 1), limit)
+    if passes(start, first):
+        lo, hi, step = 0, start, 1  # lo: the largest count known to fail (0 serves nothing)
+        while hi - step >= 1:
+            if not passes(hi - step, first):
+                lo = hi - step
+                break
+            hi, step = hi - step, step * 2
+    else:
+        lo, step = start, 1
+        while True:
+            if lo >= limit:
+                return 0
+            candidate = min(lo + step, limit)
+            if passes(candidate, first):
+                hi = candidate
+                break
+            lo, step = candidate, step * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if passes(mid, first) else (mid, hi)
+    while not passes(hi, seeds) and hi < limit:
+        hi += 1  # another seed fails: one more instance, until every seed passes
+    return hi if passes(hi, seeds) else 0
+
+
 def search_instances(
     scenario: Source,
     slos: Sequence[Any],
@@ -117,19 +155,9 @@ def search_instances(
                     return False
             return True
 
-        lo, hi = 0, 1  # lo fails (0 instances serve nothing), hi is the candidate
-        while not passes(hi, seeds[:1]):
-            lo, hi = hi, hi * 2
-            if hi > MAX_INSTANCES:
-                result.note = f"no count up to {MAX_INSTANCES} meets the SLOs"
-                break
-        else:
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if passes(mid, seeds[:1]) else (mid, hi)
-            while not passes(hi, seeds) and hi < MAX_INSTANCES:
-                hi += 1  # another seed fails: one more instance, until every seed passes
-            result.instances = hi
+        result.instances = fewest(passes, seeds, 1, MAX_INSTANCES)
+        if not result.instances:
+            result.note = f"no count up to {MAX_INSTANCES} meets the SLOs"
         if progress:
             progress(f"{variant}: {result.instances} instances ({len(result.probes)} probes)")
         out.append(result)

@@ -49,8 +49,17 @@ def default_workers() -> int:
 class Progress:
     """A tqdm bar when tqdm is installed, else a one-line counter on stderr."""
 
-    def __init__(self, total: int, *, initial: int = 0, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        total: int,
+        *,
+        initial: int = 0,
+        enabled: bool = True,
+        desc: str = "sweep",
+        unit: str = "point",
+    ) -> None:
         self.total, self.count, self.enabled = total, initial, enabled
+        self.desc, self.unit = desc, unit
         self._bar: Any = None
         if not enabled:
             return
@@ -59,10 +68,11 @@ class Progress:
         except ImportError:
             self._show()
             return
-        self._bar = tqdm(total=total, initial=initial, unit="point", desc="sweep")
+        self._bar = tqdm(total=total, initial=initial, unit=unit, desc=desc)
 
     def _show(self) -> None:
-        print(f"\rsweep: {self.count}/{self.total} points", end="", file=sys.stderr, flush=True)
+        line = f"\r{self.desc}: {self.count}/{self.total} {self.unit}s"
+        print(line, end="", file=sys.stderr, flush=True)
 
     def tick(self) -> None:
         self.count += 1
@@ -163,13 +173,10 @@ def check_ray_address(address: str | None) -> None:
         ) from None
 
 
-def run_ray(
-    tasks: list[T],
-    runner: Callable[[T], R],
-    workers: int,
-    address: str | None,
-    on_result: Callable[[T, R], None],
-) -> None:
+@contextmanager
+def ray_session(address: str | None, workers: int) -> Iterator[Any]:
+    """Ray, initialized for the block (and shut down after it) unless a session already runs,
+    which is reused and left running; several `run_ray` calls inside share one start."""
     try:
         import ray
     except ImportError:
@@ -188,17 +195,29 @@ def run_ray(
             where = f"at {address}" if address else "locally"
             reason = " ".join(str(exc).split())[:300]
             raise ScenarioError(f"--backend ray: cannot start Ray {where}: {reason}") from None
-    remote = ray.remote(num_cpus=1)(runner)
-    pending = {remote.remote(task): task for task in tasks}
     try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                on_result(pending.pop(ref), ray.get(ref))
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
+        yield ray
     finally:
         if started:
             ray.shutdown()
+
+
+def run_ray(
+    tasks: list[T],
+    runner: Callable[[T], R],
+    workers: int,
+    address: str | None,
+    on_result: Callable[[T, R], None],
+) -> None:
+    with ray_session(address, workers) as ray:
+        remote = ray.remote(num_cpus=1)(runner)
+        pending = {remote.remote(task): task for task in tasks}
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    on_result(pending.pop(ref), ray.get(ref))
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise

@@ -1,0 +1,199 @@
+"""`batchsim search`: the cheapest fleet that serves a scenario's workload under its SLOs.
+
+    batchsim search scenario.yaml --space space.yaml --slo ttft_p99=2 --slo tpot_p99=0.1 --rate 20
+
+prints the configurations that meet the SLOs, best first (fleet size, GPUs, dollars per hour and
+per million output tokens, joules per output token, SLO attainment, goodput, TTFT and TPOT p99),
+what the search did (set aside, pruned, simulated, confirmed) and the answer, and writes the
+table, the cost-against-TTFT plot and the report page to `results/<name>-search/` (`--out`).
+Each configuration's results are saved as they finish: an interrupted search (exit 130, or 143
+on SIGTERM) resumes when the same command runs again; `--fresh` recomputes. Bad input is one
+line and exit code 2, before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from sim.cli.args import nonnegative_int, positive_int
+
+# (column, heading, scale, format) of the printed table
+COLUMNS = (
+    ("rank", "#", 1.0, "{:.0f}"),
+    ("configuration", "configuration", 1.0, "{}"),
+    ("instances", "instances", 1.0, "{}"),
+    ("num_gpus", "GPUs", 1.0, "{:.0f}"),
+    ("fleet_usd_per_hour", "$/h", 1.0, "{:,.2f}"),
+    ("usd_per_million_output_tokens", "$/1M tok", 1.0, "{:.3f}"),
+    ("energy_per_output_token_j", "J/tok", 1.0, "{:.2f}"),
+    ("slo_attainment", "SLO %", 100.0, "{:.1f}"),
+    ("goodput_rps", "goodput", 1.0, "{:.2f}"),
+    ("ttft_p99_s", "TTFT p99 ms", 1e3, "{:.0f}"),
+    ("tpot_p99_s", "TPOT p99 ms", 1e3, "{:.1f}"),
+)
+
+
+def register(sub: Any) -> None:
+    cmd = sub.add_parser(
+        "search", help="cheapest fleet (GPU, TP, layout, policy, count) meeting the SLOs"
+    )
+    cmd.add_argument("scenario", type=Path, help="scenario YAML: workload, model, SLO targets")
+    cmd.add_argument("--space", type=Path, required=True, help="search space YAML")
+    cmd.add_argument(
+        "--slo",
+        action="append",
+        required=True,
+        metavar="METRIC=VALUE",
+        help="metric <= value, e.g. ttft_p99=2 (METRIC>=VALUE for slo_attainment, goodput)",
+    )
+    cmd.add_argument(
+        "--rate", type=float, default=None, help="requests/s to serve (default: the workload's)"
+    )
+    cmd.add_argument("--objective", choices=("cost", "energy"), default="cost")
+    cmd.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field first",
+    )
+    cmd.add_argument(
+        "--repeats",
+        type=nonnegative_int,
+        default=2,
+        help="extra seeds every fleet must pass (default 2)",
+    )
+    cmd.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="size every fleet, pruning nothing after the fit checks",
+    )
+    cmd.add_argument("--backend", choices=("local", "ray"), default="local")
+    cmd.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="parallel configurations (default: every CPU this process may use)",
+    )
+    cmd.add_argument("--address", default=None, help="Ray cluster address (default: local)")
+    cmd.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default: results/<scenario name>-search)",
+    )
+    cmd.add_argument("--fresh", action="store_true", help="recompute configurations saved before")
+    cmd.add_argument("--top", type=positive_int, default=10, help="rows printed (default 10)")
+    cmd.add_argument("-q", "--quiet", action="store_true", help="no progress, no table")
+    cmd.set_defaults(handler=_search)
+
+
+def _cell(value: Any, scale: float, fmt: str) -> str:
+    if fmt == "{}":
+        return str(value)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if number != number else fmt.format(number * scale)
+
+
+def format_ranked(table: Any, top: int) -> str:
+    """The best `top` configurations as an aligned text table."""
+    from sim.io.report_search import fleet_text
+
+    found = table[table["status"] == "found"].head(top)
+    rows = [[heading for _, heading, _, _ in COLUMNS]]
+    for _, row in found.iterrows():
+        rows.append(
+            [
+                _cell(fleet_text(row) if c == "instances" else row[c], scale, fmt)
+                for c, _, scale, fmt in COLUMNS
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(w) if i == 1 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+        for cells in rows
+    )
+
+
+def _out_folder(args: argparse.Namespace) -> Path:
+    from sim.errors import ScenarioError
+    from sim.io.destination import results_folder_name
+    from sim.scenario.load import source_of
+    from sim.scenario.schema import check_folder_name
+
+    if args.out is not None:
+        return Path(args.out)
+    raw, file, _ = source_of(args.scenario, args.overrides)
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise ScenarioError("missing, or not a string", file=file, path="name")
+    try:
+        check_folder_name(name)
+    except ValueError as exc:
+        raise ScenarioError(str(exc), file=file, path="name") from None
+    return Path("results") / f"{results_folder_name(name, args.overrides)}-search"
+
+
+def _search(args: argparse.Namespace) -> int:
+    from sim.cli.signals import Terminated
+    from sim.io.report_search import fleet_text
+    from sim.whatif.search import search
+
+    out = _out_folder(args)
+    try:
+        result = search(
+            args.scenario,
+            args.space,
+            args.slo,
+            rate=args.rate,
+            objective=args.objective,
+            overrides=args.overrides,
+            repeats=args.repeats,
+            exhaustive=args.exhaustive,
+            backend=args.backend,
+            workers=args.workers,
+            address=args.address,
+            out=out,
+            resume=not args.fresh,
+            progress=not args.quiet,
+        )
+    except KeyboardInterrupt as exc:
+        saved = len(list((out / "configs").glob("*.json")))
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(
+            f"batchsim: {what}; {saved} configuration results saved in {out}/configs/; rerun "
+            "the same command to resume",
+            file=sys.stderr,
+        )
+        return 143 if isinstance(exc, Terminated) else 130
+    if args.quiet:
+        return 0
+    q = result.question
+    print(
+        f"fewest instances serving {q['rate_rps']:.4g} req/s ({q['workload']} workload) with "
+        f"{', '.join(q['slos'])} on every one of {len(q['seeds'])} seeds; ranked by "
+        f"{'fleet $/h' if q['objective'] == 'cost' else 'energy per output token'}"
+    )
+    print(format_ranked(result.table, args.top))
+    print(f"\n{result.describe()}")
+    best = result.best
+    if best is None:
+        print("Answer: no configuration of the space meets the SLOs at this rate")
+    else:
+        print(
+            f"Answer: {best['configuration']}, {fleet_text(best)} instances "
+            f"({int(best['num_gpus'])} GPUs), ${best['fleet_usd_per_hour']:,.2f}/h, "
+            f"${best['usd_per_million_output_tokens']:.3f} per million output tokens"
+        )
+    print(f"table in {out}/search.csv and .parquet; plot {out}/pareto.png; page {out}/report.html")
+    return 0

@@ -1,0 +1,137 @@
+"""The answer of a deployment search: one row per configuration, ranked, and what was done.
+
+`table` has one row per configuration of the space. The configurations that found a fleet come
+first, ranked by the objective (the fleet's dollars per hour, or its mean power: at a given
+rate, its energy per hour and per token; ties by GPUs, then name), then the others in space
+order with their status and the reason:
+
+    found | no fleet (none up to max_instances) | dominated | cannot meet the SLOs |
+    does not fit | cannot shard | static P/D | unit over max_instances
+
+Columns: `rank`, `configuration`, `status`, `instances` (`prefill` and `decode` for P/D),
+`num_gpus`, `fleet_usd_per_hour`, `usd_per_million_output_tokens`, `energy_per_output_token_j`,
+`fleet_power_w`, `slo_attainment`, `goodput_rps`, `ttft_p99_s`, `tpot_p99_s`, `e2e_p99_s` (the
+first seed's probe at the answer), `pareto` (on the front of cost against TTFT p99),
+`unit_completed_rps` (what one unit completed at the whole rate), `units_at_least` (the bound
+that gives on any fleet), `num_probes`, `confirmed` (the answer held on every
+seed), `note`, then the configuration's parts: `gpu`, `tensor_parallel`, `layout`, `policy`,
+`config_id`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+SUMMARY_COLUMNS = (
+    "num_gpus",
+    "fleet_usd_per_hour",
+    "usd_per_million_output_tokens",
+    "energy_per_output_token_j",
+    "fleet_power_w",
+    "slo_attainment",
+    "goodput_rps",
+    "ttft_p99_s",
+    "tpot_p99_s",
+    "e2e_p99_s",
+)
+OBJECTIVE_COLUMN = {"cost": "fleet_usd_per_hour", "energy": "fleet_power_w"}
+
+
+def pareto_mask(cost: pd.Series, latency: pd.Series) -> pd.Series:
+    """True where no other point is at most as costly and strictly faster, or cheaper and at
+    most as slow (the lower-left front; NaN latencies are never on it)."""
+    keep = pd.Series(False, index=cost.index)
+    best = math.inf
+    order = sorted(cost.index, key=lambda i: (cost[i], latency[i]))
+    for i in order:
+        if not math.isnan(latency[i]) and latency[i] < best:
+            keep[i], best = True, latency[i]
+    return keep
+
+
+def build_table(rows: list[dict[str, Any]], objective: str) -> pd.DataFrame:
+    """Rank the rows (one per configuration, in space order) as the module docstring says."""
+    frame = pd.DataFrame(rows)
+    for column in (*SUMMARY_COLUMNS, "unit_completed_rps"):
+        if column not in frame.columns:
+            frame[column] = math.nan
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    for column in ("instances", "prefill", "decode", "units_at_least"):  # whole, or missing
+        values = frame[column] if column in frame.columns else pd.Series(math.nan, frame.index)
+        frame[column] = pd.to_numeric(values, errors="coerce").astype("Int64")
+    found = frame["status"] == "found"
+    target = OBJECTIVE_COLUMN[objective]
+    ranked = frame[found].sort_values(
+        [target, "num_gpus", "configuration"], kind="stable", na_position="last"
+    )
+    frame = pd.concat([ranked, frame[~found]], ignore_index=True)
+    found = frame["status"] == "found"
+    frame.insert(
+        0, "rank", pd.array([i + 1 if ok else None for i, ok in enumerate(found)], "Int64")
+    )
+    front = pareto_mask(frame.loc[found, "fleet_usd_per_hour"], frame.loc[found, "ttft_p99_s"])
+    frame["pareto"] = False
+    frame.loc[front.index, "pareto"] = front
+    first = ["rank", "configuration", "status", "instances", "prefill", "decode"]
+    tail = ["pareto", "unit_completed_rps", "units_at_least", "num_probes", "confirmed", "note",
+            "gpu", "tensor_parallel", "layout", "policy", "config_id"]  # fmt: skip
+    rest = [c for c in frame.columns if c not in (*first, *SUMMARY_COLUMNS, *tail)]
+    return frame[[*first, *SUMMARY_COLUMNS, *tail, *rest]]
+
+
+@dataclass(repr=False)
+class SearchResult:
+    """A deployment search's table (see the module docstring), its counts and its question."""
+
+    table: pd.DataFrame
+    counts: dict[str, Any]
+    question: dict[str, Any]
+
+    @property
+    def ranked(self) -> pd.DataFrame:
+        """The configurations that found a fleet, best first."""
+        return self.table[self.table["status"] == "found"]
+
+    @property
+    def best(self) -> pd.Series | None:
+        ranked = self.ranked
+        return ranked.iloc[0] if len(ranked) else None
+
+    def pareto(self) -> pd.DataFrame:
+        """The ranked configurations on the front of fleet cost against TTFT p99, cheapest first."""
+        front = self.table[self.table["pareto"]]
+        return front.sort_values("fleet_usd_per_hour", kind="stable")
+
+    def describe(self) -> str:
+        """What the search did, in one paragraph."""
+        c = self.counts
+        aside = ", ".join(f"{n} {why}" for why, n in c["set_aside_by_reason"].items())
+        pruned = ", ".join(f"{n} {why}" for why, n in c["pruned_by_reason"].items())
+        seeds = len(self.question["seeds"]) - 1
+        more = f"{seeds} more seed(s)"
+        if self.question.get("workload") == "trace":
+            distinct = self.question.get("trace_windows", 1)
+            more += f" (each replays its own window of the trace: {distinct} distinct)"
+        return (
+            f"{c['configurations']} configurations: {c['set_aside']} set aside before simulating"
+            f"{f' ({aside})' if aside else ''}; {c['simulated']} simulated "
+            f"({c['unit_probed']} probed on one unit, {c['pruned']} pruned after that"
+            f"{f': {pruned}' if pruned else ''}); {c['fleet_searched']} fleets searched, "
+            f"{c['found']} found, {c['confirmed']} confirmed on {more}; "
+            f"{c['probes']} probes, {c['requests']:,} simulated requests, "
+            f"{self.question['wall_s']:.1f} s on {self.question['workers']} worker(s) "
+            f"({self.question['backend']})"
+        )
+
+    def __repr__(self) -> str:
+        best = self.best
+        answer = (
+            "no configuration meets the SLOs"
+            if best is None
+            else (f"best {best['configuration']} x {best['instances']}")
+        )
+        return f"SearchResult({self.counts['configurations']} configurations, {answer})"

@@ -1,0 +1,195 @@
+"""The fuzz corpus, part 4: `batchsim search`: bad space files, bad flags, scenarios a search
+cannot take, and bad prices or board power in a scenario's hardware.
+
+A space case names the space file and the key at fault; a flag case names the flag.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from fuzz_corpus import BAD, BASE, Case, dump, edited, scenario_case
+from fuzz_corpus_cli import _free_port
+
+SCENARIO = {k: v for k, v in copy.deepcopy(BASE).items() if k != "variants"}
+SPACE: dict[str, Any] = {"gpus": ["a100-80g"], "tensor_parallel": [1], "max_instances": 4}
+SEARCH = ("search", "s.yaml", "--space", "space.yaml", "--slo", "ttft_p99=1", "-q")
+
+
+def _search(
+    case_id: str,
+    *args: str,
+    expect: tuple[str, ...],
+    space: Any = None,
+    scenario: Any = None,
+    files: dict[str, bytes | None] | None = None,
+) -> Case:
+    content = {
+        "s.yaml": dump(SCENARIO if scenario is None else scenario),
+        "space.yaml": space
+        if isinstance(space, bytes)
+        else dump(SPACE if space is None else space),
+        **(files or {}),
+    }
+    return Case(case_id, (*SEARCH, *args), expect, content)
+
+
+def _space(path: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(SPACE)
+    node = out
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return out
+
+
+# space key -> which BAD values it refuses (every value but the ones listed as valid there)
+SPACE_KEYS: dict[str, tuple[str, ...]] = {
+    "gpus": tuple(BAD),
+    "tensor_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
+    "layouts": tuple(BAD),
+    "policies": tuple(BAD),
+    "router": tuple(BAD),
+    "link": ("neg", "str", "bool", "list", "map", "inf", "nan"),
+    "link.bandwidth_gb_per_s": tuple(BAD),
+    "max_instances": tuple(BAD),
+}
+
+
+def space_cases() -> list[Case]:
+    cases = [
+        _search(f"search-space-{path}-{label}", space=_space(path, BAD[label]),
+                expect=("space.yaml", path))
+        for path, labels in SPACE_KEYS.items()
+        for label in labels
+    ]  # fmt: skip
+    a100 = {"name": "a100-80g"}
+    explicit = {
+        "gpus-empty": (_space("gpus", []), ("space.yaml", "gpus")),
+        "gpus-unknown": (_space("gpus", ["h100"]), ("space.yaml", "gpus.0", "unknown hardware")),
+        "gpus-twice": (_space("gpus", ["a100-80g", "a100-80g"]), ("gpus.1", "listed twice")),
+        "gpus-tp": (_space("gpus", [{**a100, "tensor_parallel": 2}]), ("gpus.0.tensor_parallel",)),
+        "gpus-price": (_space("gpus", [{**a100, "usd_per_gpu_hour": -1}]),
+                       ("gpus.0.usd_per_gpu_hour",)),
+        "gpus-idle": (_space("gpus", [{**a100, "idle_w": 900}]), ("gpus.0", "idle_w")),
+        "gpus-typo": (_space("gpus", [{**a100, "usd_per_hour": 1}]), ("gpus.0.usd_per_hour",)),
+        "gpus-no-price": (
+            _space("gpus", [{"name": "mine", "memory_bytes": 80 * 2**30,
+                             "hbm_bandwidth_bytes_per_s": 2e12, "peak_flops": 3e14}]),
+            ("space.yaml", "gpus", "usd_per_gpu_hour"),
+        ),
+        "tp-zero": (_space("tensor_parallel", [0]), ("tensor_parallel.0",)),
+        "tp-huge": (_space("tensor_parallel", [128]), ("tensor_parallel.0",)),
+        "tp-twice": (_space("tensor_parallel", [1, 1]), ("tensor_parallel", "twice")),
+        "layout-base60": (_space("layouts", [62]), ("layouts.0", "base 60")),
+        "layout-zero": (_space("layouts", ["1p0d"]), ("layouts.0", "'1p0d'")),
+        "layout-word": (_space("layouts", ["disaggregated"]), ("layouts.0",)),
+        "layout-twice": (_space("layouts", ["1p1d", "1p1d"]), ("layouts", "twice")),
+        "policy-name": (_space("policies", [{"name": "dynamic"}]), ("policies.0", "dynamic")),
+        "policy-no-name": (_space("policies", [{"max_num_seqs": 4}]), ("policies.0", "name")),
+        "policy-value": (
+            _space("policies", [{"name": "continuous", "max_num_seqs": [8, -1]}]),
+            ("policies.0.max_num_seqs", "seqs=-1"),
+        ),
+        "policy-key": (
+            _space("policies", [{"name": "continuous", "max_num_seq": 8}]),
+            ("policies.0.max_num_seq", "unknown key"),
+        ),
+        "unknown-key": (_space("gpu", ["a100-80g"]), ("space.yaml", "gpu", "unknown key")),
+        "too-big": (
+            {**SPACE, "tensor_parallel": list(range(1, 65)),
+             "layouts": ["colocated", *(f"1p{d}d" for d in range(1, 16))],
+             "policies": [{"name": "continuous", "max_num_seqs": list(range(1, 10))}]},
+            ("space.yaml", "configurations", "at most"),
+        ),
+    }  # fmt: skip
+    cases += [
+        _search(f"search-space-{label}", space=space, expect=expect)
+        for label, (space, expect) in explicit.items()
+    ]
+    texts = {
+        "latin1": (b"# caf\xe9\n" + dump(SPACE), ("space.yaml", "not UTF-8")),
+        "dup": (dump(SPACE) + b"gpus: [h200]\n", ("space.yaml", "duplicate key 'gpus'")),
+        "list": (b"- a100-80g\n", ("space.yaml", "mapping")),
+        "empty": (b"", ("space.yaml", "mapping")),
+        "unclosed": (b"gpus: [a100-80g\n", ("space.yaml:",)),
+    }
+    cases += [
+        _search(f"search-space-yaml-{label}", space=text, expect=expect)
+        for label, (text, expect) in texts.items()
+    ]
+    return cases
+
+
+def flag_cases() -> list[Case]:
+    port = _free_port()
+    flags = {
+        "rate-zero": (("--rate", "0"), ("--rate",)),
+        "rate-neg": (("--rate", "-2"), ("--rate",)),
+        "rate-nan": (("--rate", "nan"), ("--rate",)),
+        "rate-inf": (("--rate", "inf"), ("--rate",)),
+        "rate-text": (("--rate", "fast"), ("--rate",)),
+        "objective": (("--objective", "speed"), ("--objective", "invalid choice")),
+        "repeats": (("--repeats", "-1"), ("--repeats", "at least 0")),
+        "workers": (("--workers", "0"), ("--workers", "at least 1")),
+        "top": (("--top", "0"), ("--top", "at least 1")),
+        "slo": (("--slo", "speed=1"), ("--slo", "no summary metric")),
+        "slo-fraction": (("--slo", "slo_attainment>=2"), ("--slo", "fraction")),
+        "backend": (("--backend", "slurm"), ("--backend",)),
+        "set": (("--set", "policy.max_num_seqs=[1,"), ("--set",)),
+        "ray-unreachable": (
+            ("--backend", "ray", "--address", f"127.0.0.1:{port}"),
+            ("--address", f"127.0.0.1:{port}", "reachable"),
+        ),
+    }
+    cases = [
+        _search(f"search-flag-{label}", *args, expect=expect)
+        for label, (args, expect) in flags.items()
+    ]
+    cases += [
+        Case("search-no-space", ("search", "s.yaml", "--slo", "ttft_p99=1"),
+             ("--space", "required"), {"s.yaml": dump(SCENARIO)}),
+        Case("search-no-slo", ("search", "s.yaml", "--space", "space.yaml"),
+             ("--slo", "required"), {"s.yaml": dump(SCENARIO), "space.yaml": dump(SPACE)}),
+        Case("search-space-missing", ("search", "s.yaml", "--space", "nope.yaml", "--slo",
+             "ttft_p99=1"), ("nope.yaml", "not found"), {"s.yaml": dump(SCENARIO)}),
+        Case("search-space-folder", ("search", "s.yaml", "--space", "d", "--slo", "ttft_p99=1"),
+             ("d", "folder"), {"s.yaml": dump(SCENARIO), "d": None}),
+        _search("search-out-file", "--out", "f.txt", expect=("--out", "f.txt", "is a file"),
+                files={"f.txt": b"x"}),
+        _search("search-out-foreign", "--out", "mine", expect=("--out", "mine", "search"),
+                files={"mine": None, "mine/notes.txt": b"mine"}),
+    ]  # fmt: skip
+    return cases
+
+
+def scenario_cases() -> list[Case]:
+    one_row = edited("workload", {"trace": {"path": "t.csv", "format": "csv"}}, SCENARIO)
+    return [
+        _search("search-variants", scenario=BASE, expect=("s.yaml", "variants")),
+        _search("search-scenario-key", scenario=edited("slo.ttft", 1, SCENARIO),
+                expect=("s.yaml", "slo.ttft", "unknown key")),
+        _search("search-scenario-model", scenario=edited("model", "llama-9", SCENARIO),
+                expect=("s.yaml", "model", "llama-9")),
+        _search("search-scenario-name", "--set", "name=a/b", expect=("s.yaml", "name")),
+        _search("search-trace-one-row", scenario=one_row,
+                files={"t.csv": b"arrival_s,prompt_tokens,output_tokens\n0,10,5\n"},
+                expect=("s.yaml", "workload.trace", "no rate")),
+        scenario_case("hardware-price-neg",
+                      dump(edited("hardware", {"name": "a100-80g", "usd_per_gpu_hour": -1})),
+                      "hardware.usd_per_gpu_hour"),
+        scenario_case("hardware-tdp-zero", dump(edited("hardware", {"name": "h200", "tdp_w": 0})),
+                      "hardware.tdp_w"),
+        scenario_case("hardware-idle-over-tdp",
+                      dump(edited("hardware", {"name": "h200", "idle_w": 800})),
+                      "hardware", "idle_w (800) cannot exceed tdp_w"),
+        scenario_case("hardware-price-text",
+                      dump(edited("hardware", {"name": "h200", "usd_per_gpu_hour": "cheap"})),
+                      "hardware.usd_per_gpu_hour"),
+    ]  # fmt: skip
+
+
+def search_cases() -> list[Case]:
+    return [*space_cases(), *flag_cases(), *scenario_cases()]
