@@ -226,24 +226,24 @@ def yaml_cases() -> list[Case]:
 
 def runtime_cases() -> list[Case]:
     """Scenarios that validate but cannot be run: refused with the reason, nothing written."""
-    huge_block = edited("policy", {"name": "continuous", "block_size": 1_000_000_000})
+    one_block = edited("policy", {"name": "continuous", "num_gpu_blocks": 1})
     too_long = edited("workload.prompt_tokens", {"dist": "fixed", "value": 5000})
     duration = edited("workload", {**BASE["workload"], "duration_s": 1e15})
     del duration["workload"]["num_requests"]
     return [
         scenario_case(
             "run-all-rejected-kv",
-            dump(huge_block),
+            dump(one_block),
             "variant 'a'",
             "every one of its 20 requests was rejected",
             "KV pool",
         ),
         scenario_case("run-all-rejected-len", dump(too_long), "longer than max_model_len"),
         scenario_case(
-            "run-one-stated-block",
-            dump(edited("policy", {"name": "continuous", "num_gpu_blocks": 1})),
-            "every one of its 20 requests was rejected",
-            "KV pool",
+            "schema-block-size-huge",
+            dump(edited("policy", {"name": "continuous", "block_size": 1_000_000_000})),
+            "policy.block_size",
+            "8192",
         ),
         scenario_case(
             "run-10e12-requests",

@@ -99,7 +99,8 @@ class _IterationLevelSpec(_Strict):
     """Limits shared by the iteration-level policies (continuous and chunked)."""
 
     max_num_seqs: int = Field(default=256, gt=0)
-    block_size: int = Field(default=16, gt=0)
+    # tokens per KV block (vLLM: 16; its attention kernels take up to a few hundred)
+    block_size: int = Field(default=16, gt=0, le=8192)
     # fraction of KV blocks kept free when admitting (vLLM's default is 0.01)
     watermark: float = Field(default=0.01, ge=0, lt=1)
     preemption: PreemptionSpec = PreemptionSpec()
