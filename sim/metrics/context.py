@@ -30,3 +30,5 @@ class SummaryContext:
     num_links: int = 0  # KV-transfer links of a disaggregated cluster
     # per-tier SLO targets (tier, ttft_s, tpot_s), defaults already filled in
     slo_tiers: TierTargets = ()
+    # whether an instance decodes speculatively: the summary then has the spec_* metrics
+    speculative: bool = False
