@@ -80,8 +80,8 @@ class AcceptanceSampler:
 
     def accepted(self, req: Request, proposed: int) -> int:
         """How many of `proposed` tokens the target accepts in `req`'s next verify step."""
-        u = self.uniform(req.id, req.num_spec_steps)
-        fixed = self.by_tier.get(req.tier, self.default)
+        u = (_mix(_mix(self.key ^ req.id) ^ req.num_spec_steps) >> 11) * _UNIT  # uniform()
+        fixed = self.by_tier.get(req.tier, self.default) if self.by_tier else self.default
         n = 0
         if fixed is not None:
             while n < proposed and u < fixed[n]:

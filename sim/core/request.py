@@ -342,10 +342,15 @@ class Request:
         them, and the request emits `accepted + 1` tokens together at the step's end. Returns
         the gap since its previous token (the whole gap: the caller divides it among the
         tokens). `window` > 0 keeps its last `window` verify steps' counts."""
-        if self._batch is not None or not self.is_decoding:
+        output = self._output
+        if (
+            self._batch is not None
+            or not output
+            or self._computed != self.num_prompt_tokens + output - 1
+        ):
             raise AssertionError(f"request {self.id} verified while not a lone decoding request")
         emitted = accepted + 1
-        if accepted > proposed or self._output + emitted > self.max_output_tokens:
+        if accepted > proposed or output + emitted > self.max_output_tokens:
             raise AssertionError(
                 f"request {self.id}: {accepted} of {proposed} accepted, "
                 f"{self.max_output_tokens - self._output} tokens left"

@@ -37,6 +37,8 @@ from sim.policies.reservation import Reservation
 from sim.policies.speculation import SpeculationRule
 
 FOREVER = 1 << 62
+NO_ONE: frozenset[Request] = frozenset()
+NO_BLOCKS: dict[Request, int] = {}  # never written to
 # decodes alone, repeated while nothing else changes; an arrival may (or may not) cut the run
 DECODE_RUN = StepPlan(decode=True, repeat=FOREVER, interruptible=True)
 DECODE_RUN_FIXED = StepPlan(decode=True, repeat=FOREVER, interruptible=False)
@@ -356,15 +358,24 @@ class IterationPolicy:
 
     def decode_only(self, view: InstanceView) -> StepPlan | None:
         """The common step, decided in O(1): nothing waits, nothing is mid-prompt, and every
-        decoding request finds its block; everyone decodes, for as long as that holds. None
-        when the full planning is needed."""
+        decoding request finds its block; everyone decodes, for as long as that holds (with
+        speculation on: one step, and each request's lookahead, in O(running)). None when the
+        full planning is needed."""
         if len(view.waiting) or view.swapped or view.arrived or view.prefilling:
             return None
-        if self.speculation is not None and self.speculation.active(view):
-            return None  # a step that may speculate is planned in full
         decoding = view.num_decoding
-        if not decoding or view.decode_block_demand() > view.kv.num_free:
+        if not decoding:
             return None
+        demand = view.decode_block_demand()
+        free = view.kv.num_free
+        if demand > free:
+            return None
+        rule = self.speculation
+        if rule is not None and rule.active(view):
+            # one step, decodes and their lookahead: what the full planning would give here
+            budget = self.max_num_batched_tokens - decoding
+            speculate = rule.lookahead(view, NO_ONE, budget, free - demand, NO_BLOCKS)[0]
+            return StepPlan(decode=True, speculate=speculate)
         seats_left = len(view.running) < self.max_num_seqs
         if seats_left and (view.receives_transfers or decoding < self.max_num_batched_tokens):
             return DECODE_RUN

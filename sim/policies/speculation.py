@@ -26,6 +26,8 @@ change step by step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
+
 from sim.core.plan import InstanceView
 from sim.core.request import Request
 
@@ -52,10 +54,10 @@ class SpeculationRule:
     def lookahead(
         self,
         view: InstanceView,
-        skip: set[Request],
+        skip: Set[Request],
         budget: int,
         free_blocks: int,
-        planned: dict[Request, int],
+        planned: Mapping[Request, int],
     ) -> tuple[dict[Request, int], int, int]:
         """Each speculating request's k, and the budget and free blocks left. `skip`: requests
         evicted by this plan; `planned`: blocks already planned for a request this step."""
