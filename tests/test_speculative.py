@@ -496,12 +496,17 @@ def test_runs_without_speculation_have_no_spec_metrics() -> None:
 class Linear:
     """t = 1 + num_tokens + 0.001 * context, to read the passes priced off the result."""
 
-    def __init__(self) -> None:
+    def __init__(self, linear: int = 1 << 62) -> None:
         self.seen: list[tuple[int, int]] = []
+        self.linear = linear  # repeated passes priced in closed form while within this
 
     def run_times(self, f) -> tuple[float, float]:
         self.seen.append((f.num_seqs, f.sum_context_tokens))
-        return 1.0 + f.num_tokens + 0.001 * f.sum_context_tokens, 0.0
+        first = 1.0 + f.num_tokens + 0.001 * f.sum_context_tokens
+        return first, 0.001 * f.context_growth_per_step
+
+    def linear_steps(self, f) -> int:
+        return self.linear
 
 
 def test_a_draft_runs_k_passes_over_the_requests_still_proposing() -> None:
@@ -512,6 +517,15 @@ def test_a_draft_runs_k_passes_over_the_requests_still_proposing() -> None:
     assert pricer.seen == [(1, 103), (1, 102), (2, 152)]
     assert seconds == pytest.approx((2 + 0.103) + (2 + 0.102) + (3 + 0.152))
     assert cost.proposal_s([], []) == 0.0
+
+
+@pytest.mark.parametrize("linear", [1, 1 << 62], ids=["pass-by-pass", "closed-form"])
+def test_equal_lookahead_passes_cost_the_same_priced_either_way(linear) -> None:
+    pricer = Linear(linear)
+    seconds = ProposalCost("draft", pricer=pricer).proposal_s([3, 3], [100, 50])
+    # passes of 2 requests over contexts 150 + 2j: 3 + 0.001 * (150 + 2j), j = 1..3
+    assert seconds == pytest.approx(sum(3 + 0.001 * (150 + 2 * j) for j in (1, 2, 3)))
+    assert len(pricer.seen) == (1 if linear > 3 else 4)
 
 
 def test_heads_cost_a_fraction_of_the_target_per_pass() -> None:

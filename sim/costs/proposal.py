@@ -47,6 +47,8 @@ class _DecodeStep(NamedTuple):
 class PassPricer(Protocol):
     def run_times(self, features: StepFeaturesLike) -> tuple[float, float]: ...
 
+    def linear_steps(self, features: StepFeaturesLike) -> int: ...
+
 
 class ProposalCost:
     """Seconds of one step's proposals (see the module docstring)."""
@@ -83,6 +85,13 @@ class ProposalCost:
             step = _DecodeStep(n, n, sum(contexts) + n)
             return self.scale * run_times(step)[0]
         deepest = max(lookahead)
+        n = len(lookahead)
+        if min(lookahead) == deepest:  # all propose k: k passes of n, context growing by n
+            step = _DecodeStep(n, n, sum(contexts) + n, context_growth_per_step=n)
+            first, increment = run_times(step)
+            if self.pricer.linear_steps(step) >= deepest:
+                k = deepest
+                return self.scale * (k * first + increment * (k * (k - 1) // 2))
         count = [0] * (deepest + 1)  # requests proposing exactly k tokens
         context = [0] * (deepest + 1)
         for k, c in zip(lookahead, contexts, strict=True):
