@@ -95,7 +95,7 @@ def main() -> None:
         print(json.dumps(one_run(int(n), float(rate), case)))
         return
     saturation = in_subprocess(5_000, 1e6, "off")["throughput_rps"]
-    print(f"{args.requests} requests; plain continuous batching saturates at {saturation:.2f} req/s")
+    print(f"{args.requests} requests; plain continuous batching saturates at {saturation:.2f} rps")
     header = (
         f"{'load':>5} {'case':>13} {'wall s':>7} {'us/req':>7} {'steps':>9} {'groups':>8} "
         f"{'mean batch':>10} {'TPOT p50 ms':>11} {'slowdown':>8}"
