@@ -77,6 +77,7 @@ def _rows(
     ]
 
 
+SD = "scenarios/speculative_decoding.yaml"
 CP = "scenarios/chunked_prefill.yaml"
 DG = "scenarios/disaggregation_goodput.yaml"
 KV = "scenarios/kv_paging.yaml"
@@ -86,6 +87,7 @@ stall = functools.partial(m, "chunked_prefill")
 disagg = functools.partial(m, "disaggregation_goodput")
 paging = functools.partial(m, "kv_paging")
 quick = functools.partial(m, "quickstart")
+spec = functools.partial(m, "speculative_decoding")
 
 # fmt: off
 QUOTES: list[Quote] = [
@@ -137,6 +139,19 @@ QUOTES: list[Quote] = [
     Quote(KV, rf"and {NUM}x its output throughput",
           (ratio(paging("paged", "output_tokens_per_s"),
                  paging("max_length", "output_tokens_per_s")),)),
+    *_rows(SD, "speculative_decoding", rf"{NUM} ms\s+{NUM} ms\s+{NUM} ms\s+{NUM} ms\s+{NUM}\n",
+           [("tpot_p50_s", MS), ("tpot_p99_s", MS), ("ttft_p50_s", MS), ("itl_p50_s", MS),
+            ("output_tokens_per_s", S)],
+           ["k0", "k2", "k4", "k4-dynamic"]),
+    *_rows(SD, "speculative_decoding", rf"{NUM}\s+{NUM}\s+{NUM}%\s+{NUM}%\n",
+           [("spec_acceptance_rate", S), ("spec_tokens_per_step", S),
+            ("spec_proposal_time_share", PCT), ("spec_step_share", PCT)],
+           ["k2", "k4", "k4-dynamic"]),
+    Quote(SD, rf"k = 2 cuts TPOT p50 {NUM}% \({NUM} -> {NUM} ms\) while k = 4 is already {NUM}%",
+          (lambda: (1.0 - spec("k2", "tpot_p50_s")() / spec("k0", "tpot_p50_s")()) * 100.0,
+           spec("k0", "tpot_p50_s", MS), spec("k2", "tpot_p50_s", MS),
+           ratio(spec("k4", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
+    Quote(SD, rf"speculates in {NUM}% of the steps", (spec("k4-dynamic", "spec_step_share", PCT),)),
     Quote("README.md", rf"\| SLO attainment \(TTFT 2 s, TPOT 100 ms\) \| {NUM} % \| {NUM} % \|",
           (quick("static", "slo_attainment", PCT), quick("continuous", "slo_attainment", PCT))),
     Quote("README.md", rf"\| TTFT p50 / p99 \| {NUM} s / {NUM} s \| {NUM} ms / {NUM} ms \|",

@@ -18,7 +18,8 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 def test_the_three_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
-        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb"
+        "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
+        "05_speculative_decoding.ipynb",
     ]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ def test_every_quoted_figure_matches_a_fresh_run() -> None:
 
 def test_the_shipped_documents_are_covered() -> None:
     docs = {q.doc for q in QUOTES}
-    scenarios = ("chunked_prefill", "disaggregation_goodput", "kv_paging")
+    scenarios = ("chunked_prefill", "disaggregation_goodput", "kv_paging", "speculative_decoding")
     assert docs == {"README.md", *(f"scenarios/{name}.yaml" for name in scenarios)}
     assert sum(len(q.values) for q in QUOTES) >= 90
 
