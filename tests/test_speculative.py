@@ -536,6 +536,50 @@ def test_heads_cost_a_fraction_of_the_target_per_pass() -> None:
     assert ProposalCost("ngram", ngram_s=0.002).proposal_s([4, 4], [1, 1]) == 0.002
 
 
+def test_a_draft_model_also_computes_the_prompts() -> None:
+    # every step lasts 1 s on the target; the draft prices t = 1 + tokens + 0.001 * context
+    pricer = Linear()
+    bench = make_continuous(
+        speculation=SpeculationRule(2),
+        acceptance=sampler([1.0]),
+        proposer=ProposalCost("draft", pricer=pricer),
+        block_size=4,
+    )
+    (a,) = make_requests((8, 10))
+    bench.add_request(a)
+    s = step(bench, 0.0)  # the prompt: the target's second and the draft's pass over 8 tokens
+    assert pricer.seen == [(1, 8)] and a.first_token_s == pytest.approx(1.0 + 9.008)
+    s = step(bench, a.first_token_s)  # two draft passes, then the target's verification
+    assert s.lookahead == {0: 2}
+    # passes over contexts 9 and 10, priced in closed form from the first: 2 x 2.009 + 0.001
+    assert pricer.seen == [(1, 8), (1, 9)]
+    proposal = (2 + 0.001 * 9) * 2 + 0.001
+    steps = bench.instance.steps.columns()
+    assert list(steps["spec_proposal_s"]) == pytest.approx([9.008, proposal])
+    assert list(steps["spec_verify_s"]) == [0.0, 1.0]
+    assert list(steps["duration_s"]) == pytest.approx([10.008, 1.0 + proposal])
+
+
+def test_a_drafts_first_pass_carries_the_steps_prompt_chunks() -> None:
+    pricer = Linear()
+    bench = make_continuous(
+        mode="chunked",
+        max_num_batched_tokens=8,
+        speculation=SpeculationRule(2),
+        acceptance=sampler([1.0]),
+        proposer=ProposalCost("draft", pricer=pricer),
+        block_size=4,
+    )
+    a, b = make_requests((4, 10), (6, 5))
+    bench.add_request(a)
+    step(bench, 0.0)
+    bench.add_request(b, 10.0)
+    s = step(bench, 10.0)  # A: 1 + 2 lookahead; B: a 5-token chunk of its prompt
+    assert tokens(s) == {0: 3, 1: 5} and s.lookahead == {0: 2}
+    # pass 1: A's token over 5 of context and B's chunk (5 tokens, context 5); pass 2: A alone
+    assert pricer.seen == [(1, 4), (2, 10), (1, 6)]
+
+
 def test_a_draft_model_takes_memory_from_the_kv_pool() -> None:
     draft = {
         "name": "llama-3.2-1b",

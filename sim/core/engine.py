@@ -112,6 +112,7 @@ class Run:
         "num_preempted",
         "num_steps",
         "plan",
+        "proposal_s",
         "spec",
         "swap_s",
         "times",
@@ -137,6 +138,7 @@ class Run:
         self.swap_s = swap_s
         self.spec: SpecStart | None = None  # a speculative step's start
         self.verify_s = 0.0  # its target's seconds
+        self.proposal_s = 0.0  # a single step's proposer seconds (proposals, draft prefill)
 
 
 class Instance:
@@ -468,8 +470,13 @@ class Instance:
         spec: SpecStart | None = None
         if plan.speculate:
             assert self.speculator is not None and plan.decode
+            prompts = (
+                (len(plan.prefill), prefill_tokens, prefill_context, attention, chunks)
+                if prefill_tokens
+                else None
+            )
             spec = self.speculator.begin(
-                plan.speculate, self.ready, self.running, batch, self._grow
+                plan.speculate, self.ready, self.running, batch, self._grow, prompts
             )
             num_decodes = len(spec.decoders)
             decode_tokens = spec.num_tokens
@@ -495,6 +502,19 @@ class Instance:
         pad = plan.padding
         num_prefills = len(plan.prefill)
         repeats = plan.repeat > 1 and self.coalesce and not swap_s and num_prefills <= 1
+        draft_s = 0.0
+        speculator = self.speculator
+        if (
+            spec is None
+            and prefill_tokens
+            and speculator is not None
+            and speculator.proposer.prefills
+        ):
+            # the draft model computes the prompt chunks too: a single step, that much longer
+            draft_s = speculator.proposer.prefill_s(
+                (num_prefills, prefill_tokens, prefill_context, attention, chunks)
+            )
+            repeats = False
         if decode_tokens < 0:
             decode_tokens = num_decodes
         features = StepFeatures(
@@ -523,8 +543,11 @@ class Instance:
             )
             run.spec = spec
             run.verify_s = first_s
+            run.proposal_s = spec.proposal_s
             self._busy = True
             return run
+        if draft_s:
+            first_s += draft_s
         if repeats and not plan.preempt and not plan.swap_in:
             num_steps = min(plan.repeat, batch.steps_to_finish())
             num_steps = min(num_steps, self.cost.linear_steps(features))
@@ -533,7 +556,7 @@ class Instance:
             else:
                 num_steps = batch.steps_until_dry(self.pool.num_free, num_steps)
         self._busy = True
-        return Run(
+        run = Run(
             plan,
             features,
             StepTimes(now, first_s + swap_s, increment_s),
@@ -542,6 +565,9 @@ class Instance:
             num_preempted,
             swap_s,
         )
+        if draft_s:
+            run.proposal_s = draft_s
+        return run
 
     def _move(
         self, plan: StepPlan, now: float, num_preempted: int, swap_s: float
@@ -797,13 +823,13 @@ class Instance:
             a[21](0)
             a[22](0)
             a[23](0)
-            a[24](0.0)
+            a[24](run.proposal_s)
             a[25](0.0)
         else:
             a[21](spec.num_spec_seqs)
             a[22](spec.num_proposed)
             a[23](accepted)
-            a[24](spec.proposal_s)
+            a[24](run.proposal_s)
             a[25](run.verify_s)
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()

@@ -11,6 +11,9 @@ speculating request's accepted count `a` is drawn (`sim.core.acceptance`), the r
 `a + 1` tokens together at the step's end (`Request.verify`), and the blocks holding only its
 `k - a` rejected tokens go back to the pool. The requests stay out of the batch while steps
 speculate; the first plain decode step takes them back in (the engine's `ready` list).
+A draft model also computes every prompt chunk the target does, in every step (speculating or
+not), in its first pass of a speculative step and in a pass of its own otherwise: the engine
+adds those seconds to the step, as proposal time.
 
 Inter-token gaps. The tokens of one emission share its time, so each of them is given the gap
 since the request's previous token divided by their number: the pooled per-token gaps still sum
@@ -31,12 +34,26 @@ from sim.core.kv_usage import KVUsage
 from sim.core.recorder import ItlLog
 from sim.core.request import Request
 
+# a step's prompt chunks: (chunks, tokens, context after the step, attention work, each chunk's
+# (tokens, context before it)), as a draft model computes them too
+Prompts = tuple[int, int, int, int, tuple[tuple[int, int], ...]]
+
 
 class ProposalPricer(Protocol):
-    """Seconds the proposals of one step take (`sim.costs.proposal.ProposalCost`)."""
+    """Seconds the proposer takes in a step (`sim.costs.proposal.ProposalCost`)."""
 
-    def proposal_s(self, lookahead: Sequence[int], contexts: Sequence[int]) -> float:
-        """For requests proposing `lookahead[i]` tokens after `contexts[i]` computed ones."""
+    # a draft model computes the prompts' tokens too (its own KV of them)
+    prefills: bool
+
+    def proposal_s(
+        self, lookahead: Sequence[int], contexts: Sequence[int], prompts: Prompts | None = None
+    ) -> float:
+        """For requests proposing `lookahead[i]` tokens after `contexts[i]` computed ones (a
+        draft's first pass also computes the step's `prompts`)."""
+        ...
+
+    def prefill_s(self, prompts: Prompts) -> float:
+        """A draft's pass over a step's prompt chunks alone (0 without a draft model)."""
         ...
 
 
@@ -76,6 +93,7 @@ class Speculator:
         running: list[Request],
         batch: DecodeBatch,
         grow: Callable[[Request, int], None],
+        prompts: Prompts | None = None,
     ) -> SpecStart:
         """The step's start: batch members join `ready` (they decode on their own now), and
         every decoding request gets KV for its next token and its lookahead."""
@@ -104,7 +122,7 @@ class Speculator:
         if len(ks) != len(lookahead):
             raise AssertionError("a speculating request is not a decoding request here")
         self.usage.stored_tokens += tokens
-        proposal_s = self.proposer.proposal_s(ks, contexts)
+        proposal_s = self.proposer.proposal_s(ks, contexts, prompts)
         return SpecStart(list(ready), lookahead, tokens, context, len(ks), proposed, proposal_s)
 
     def end(
