@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 from factories import make_continuous, make_requests, step, tokens
 from helpers_sim import run, scenario, tiny_hardware, tiny_model
+from test_cluster import run_with_cluster
+from test_disaggregation import pd_scenario
 
 from sim.core.acceptance import AcceptanceSampler, expected_emitted, thresholds
 from sim.costs.proposal import ProposalCost
@@ -621,3 +623,36 @@ def test_a_draft_model_takes_memory_from_the_kv_pool() -> None:
     free = 0.9 * 81_559 * 2**20 - 2**30
     assert plain == int((free - 2 * 8_030_261_248) // (16 * 131_072))
     assert spec == int((free - 2 * (8_030_261_248 + 1_235_814_400)) // (16 * (131_072 + 32_768)))
+
+
+# -- topologies ---------------------------------------------------------------------------------
+
+
+def test_a_disaggregated_decode_pool_speculates() -> None:
+    raw = pd_scenario()
+    raw["disaggregation"]["decode"]["policy"] = {
+        "name": "continuous",
+        "max_num_seqs": 32,
+        "max_num_batched_tokens": 4096,
+        "speculative": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "acceptance": {"rate": 0.8},
+            "disable_by_batch_size": 24,
+        },
+    }
+    res, cluster = run_with_cluster(raw)
+    req, steps = res.requests, res.steps
+    served = req[~req["rejected"]]
+    assert (served["num_output_tokens"] == served["max_output_tokens"]).all()
+    for inst in cluster.instances:
+        assert inst.pool.num_free == inst.pool.num_total
+        assert inst.num_waiting == 0 and inst.num_running == 0
+    prefill, decode = steps[steps["instance"] < 2], steps[steps["instance"] >= 2]
+    assert prefill["num_spec_seqs"].sum() == 0 and decode["num_spec_seqs"].sum() > 0
+    # every output token after the first was emitted on a decode instance
+    emitted = (decode["num_decode_tokens"] * decode["num_steps"]).sum() - (
+        decode["num_spec_proposed"].sum() - decode["num_spec_accepted"].sum()
+    )
+    assert emitted == (served["num_output_tokens"] - 1).sum()
+    assert res.summary()["spec_tokens_per_step"] == pytest.approx((1 - 0.8**4) / 0.2, rel=0.05)
