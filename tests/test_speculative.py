@@ -656,3 +656,19 @@ def test_a_disaggregated_decode_pool_speculates() -> None:
     )
     assert emitted == (served["num_output_tokens"] - 1).sum()
     assert res.summary()["spec_tokens_per_step"] == pytest.approx((1 - 0.8**4) / 0.2, rel=0.05)
+
+
+def test_the_side_by_side_table_shows_speculation_when_a_variant_speculates() -> None:
+    raw = _pressure(num_speculative_tokens=2)
+    raw["variants"] = {
+        "on": None,
+        "off": {"policy": {"speculative": {"num_speculative_tokens": 0}}},
+    }
+    results = simulate(load_scenario_dict(raw))
+    table = results.side_by_side()
+    assert table.at["spec accepted %", "on"] == pytest.approx(
+        100 * results["on"].summary()["spec_acceptance_rate"]
+    )
+    assert math.isnan(table.at["spec accepted %", "off"])
+    plain = simulate(load_scenario_dict(_pressure())).side_by_side()
+    assert not [label for label in plain.index if label.startswith("spec")]

@@ -36,6 +36,19 @@ SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("KV util mean %", "kv_utilization_mean", 100.0, "{:.1f}"),
     ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
 )
+# rows shown when a variant speculates (its summary has speculative decoding's metrics)
+SPECULATIVE_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("spec accepted %", "spec_acceptance_rate", 100.0, "{:.1f}"),
+    ("spec tokens/step", "spec_tokens_per_step", 1.0, "{:.2f}"),
+    ("spec proposal time %", "spec_proposal_time_share", 100.0, "{:.1f}"),
+)
+
+
+def rows_of(summary: pd.DataFrame) -> tuple[tuple[str, str, float, str], ...]:
+    """The rows of this summary's table: the speculative ones too when it has them."""
+    if "spec_acceptance_rate" in summary.columns:
+        return SUMMARY_ROWS + SPECULATIVE_ROWS
+    return SUMMARY_ROWS
 
 
 def _number(value: Any) -> float:
@@ -47,14 +60,15 @@ def _number(value: Any) -> float:
 
 def side_by_side(summary: pd.DataFrame) -> pd.DataFrame:
     """Curated metrics (rows, labelled with their unit) by variant (columns), scaled."""
+    rows = rows_of(summary)
     data = {
         str(variant): [
             _number(summary.at[variant, key]) * scale if key in summary.columns else math.nan
-            for _, key, scale, _ in SUMMARY_ROWS
+            for _, key, scale, _ in rows
         ]
         for variant in summary.index
     }
-    index = pd.Index([label for label, *_ in SUMMARY_ROWS], name="metric")
+    index = pd.Index([label for label, *_ in rows], name="metric")
     return pd.DataFrame(data, index=index)
 
 
@@ -69,7 +83,7 @@ def _cells(summary: pd.DataFrame) -> list[list[str]]:
             format_cell(summary.at[v, key] if key in summary.columns else None, scale, fmt)
             for v in summary.index
         ]
-        for _, key, scale, fmt in SUMMARY_ROWS
+        for _, key, scale, fmt in rows_of(summary)
     ]
 
 
@@ -77,7 +91,8 @@ def format_summary(summary: pd.DataFrame) -> str:
     """Side-by-side table for the terminal: labels left-aligned, numbers right-aligned."""
     header = ["metric", *(str(v) for v in summary.index)]
     rows = [
-        [label, *cells] for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+        [label, *cells]
+        for (label, *_), cells in zip(rows_of(summary), _cells(summary), strict=True)
     ]
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
 
@@ -95,7 +110,7 @@ def summary_html(summary: pd.DataFrame) -> str:
     head = "".join(f"<th>{html.escape(str(v))}</th>" for v in summary.index)
     body = "\n".join(
         f"<tr><td>{html.escape(label)}</td>{''.join(f'<td>{c}</td>' for c in cells)}</tr>"
-        for (label, *_), cells in zip(SUMMARY_ROWS, _cells(summary), strict=True)
+        for (label, *_), cells in zip(rows_of(summary), _cells(summary), strict=True)
     )
     return (
         f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'
