@@ -157,7 +157,7 @@ def run_variant(
 
         log = RequestLog(len(requests), on_full=take_requests)
         records = make_records
-    cluster = build_cluster(env, resolved, routing_rng, log, records)
+    cluster = build_cluster(env, resolved, routing_rng, log, records, requests=requests)
     context = _context(resolved, cluster)
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
@@ -197,13 +197,14 @@ def run_variant(
         )
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
-    gaps = np.concatenate([g for g, _ in itl_parts])
-    counts = np.concatenate([c for _, c in itl_parts])
+    gaps = np.concatenate([g for g, _, _ in itl_parts])
+    counts = np.concatenate([c for _, c, _ in itl_parts])
+    tokens = np.concatenate([t for _, _, t in itl_parts])
     return VariantResult(
         name=resolved.variant,
         requests=requests_table(requests, log, spec.metrics.tpot),
         steps=steps,
-        itl=pd.DataFrame({"gap_s": gaps, "count": counts}, copy=False),
+        itl=pd.DataFrame({"gap_s": gaps, "count": counts, "tokens": tokens}, copy=False),
         context=context,
         scenario=scenario_doc,
         instances=instances,
@@ -275,6 +276,10 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
         fleet=tuple(
             _fleet(group.hardware) for group in resolved.groups for _ in range(group.count)
         ),
+        speculative=any(
+            s is not None and s.active
+            for s in (getattr(g.policy, "speculative", None) for g in resolved.groups)
+        ),
     )
 
 
@@ -332,6 +337,9 @@ def requests_table(
             "handoff_s": f["handoff_s"],
             "transfer_start_s": f["transfer_start_s"],
             "transfer_end_s": f["transfer_end_s"],
+            "num_spec_steps": n["num_spec_steps"],
+            "num_spec_proposed": n["num_spec_proposed"],
+            "num_spec_accepted": n["num_spec_accepted"],
         },
         copy=False,
     )

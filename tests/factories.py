@@ -58,6 +58,8 @@ class Stepped:
     features: StepFeatures
     swap_s: float
     interruptible: bool  # an arrival during the run would cut it
+    emitted: dict[int, int]  # request id -> output tokens the step (or run) emitted
+    lookahead: dict[int, int]  # speculative decoding: request id -> tokens it proposed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.features, name)  # num_prefill_tokens, sum_context_tokens, ...
@@ -75,6 +77,8 @@ class Bench:
         kv: KVSpec | None = None,
         duration: float = 1.0,
         capacity: int = 1000,
+        acceptance: Any = None,
+        proposer: Any = None,
     ) -> None:
         self.policy = policy
         self.instance = Instance(
@@ -87,6 +91,8 @@ class Bench:
             RequestLog(capacity),
             kv=kv or KVSpec(1.0),
             start=False,
+            acceptance=acceptance,
+            proposer=proposer,
         )
 
     @property
@@ -125,9 +131,13 @@ class Bench:
         if plan is None:
             return None
         run: Run = inst._begin(plan)
-        decoders = [r for r in inst.running if r._batch is inst.batch] if plan.decode else []
+        if run.spec is not None:
+            decoders = run.spec.decoders
+        else:
+            decoders = [r for r in inst.running if r._batch is inst.batch] if plan.decode else []
         given = {r.id: n for r, n in plan.prefill.items()}
-        given.update({r.id: 1 for r in decoders})
+        given.update({r.id: 1 + plan.speculate.get(r, 0) for r in decoders})
+        before = {r.id: (r, r.num_output_tokens) for r in inst.running}
         stepped = Stepped(
             plan,
             given,
@@ -136,11 +146,16 @@ class Bench:
             run.features,
             run.swap_s,
             run.interruptible,
+            {},
+            {r.id: k for r, k in plan.speculate.items()},
         )
         if plan.has_work:
             if num_steps is not None:
                 run.num_steps = stepped.num_steps = min(run.num_steps, num_steps)
             inst._finish(run)
+        for rid, (r, n) in before.items():
+            if r.num_output_tokens > n:
+                stepped.emitted[rid] = r.num_output_tokens - n
         return stepped
 
 
@@ -180,8 +195,12 @@ def make_continuous(
     *,
     kv: KVSpec | None = None,
     prefix_caching: bool = False,
+    acceptance: Any = None,
+    proposer: Any = None,
     **kw: Any,
 ) -> Bench:
+    """A continuous (or `mode="chunked"`) policy on a paged pool; with `speculation` (a
+    `SpeculationRule`), `acceptance` (an `AcceptanceSampler`) and `proposer` it speculates."""
     mode = kw.pop("mode", "prefill_first")
     queue = kw.pop("queue", None)
     args = _iteration_args(num_blocks, block_size, kw)
@@ -191,7 +210,14 @@ def make_continuous(
         args.pop("max_prefill_seqs", None)
         policy = ContinuousPolicy(mode=mode, **args)
     pool_type = PrefixCachingPool if prefix_caching else BlockManager
-    return Bench(policy, pool_type(num_blocks, block_size), queue=queue, kv=kv)
+    return Bench(
+        policy,
+        pool_type(num_blocks, block_size),
+        queue=queue,
+        kv=kv,
+        acceptance=acceptance,
+        proposer=proposer,
+    )
 
 
 def make_static(capacity_tokens: int = 10_000, **kw: Any) -> Bench:

@@ -153,6 +153,121 @@ def schema_cases() -> list[Case]:
     return cases
 
 
+# speculative decoding: the keys of `policy.speculative`, on a base that speculates
+SPECULATIVE: dict[str, Any] = {
+    "method": "ngram",
+    "num_speculative_tokens": 2,
+    "acceptance": {"rate": 0.7},
+}
+SPEC_BASE = edited("policy.speculative", SPECULATIVE)
+SPEC_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "policy.speculative": ("policy.speculative", ALL),
+    "policy.speculative.method": ("policy.speculative.method", ALL),
+    "policy.speculative.num_speculative_tokens": ("policy.speculative.num_speculative_tokens", ALL),
+    "policy.speculative.acceptance": ("policy.speculative.acceptance", ALL),
+    "policy.speculative.acceptance.rate": ("policy.speculative.acceptance", ALL),
+    "policy.speculative.ngram_s": ("policy.speculative.ngram_s", ALL),
+    "policy.speculative.disable_by_batch_size": ("policy.speculative.disable_by_batch_size", ALL),
+    "policy.speculative.min_acceptance_rate": ("policy.speculative.min_acceptance_rate", ALL),
+    "policy.speculative.acceptance_window": ("policy.speculative.acceptance_window", ALL),
+}
+DRAFT = {"method": "draft", "num_speculative_tokens": 2, "acceptance": {"rate": 0.7}}
+
+
+def speculative_cases() -> list[Case]:
+    """Bad `policy.speculative` values, and combinations that cannot be run."""
+    cases = [
+        scenario_case(f"schema-{path}-{label}", dump(edited(path, BAD[label], SPEC_BASE)), where)
+        for path, (where, labels) in SPEC_KEYS.items()
+        for label in labels
+    ]
+
+    def spec(**fields: Any) -> bytes:
+        return dump(edited("policy.speculative", fields))
+
+    return [
+        *cases,
+        scenario_case(
+            "spec-draft-without-model", spec(**DRAFT), "policy.speculative", "needs draft_model"
+        ),
+        scenario_case(
+            "spec-field-of-another-method",
+            spec(**SPECULATIVE, head_fraction=0.1),
+            "policy.speculative",
+            "head_fraction is for method heads",
+        ),
+        scenario_case(
+            "spec-rate-and-distribution",
+            spec(
+                **{
+                    **SPECULATIVE,
+                    "acceptance": {"rate": 0.7, "distribution": {"dist": "beta", "mean": 0.5}},
+                }
+            ),
+            "policy.speculative.acceptance",
+            "either rate or distribution",
+        ),
+        scenario_case(
+            "spec-beta-without-mean",
+            spec(**{**SPECULATIVE, "acceptance": {"distribution": {"dist": "beta"}}}),
+            "policy.speculative.acceptance.distribution",
+            "needs mean",
+        ),
+        scenario_case(
+            "spec-uniform-reversed",
+            spec(
+                **{
+                    **SPECULATIVE,
+                    "acceptance": {"distribution": {"dist": "uniform", "low": 0.9, "high": 0.1}},
+                }
+            ),
+            "policy.speculative.acceptance.distribution",
+            "must not exceed",
+        ),
+        scenario_case(
+            "spec-rate-list-over-one",
+            spec(**{**SPECULATIVE, "acceptance": {"rate": [0.9, 1.5]}}),
+            "policy.speculative.acceptance",
+            "not a probability",
+        ),
+        scenario_case(
+            "spec-unknown-tier",
+            spec(**{**SPECULATIVE, "acceptance": {"rate": 0.7, "tiers": {"vip": {"rate": 1}}}}),
+            "policy.speculative.acceptance.tiers",
+            "'vip'",
+        ),
+        scenario_case(
+            "spec-unknown-draft",
+            spec(**DRAFT, draft_model="llama-9"),
+            "policy.speculative.draft_model",
+            "unknown model 'llama-9'",
+        ),
+        scenario_case(
+            "spec-draft-too-big",
+            spec(**DRAFT, draft_model="llama-2-70b"),
+            "policy.speculative.draft_model",
+            "leaves no room for KV",
+        ),
+        scenario_case(
+            "spec-draft-profile-missing",
+            spec(**DRAFT, draft_model="llama-2-7b", draft_profile="nope.yaml"),
+            "policy.speculative.draft_profile",
+            "not found",
+        ),
+        scenario_case(
+            "spec-draft-profile-bad",
+            spec(**DRAFT, draft_model="llama-2-7b", draft_profile={"coefficients": {"x": 1}}),
+            "policy.speculative.draft_profile",
+        ),
+        scenario_case(
+            "spec-on-static",
+            dump(edited("variants.b.policy.speculative", SPECULATIVE)),
+            "variants.b.policy.speculative",
+            "unknown key",
+        ),
+    ]
+
+
 def _nested(depth: int) -> bytes:
     return ("[" * depth + "]" * depth).encode()
 

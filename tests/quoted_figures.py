@@ -93,6 +93,7 @@ def _rows(
     ]
 
 
+SD = "scenarios/speculative_decoding.yaml"
 CP = "scenarios/chunked_prefill.yaml"
 DG = "scenarios/disaggregation_goodput.yaml"
 KV = "scenarios/kv_paging.yaml"
@@ -109,6 +110,7 @@ paging = functools.partial(m, "kv_paging")
 quick = functools.partial(m, "quickstart")
 caching = functools.partial(m, "prefix_caching")
 pricing = functools.partial(m, "profile_comparison")
+spec = functools.partial(m, "speculative_decoding")
 
 # fmt: off
 QUOTES: list[Quote] = [
@@ -186,6 +188,21 @@ QUOTES: list[Quote] = [
           (cut(pricing("fitted", "ttft_p99_s"), pricing("table", "ttft_p99_s")),), AZURE),
     Quote(PR, rf"{NUM} step groups fell outside",
           (pricing("table", "profile_extrapolated_steps"),), AZURE),
+    *_rows(SD, "speculative_decoding", rf"{NUM} ms\s+{NUM} ms\s+{NUM} ms\s+{NUM} ms\s+{NUM}\n",
+           [("tpot_p50_s", MS), ("tpot_p99_s", MS), ("ttft_p50_s", MS), ("itl_p50_s", MS),
+            ("output_tokens_per_s", S)],
+           ["k0", "k2", "k4", "k4-dynamic"]),
+    *_rows(SD, "speculative_decoding", rf"{NUM}\s+{NUM}\s+{NUM}%\s+{NUM}%\n",
+           [("spec_acceptance_rate", S), ("spec_tokens_per_step", S),
+            ("spec_proposal_time_share", PCT), ("spec_step_share", PCT)],
+           ["k2", "k4", "k4-dynamic"]),
+    Quote(SD, rf"k = 2 cuts TPOT p50 {NUM}% \({NUM} -> {NUM} ms\) while k = 4 is already {NUM}%",
+          (lambda: (1.0 - spec("k2", "tpot_p50_s")() / spec("k0", "tpot_p50_s")()) * 100.0,
+           spec("k0", "tpot_p50_s", MS), spec("k2", "tpot_p50_s", MS),
+           ratio(spec("k4", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
+    Quote(SD, rf"speculates in {NUM}% of the steps yet stays {NUM}% slower",
+          (spec("k4-dynamic", "spec_step_share", PCT),
+           ratio(spec("k4-dynamic", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
     Quote("README.md", rf"\| SLO attainment \(TTFT 2 s, TPOT 100 ms\) \| {NUM} % \| {NUM} % \|",
           (quick("static", "slo_attainment", PCT), quick("continuous", "slo_attainment", PCT))),
     Quote("README.md", rf"\| TTFT p50 / p99 \| {NUM} s / {NUM} s \| {NUM} ms / {NUM} ms \|",
@@ -208,6 +225,9 @@ QUOTES: list[Quote] = [
            disagg("colocated-strict", "goodput_rps"))),
     Quote("README.md", rf"paged reaches a {NUM}x larger mean batch",
           (ratio(paging("paged", "mean_batch_size"), paging("max_length", "mean_batch_size")),)),
+    Quote("README.md", rf"cuts TPOT p50 {NUM} % with k = 2; k = 4 is already {NUM} % slower",
+          (lambda: (1.0 - spec("k2", "tpot_p50_s")() / spec("k0", "tpot_p50_s")()) * 100.0,
+           ratio(spec("k4", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
     Quote("README.md", rf"two-regime fit, R\^2 {NUM}, worst error {NUM} %",
           (fit("r2"), lambda: fit("max_rel_error")() * 100.0)),
 ]

@@ -35,6 +35,7 @@ TRANSITIONS = {
     "seat",
     "set_kv_blocks",
     "drop_kv",
+    "verify",
 }
 
 

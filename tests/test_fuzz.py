@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fuzz_corpus import Case, runtime_cases, schema_cases, yaml_cases
+from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_search import search_cases
@@ -24,6 +24,7 @@ from sim.cli.main import main
 CORPUS: list[Case] = [
     *yaml_cases(),
     *schema_cases(),
+    *speculative_cases(),
     *runtime_cases(),
     *profile_cases(),
     *trace_cases(),

@@ -19,6 +19,7 @@ from helpers_sim import run_arrays_with_instance, scenario, tiny_hardware, tiny_
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from sim import load_scenario_dict, simulate
 from sim.core.engine import Instance
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.workload.arrays import Content
@@ -174,3 +175,43 @@ def test_runs_with_caching_keep_the_pool_balanced(
     event(f"preemptions {'yes' if req['num_preemptions'].any() else 'no'}")
     event(f"hits {'yes' if req['num_cached_tokens'].any() else 'no'}")
     event(f"evictions {'yes' if pool.num_evictions else 'no'}")
+
+
+def test_caching_with_speculation_and_preemption_keeps_the_pool_balanced() -> None:
+    # lookahead slots, rejected slots given back, cached blocks shared across turns and victims
+    # re-admitted from the cache, in one small pool
+    raw = scenario(
+        policy={
+            "name": "chunked",
+            "max_num_seqs": 16,
+            "max_num_batched_tokens": 64,
+            "block_size": 4,
+            "prefix_caching": True,
+            "speculative": {"method": "ngram", "num_speculative_tokens": 3,
+                            "acceptance": {"rate": 0.6}},
+        },
+        coefficients=COEFFS,
+        model=tiny_model(),
+        hardware=tiny_hardware(240),
+        workload={"sessions": {
+            "arrival": {"process": "poisson", "rate": 20.0}, "num_sessions": 12,
+            "turns": {"dist": "fixed", "value": 3},
+            "first_prompt": {"dist": "uniform", "low": 10, "high": 40},
+            "user_tokens": {"dist": "fixed", "value": 6},
+            "output_tokens": {"dist": "uniform", "low": 2, "high": 30},
+            "think_time": {"dist": "fixed", "value_s": 0.01}}},
+    )  # fmt: skip
+    begin = Instance._begin
+
+    def checked(self: Instance, plan: Any) -> Any:
+        check_pool(self)
+        return begin(self, plan)
+
+    with mock.patch.object(Instance, "_begin", checked):
+        res = simulate(load_scenario_dict(raw))["default"]
+    req = res.requests
+    assert req["finish_s"].notna().all()
+    assert (req["num_output_tokens"] == req["max_output_tokens"]).all()
+    summary = res.summary()
+    assert summary["num_preemptions"] > 0 and summary["prefix_cache_hit_rate"] > 0
+    assert summary["spec_acceptance_rate"] > 0

@@ -38,6 +38,7 @@ def test_the_shipped_documents_are_covered() -> None:
         "kv_paging",
         "prefix_caching",
         "profile_comparison",
+        "speculative_decoding",
     )
     assert docs == {"README.md", *(f"scenarios/{name}.yaml" for name in scenarios)}
     assert sum(len(q.values) for q in QUOTES) >= 90

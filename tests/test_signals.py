@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,24 @@ def test_without_a_signal_an_unexpected_error_is_not_hidden(
     monkeypatch.setattr(cli, "_validate", broken)
     with pytest.raises(ImportError, match="a real bug"):
         cli.main(["validate", "s.yaml"])
+
+
+def test_an_interrupt_inside_a_weakref_callback_is_raised_once_it_returns() -> None:
+    # The import system cleans its module locks up in weakref callbacks, where Python prints
+    # an exception and drops it: an interrupt landing there must not be lost.
+    namespace: dict[str, object] = {"signal": signal}
+    source = "def cb(ref):\n    signal.raise_signal(signal.SIGINT)\n"
+    exec(compile(source, "<frozen importlib._bootstrap>", "exec"), namespace)
+
+    class Thing:
+        pass
+
+    with signals.interrupts():
+        thing = Thing()
+        ref = weakref.ref(thing, namespace["cb"])  # type: ignore[arg-type]
+        started = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            del thing  # the callback runs here, and the signal is handled inside it
+            time.sleep(2.0)  # ... so the interrupt arrives here, moments later
+        assert time.perf_counter() - started < 1.0
+        assert signals.interrupted() and ref() is None

@@ -70,6 +70,14 @@ def _raw(name: str) -> dict:
     policy = {"name": name, "max_num_seqs": 8, "max_num_batched_tokens": 128, "block_size": 4}
     if name == "static":
         policy = {"name": "static", "max_batch_size": 6, "max_wait_s": 0.01}
+    if name == "speculative":
+        policy["name"] = "chunked"
+        policy["speculative"] = {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "acceptance": {"rate": 0.7},
+            "disable_by_batch_size": 6,
+        }
     return scenario(
         policy=policy,
         workload={
@@ -107,7 +115,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return held
 
 
-@pytest.mark.parametrize("policy", ["continuous", "chunked", "static"])
+@pytest.mark.parametrize("policy", ["continuous", "chunked", "static", "speculative"])
 def test_a_streamed_run_summarizes_like_the_tables(small_chunks, policy) -> None:
     loaded = load_scenario_dict(_raw(policy))
     table = simulate(loaded)["default"]
@@ -127,6 +135,10 @@ def test_a_streamed_run_summarizes_like_the_tables(small_chunks, policy) -> None
     }
     samples["stall"] = (served["max_itl_s"].dropna().to_numpy(), None)
     samples["itl"] = (table.itl["gap_s"].to_numpy(), table.itl["count"].to_numpy())
+    tokens = table.itl["tokens"].to_numpy()  # whole gaps between emissions, per emission
+    samples["spec_emission_gap"] = (samples["itl"][0] * tokens, samples["itl"][1] / tokens)
+    if policy == "speculative":
+        assert (tokens > 1).any() and "spec_emission_gap_p99_s" in a
     for key, exact in a.items():
         metric, _, rest = key.partition("_p")
         if metric in samples and rest.endswith("_s") and rest[:-2].isdigit():

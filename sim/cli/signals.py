@@ -6,7 +6,10 @@ signal is recorded. The record matters because an interrupt does not always arri
 interrupt: one that lands while a C extension is being imported (numpy importing `datetime`
 from C, say) comes out as an `ImportError` raised by that extension. `interrupted()` tells the
 caller that whatever it caught followed a signal, so the command can say "interrupted" and
-exit with 130 (143 for SIGTERM) instead of printing a traceback.
+exit with 130 (143 for SIGTERM) instead of printing a traceback. One that lands in a weakref
+callback or a finalizer (the import system runs such callbacks while modules load) would be
+printed and dropped by Python there, and the command would run on: it is raised again a few
+milliseconds later instead, once the callback has returned.
 
 Stdlib only: the console entry point imports this before anything heavy.
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import FrameType
 
 _received: list[int] = []
@@ -25,9 +28,46 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C (a KeyboardInterrupt) but reported with exit code 143."""
 
 
+_pending: list[int] = []  # a signal whose exception waits until it can propagate
+_RETRY_S = 0.002
+
+
+def _ignores_exceptions(frame: FrameType | None) -> bool:
+    """Whether an exception raised in `frame` would be printed and dropped: a weakref callback
+    (the import system's module-lock clean-up runs one) or a finalizer, somewhere up the stack."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "cb" and code.co_filename.startswith("<frozen importlib")
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_reporting: list[bool] = []  # set once the command is saying it was interrupted
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
-    _received.append(signum)
+    if signum not in _pending:
+        _received.append(signum)
+    if _reporting:  # already on the way out: a second exception would only cut the report
+        return
+    if _ignores_exceptions(frame):
+        # raised here, the interrupt would be lost and the command would run on: try again
+        # in a moment, once the callback has returned
+        if signum not in _pending:
+            _pending.append(signum)
+        signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+        return
+    _pending.clear()
+    signal.setitimer(signal.ITIMER_REAL, 0)
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _retry(signum: int, frame: FrameType | None) -> None:
+    if _pending:
+        _raise(_pending[0], frame)
 
 
 @contextmanager
@@ -35,14 +75,18 @@ def interrupts() -> Iterator[None]:
     """Install the handlers (main thread only; elsewhere signals are left alone) and put the
     previous ones back afterwards."""
     _received.clear()
+    _pending.clear()
+    _reporting.clear()
     try:
         previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _retry)
     except ValueError:  # not the main thread (an embedding application)
         yield
         return
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -57,6 +101,10 @@ def report(exc: BaseException) -> int:
     code: 143 for SIGTERM, else 130."""
     import sys
 
+    _reporting.append(True)
+    _pending.clear()
+    with suppress(ValueError):  # not the main thread
+        signal.setitimer(signal.ITIMER_REAL, 0)
     if isinstance(exc, KeyboardInterrupt):
         term = isinstance(exc, Terminated)
     else:

@@ -16,6 +16,12 @@ way, so the instance looks exactly as it would have stepped one step at a time; 
 could join cuts the run at the first step boundary at or after it. So coalescing steps never
 changes a schedule (the tests run every policy both ways).
 
+Speculative steps. A plan that names `speculate` (speculative decoding) runs as one step whose
+decoding requests are handled one by one outside the decode batch: each emits its own number of
+tokens (`sim.core.speculative_step`). Its duration is the proposals' seconds plus the target's
+verification step. Plans without it never touch that path, so a run with speculation off is
+exactly the plain run, coalesced runs and all.
+
 Running ahead. When an instance's next step ends before any other scheduled event (the next
 arrival, another instance's step), nothing can observe or interrupt it, so the loop applies it at
 once and plans the next on its own clock, without a SimPy event; it catches SimPy up before it
@@ -38,6 +44,7 @@ import simpy
 from simpy.core import URGENT
 from simpy.events import Event
 
+from sim.core.acceptance import AcceptanceSampler
 from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
 from sim.core.kv_cache import BlockManager
 from sim.core.kv_usage import KVUsage
@@ -45,6 +52,7 @@ from sim.core.plan import Policy, StepFeatures, StepPlan
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
+from sim.core.speculative_step import ProposalPricer, SpecStart, Speculator
 from sim.core.step_times import StepTimes, steps_before
 from sim.workload.arrays import RequestArrays
 
@@ -115,8 +123,11 @@ class Run:
         "num_preempted",
         "num_steps",
         "plan",
+        "proposal_s",
+        "spec",
         "swap_s",
         "times",
+        "verify_s",
     )
 
     def __init__(
@@ -140,6 +151,9 @@ class Run:
         self.swap_s = swap_s
         self.cpu_s = cpu_s
         self.extrapolated = extrapolated
+        self.spec: SpecStart | None = None  # a speculative step's start
+        self.verify_s = 0.0  # its target's seconds
+        self.proposal_s = 0.0  # a single step's proposer seconds (proposals, draft prefill)
 
 
 class Instance:
@@ -162,6 +176,8 @@ class Instance:
         start: bool = True,
         steps: StepLog | None = None,
         itl: ItlLog | None = None,
+        acceptance: AcceptanceSampler | None = None,
+        proposer: ProposalPricer | None = None,
     ) -> None:
         self.env = env
         self.index = index
@@ -184,6 +200,12 @@ class Instance:
         self.arrived: deque[Request] = deque()  # P/D decode: KV landed, waiting for a seat
         self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
         self.usage = KVUsage(pool.block_size)
+        # speculative decoding: applies the steps of plans that name `speculate`
+        self.speculator: Speculator | None = None
+        if acceptance is not None:
+            if proposer is None:
+                raise ValueError("speculative decoding needs a proposal pricer")
+            self.speculator = Speculator(acceptance, proposer, pool, self.usage, policy.paged_kv)
         self.steps = steps if steps is not None else StepLog(index)
         self.itl = itl if itl is not None else ItlLog()
         self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
@@ -461,8 +483,23 @@ class Instance:
             chunks = tuple(shapes)
             usage.stored_tokens += prefill_tokens
         num_decodes = decode_context = 0
+        decode_tokens = -1  # -1: one token per decoding request
         batch = self.batch
-        if plan.decode:
+        spec: SpecStart | None = None
+        if plan.speculate:
+            assert self.speculator is not None and plan.decode
+            prompts = (
+                (len(plan.prefill), prefill_tokens, prefill_context, attention, chunks)
+                if prefill_tokens
+                else None
+            )
+            spec = self.speculator.begin(
+                plan.speculate, self.ready, self.running, batch, self._grow, prompts
+            )
+            num_decodes = len(spec.decoders)
+            decode_tokens = spec.num_tokens
+            decode_context = spec.sum_context
+        elif plan.decode:
             if batch.paged:
                 blocks, tails = batch.start_step()
                 self.pool.take(blocks)
@@ -483,11 +520,26 @@ class Instance:
         pad = plan.padding
         num_prefills = len(plan.prefill)
         repeats = plan.repeat > 1 and self.coalesce and not swap_s and num_prefills <= 1
+        draft_s = 0.0
+        speculator = self.speculator
+        if (
+            spec is None
+            and prefill_tokens
+            and speculator is not None
+            and speculator.proposer.prefills
+        ):
+            # the draft model computes the prompt chunks too: a single step, that much longer
+            draft_s = speculator.proposer.prefill_s(
+                (num_prefills, prefill_tokens, prefill_context, attention, chunks)
+            )
+            repeats = False
+        if decode_tokens < 0:
+            decode_tokens = num_decodes
         features = StepFeatures(
             num_prefills + num_decodes + pad.num_seqs,
-            prefill_tokens + num_decodes + pad.num_seqs + pad.prefill_tokens,
+            prefill_tokens + decode_tokens + pad.num_seqs + pad.prefill_tokens,
             prefill_tokens + pad.prefill_tokens,
-            num_decodes,
+            decode_tokens,
             prefill_context + decode_context + pad.context_tokens,
             attention + pad.attention_term,
             num_decodes + pad.num_seqs + (prefill_tokens if repeats else 0),
@@ -500,6 +552,25 @@ class Instance:
         extrapolated = cost.last_extrapolated
         cpu_s = cost.cpu_overhead_s(features)
         num_steps = 1
+        if spec is not None:  # one step: the target verifies after the proposals
+            run = Run(
+                plan,
+                features,
+                StepTimes(now, first_s + spec.proposal_s + swap_s),
+                1,
+                False,
+                num_preempted,
+                swap_s,
+                cpu_s,
+                extrapolated,
+            )
+            run.spec = spec
+            run.verify_s = first_s
+            run.proposal_s = spec.proposal_s
+            self._busy = True
+            return run
+        if draft_s:
+            first_s += draft_s
         if repeats and not plan.preempt and not plan.swap_in:
             num_steps = min(plan.repeat, batch.steps_to_finish())
             num_steps = min(num_steps, self.cost.linear_steps(features))
@@ -508,7 +579,7 @@ class Instance:
             else:
                 num_steps = batch.steps_until_dry(self.pool.num_free, num_steps)
         self._busy = True
-        return Run(
+        run = Run(
             plan,
             features,
             StepTimes(now, first_s + swap_s, increment_s),
@@ -519,6 +590,9 @@ class Instance:
             cpu_s,
             extrapolated,
         )
+        if draft_s:
+            run.proposal_s = draft_s
+        return run
 
     def _move(
         self, plan: StepPlan, now: float, num_preempted: int, swap_s: float
@@ -700,9 +774,15 @@ class Instance:
         cached = pool.num_cached_free if isinstance(pool, PrefixCachingPool) else 0
         piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
-        finished = batch.advance(num_steps, times, self.itl) if plan.decode else []
-        if not finished:
-            finished = []  # the batch's shared empty result is never appended to
+        spec = run.spec
+        accepted = 0
+        if spec is not None:
+            assert self.speculator is not None
+            self.ready, finished, accepted = self.speculator.end(spec, times.start_s, end, self.itl)
+        else:
+            finished = batch.advance(num_steps, times, self.itl) if plan.decode else []
+            if not finished:
+                finished = []  # the batch's shared empty result is never appended to
         if plan.prefill:
             start, itl = end - times.duration(num_steps), self.itl
             caching = pool if isinstance(pool, PrefixCachingPool) else None
@@ -770,6 +850,18 @@ class Instance:
         a[18](piece.fragment_token_seconds)
         a[19](run.swap_s)
         a[20](cached)
+        if spec is None:
+            a[21](0)
+            a[22](0)
+            a[23](0)
+            a[24](run.proposal_s)
+            a[25](0.0)
+        else:
+            a[21](spec.num_spec_seqs)
+            a[22](spec.num_proposed)
+            a[23](accepted)
+            a[24](run.proposal_s)
+            a[25](run.verify_s)
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()

@@ -70,6 +70,19 @@ class BlockManager:
         req.set_kv_blocks(held + need)
         return need
 
+    def shrink(self, req: Request, num_tokens: int) -> int:
+        """Return the blocks at the end of `req`'s holding beyond those `num_tokens` tokens
+        fill (a speculative step's rejected lookahead); the number freed."""
+        held = req.kv_blocks
+        extra = held - -(-num_tokens // self.block_size)
+        if extra <= 0:
+            return 0
+        if len(req.cached_blocks) > held - extra:
+            raise AssertionError(f"request {req.id}: shrinking into its cached blocks")
+        self.give_back(extra)
+        req.set_kv_blocks(held - extra)
+        return extra
+
     def release(self, req: Request) -> int:
         """Return all of `req`'s blocks to the pool; the number freed."""
         held = req.kv_blocks

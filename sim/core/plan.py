@@ -14,12 +14,19 @@ applies the plan in a fixed order, at the step's start:
    its prompt prefix that `cached` says it starts from (prefix caching);
 5. blocks: every request in `prefill` gets a holding that covers its computed tokens plus its
    tokens this step (or `hold`'s larger reservation); if `decode`, every decoding request gets
-   room for one more token. The policy must have planned within the free blocks it saw: an
-   allocation that fails is an engine error, not a preemption.
+   room for one more token, and each request in `speculate` for its lookahead tokens too. The
+   policy must have planned within the free blocks it saw: an allocation that fails is an
+   engine error, not a preemption.
 
 Then the step is priced (`sim.costs`), time passes, and at its end the token rule runs (each
 request computes its tokens; a request whose computed tokens catch up emits one), finished
 requests leave and free their KV, and the step is recorded.
+
+Speculation. A decoding request in `speculate` with k lookahead tokens has k proposed tokens
+verified with its own next token in this step (k + 1 tokens of the target, their KV slots held
+for the step); the engine draws how many the target accepts (`sim.core.acceptance`), the request
+emits those and one more at the step's end, and the slots of the rejected ones are freed. A plan
+that speculates runs one step (`repeat` 1): each request emits its own number of tokens.
 
 Repeating. A plan whose step would repeat unchanged may say so with `repeat > 1`: the same
 requests get the same tokens step after step, with no eviction or KV copy (decodes alone, or
@@ -85,6 +92,9 @@ class StepPlan(NamedTuple):
     interruptible: bool = True
     # prefix caching: leading cached blocks each admitted request starts from
     cached: Mapping[Request, int] = NO_TOKENS
+    # speculative decoding: lookahead tokens (k >= 1, at most its output left - 1) that each of
+    # these decoding requests proposes and has verified this step (needs `decode`)
+    speculate: Mapping[Request, int] = NO_TOKENS
 
     @property
     def has_work(self) -> bool:

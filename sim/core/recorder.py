@@ -5,7 +5,9 @@
   bytes and not a Python object each; `columns()` hands them to numpy without a copy.
 * `ItlLog`: the pooled inter-token gaps as a weighted sample: single gaps `(gap_s, count)` and
   runs of growing gaps `(first_s, increment_s, num_gaps, count)` (the steps 2..k of a decode run
-  each last `inc` longer than the one before), expanded only when the table is built.
+  each last `inc` longer than the one before), expanded only when the table is built; and
+  emissions of several tokens at once (speculative decoding) `(gap_s, tokens, count)`, whose
+  tokens each get `gap_s / tokens` in the per-token sample.
 * `RequestLog`: one row per request, indexed by request id, written once when the request
   finishes or is rejected, so that finished requests need not stay in memory.
 """
@@ -45,6 +47,13 @@ STEP_SCHEMA: tuple[tuple[str, str], ...] = (
     ("kv_fragment_token_seconds", "d"),
     ("swap_s", "d"),
     ("kv_blocks_cached", "i"),  # prefix caching: cached free blocks during its last step
+    # speculative decoding (single steps): requests that verified proposals, the tokens they
+    # proposed and the target accepted, and the step's proposal and target (verify) seconds
+    ("num_spec_seqs", "i"),
+    ("num_spec_proposed", "i"),
+    ("num_spec_accepted", "i"),
+    ("spec_proposal_s", "d"),
+    ("spec_verify_s", "d"),
 )
 _DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
@@ -101,11 +110,26 @@ class ItlLog:
         self.run_increment_s = array("d")
         self.run_gaps = array("q")
         self.run_count = array("q")
+        # emissions of several tokens at once: whole gap, tokens per emission, emissions
+        self.multi_gap_s = array("d")
+        self.multi_tokens = array("q")
+        self.multi_count = array("q")
 
     def gap(self, gap_s: float, count: int) -> None:
         if count > 0:
             self.gap_s.append(gap_s)
             self.count.append(count)
+
+    def emission(self, gap_s: float, tokens: int, count: int) -> None:
+        """`count` emissions of `tokens` tokens each, `gap_s` after their previous token."""
+        if count <= 0:
+            return
+        if tokens == 1:
+            self.gap(gap_s, count)
+        else:
+            self.multi_gap_s.append(gap_s)
+            self.multi_tokens.append(tokens)
+            self.multi_count.append(count)
 
     def run(self, times: StepTimes, num_steps: int, count: int) -> None:
         """`count` gaps for each of steps 2..num_steps of a run: each that step's duration."""
@@ -120,27 +144,43 @@ class ItlLog:
             self.run_count.append(count)
 
     def hand_over(self, *, force: bool = False) -> None:
-        size = len(self.gap_s) + len(self.run_gaps)
+        size = len(self.gap_s) + len(self.run_gaps) + len(self.multi_gap_s)
         if self.on_full is not None and (size >= self.capacity or (force and size)):
             self.on_full(self)
             for col in (self.gap_s, self.count, self.run_first_s, self.run_increment_s):
                 del col[:]
             del self.run_gaps[:]
             del self.run_count[:]
+            del self.multi_gap_s[:]
+            del self.multi_tokens[:]
+            del self.multi_count[:]
 
-    def arrays(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
-        """All gaps and their counts, the runs expanded (vectorized)."""
+    def arrays(
+        self,
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Per-token gaps, their counts, and the tokens of the emission each belongs to (1 but
+        for speculative emissions, whose tokens each get the gap divided by their number), the
+        runs expanded (vectorized)."""
         gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
         counts = np.frombuffer(self.count, dtype=np.int64) if self.count else np.zeros(0, "i8")
-        if not self.run_gaps:
-            return gaps, counts
-        num = np.frombuffer(self.run_gaps, dtype=np.int64)
-        offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
-        first = np.frombuffer(self.run_first_s, dtype=np.float64)
-        increment = np.frombuffer(self.run_increment_s, dtype=np.float64)
-        run_gaps = np.repeat(first, num) + np.repeat(increment, num) * offsets
-        run_counts = np.repeat(np.frombuffer(self.run_count, dtype=np.int64), num)
-        return np.concatenate([gaps, run_gaps]), np.concatenate([counts, run_counts])
+        parts_g, parts_c = [gaps], [counts]
+        if self.run_gaps:
+            num = np.frombuffer(self.run_gaps, dtype=np.int64)
+            offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
+            first = np.frombuffer(self.run_first_s, dtype=np.float64)
+            increment = np.frombuffer(self.run_increment_s, dtype=np.float64)
+            parts_g.append(np.repeat(first, num) + np.repeat(increment, num) * offsets)
+            parts_c.append(np.repeat(np.frombuffer(self.run_count, dtype=np.int64), num))
+        single = sum(len(g) for g in parts_g)
+        parts_t = [np.ones(single, dtype=np.int64)]
+        if self.multi_gap_s:
+            tokens = np.frombuffer(self.multi_tokens, dtype=np.int64)
+            parts_g.append(np.frombuffer(self.multi_gap_s, dtype=np.float64) / tokens)
+            parts_c.append(np.frombuffer(self.multi_count, dtype=np.int64) * tokens)
+            parts_t.append(tokens.copy())
+        if len(parts_g) == 1:
+            return gaps, counts, parts_t[0]
+        return np.concatenate(parts_g), np.concatenate(parts_c), np.concatenate(parts_t)
 
 
 class RequestLog:
@@ -169,6 +209,9 @@ class RequestLog:
         "swapped_bytes",
         "decode_instance",
         "reject_code",
+        "num_spec_steps",
+        "num_spec_proposed",
+        "num_spec_accepted",
     )
 
     def __init__(
@@ -224,6 +267,10 @@ class RequestLog:
             n["num_recomputed_tokens"][i] = req.num_recomputed_tokens
             n["num_swaps"][i] = req.num_swaps
             n["swapped_bytes"][i] = req.swapped_bytes
+        if req.num_spec_steps:
+            n["num_spec_steps"][i] = req.num_spec_steps
+            n["num_spec_proposed"][i] = req.num_spec_proposed
+            n["num_spec_accepted"][i] = req.num_spec_accepted
         if req.decode_instance >= 0:
             n["decode_instance"][i] = req.decode_instance
             f["handoff_s"][i] = req.handoff_s

@@ -31,6 +31,7 @@ other request.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -79,6 +80,7 @@ class Request:
         "_max_itl_s",
         "_output",
         "_serial",
+        "_spec_recent",
         "_sync",
         "arrival_s",
         "cached_blocks",
@@ -98,6 +100,9 @@ class Request:
         "num_preemptions",
         "num_prompt_tokens",
         "num_recomputed_tokens",
+        "num_spec_accepted",
+        "num_spec_proposed",
+        "num_spec_steps",
         "num_swaps",
         "predicted_output_tokens",
         "reject_reason",
@@ -163,6 +168,12 @@ class Request:
         self._hash_bs = 0
         self.cached_blocks: list[int] = []
         self.num_cached_tokens = 0
+        # speculative decoding: verify steps, tokens proposed and accepted in them, and the
+        # (proposed, accepted) of its last verify steps when the engine measures a window
+        self.num_spec_steps = 0
+        self.num_spec_proposed = 0
+        self.num_spec_accepted = 0
+        self._spec_recent: deque[tuple[int, int]] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -205,6 +216,19 @@ class Request:
         if batch is None:
             return self._max_itl_s
         return max(self._max_itl_s, batch.max_gap_since(self._sync))
+
+    @property
+    def spec_recent_acceptance(self) -> float:
+        """Accepted / proposed tokens over its last verify steps (the engine's window), NaN
+        until the window is full."""
+        recent = self._spec_recent
+        if recent is None or len(recent) < (recent.maxlen or 0):
+            return NAN
+        proposed = accepted = 0
+        for p, a in recent:
+            proposed += p
+            accepted += a
+        return accepted / proposed if proposed else NAN
 
     @property
     def num_known_tokens(self) -> int:
@@ -300,6 +324,43 @@ class Request:
             if longest > self._max_itl_s:
                 self._max_itl_s = longest
         self._last_token_s = end_s
+        return gap
+
+    def verify(
+        self, proposed: int, accepted: int, start_s: float, end_s: float, window: int = 0
+    ) -> float:
+        """A speculative step [start_s, end_s] of a decoding request (not a batch member): the
+        target computed its next token and `proposed` lookahead tokens, accepted `accepted` of
+        them, and the request emits `accepted + 1` tokens together at the step's end. Returns
+        the gap since its previous token (the whole gap: the caller divides it among the
+        tokens). `window` > 0 keeps its last `window` verify steps' counts."""
+        output = self._output
+        if (
+            self._batch is not None
+            or not output
+            or self._computed != self.num_prompt_tokens + output - 1
+        ):
+            raise AssertionError(f"request {self.id} verified while not a lone decoding request")
+        emitted = accepted + 1
+        if accepted > proposed or output + emitted > self.max_output_tokens:
+            raise AssertionError(
+                f"request {self.id}: {accepted} of {proposed} accepted, "
+                f"{self.max_output_tokens - self._output} tokens left"
+            )
+        self._computed += emitted
+        self._output += emitted
+        gap = end_s - self._last_token_s
+        if gap > self._max_itl_s:
+            self._max_itl_s = gap
+        self._last_token_s = end_s
+        if proposed:
+            self.num_spec_steps += 1
+            self.num_spec_proposed += proposed
+            self.num_spec_accepted += accepted
+            if window:
+                if self._spec_recent is None:
+                    self._spec_recent = deque(maxlen=window)
+                self._spec_recent.append((proposed, accepted))
         return gap
 
     def finish(self, end_s: float) -> None:

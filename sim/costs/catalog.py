@@ -433,21 +433,31 @@ def kv_bytes_per_token_on(model: ModelSpec, hw: HardwareSpec) -> float:
     return 2 * model.num_layers * heads * model.head_dim * model.kv_bytes_per_element
 
 
-def _free_kv_bytes(model: ModelSpec, hw: HardwareSpec) -> float:
+def _free_kv_bytes(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None) -> float:
     reserve = hw.tensor_parallel * hw.activation_reserve_bytes
-    return hw.usable_bytes - model.weight_bytes - reserve
+    weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0.0)
+    return hw.usable_bytes - weights - reserve
 
 
-def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec) -> int:
-    """Tokens of KV that fit next to the weights; zero or negative when nothing fits."""
-    return int(_free_kv_bytes(model, hw) // kv_bytes_per_token_on(model, hw))
+def _token_bytes(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None) -> float:
+    """KV bytes a token takes: the target's, and a speculative draft model's own KV of it."""
+    own = kv_bytes_per_token_on(model, hw)
+    return own if draft is None else own + kv_bytes_per_token_on(draft, hw)
 
 
-def kv_capacity_blocks(model: ModelSpec, hw: HardwareSpec, block_size: int) -> int:
+def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None) -> int:
+    """Tokens of KV that fit next to the weights; zero or negative when nothing fits. With a
+    speculative `draft` model, its weights take memory too and every token also has its KV."""
+    return int(_free_kv_bytes(model, hw, draft) // _token_bytes(model, hw, draft))
+
+
+def kv_capacity_blocks(
+    model: ModelSpec, hw: HardwareSpec, block_size: int, draft: ModelSpec | None = None
+) -> int:
     """Whole KV blocks of `block_size` tokens; a partial block is unusable."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    return int(_free_kv_bytes(model, hw) // (block_size * kv_bytes_per_token_on(model, hw)))
+    return int(_free_kv_bytes(model, hw, draft) // (block_size * _token_bytes(model, hw, draft)))
 
 
 def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
@@ -483,6 +493,17 @@ def min_tensor_parallel(model: ModelSpec, hw: HardwareSpec) -> int | None:
         if kv_capacity_tokens(model, candidate) > 0:
             return tp
     return None
+
+
+def check_draft_fits(model: ModelSpec, draft: ModelSpec, hw: HardwareSpec) -> None:
+    """Raise ValueError when a speculative draft model cannot run next to `model` on `hw`."""
+    check_parallelism(draft, hw)
+    if kv_capacity_tokens(model, hw, draft) > 0:
+        return
+    raise ValueError(
+        f"{draft.name} ({draft.weight_bytes / GiB:.1f} GiB of weights) leaves no room for KV "
+        f"next to {model.name} ({model.weight_bytes / GiB:.1f} GiB) on {hw.name}"
+    )
 
 
 def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:

@@ -33,3 +33,5 @@ class SummaryContext:
     # per instance index: (GPUs, US dollars per GPU-hour, TDP and idle watts per GPU), for the
     # fleet's price and energy (sim.metrics.fleet); empty: unknown, those metrics are NaN
     fleet: tuple[tuple[int, float, float, float], ...] = ()
+    # whether an instance decodes speculatively: the summary then has the spec_* metrics
+    speculative: bool = False

@@ -8,16 +8,21 @@ Tables (column names are part of the public contract):
 
 * requests: one row per request: `id, instance, arrival_s, num_prompt_tokens, max_output_tokens,
   num_output_tokens, first_scheduled_s, first_token_s, finish_s, queue_s, ttft_s, tpot_s, e2e_s,
-  max_itl_s, num_preemptions, num_recomputed_tokens, rejected`.
+  max_itl_s, num_preemptions, num_recomputed_tokens, rejected`, and with speculative decoding
+  `num_spec_steps, num_spec_proposed, num_spec_accepted` (its verify steps and their tokens).
 * steps: one row per *step group*, a run of `num_steps` identical consecutive steps (a single step
   when `num_steps == 1`): `instance, start_s, end_s, num_steps, duration_s` (first step),
   `duration_increment_s` (each later step is this much longer, as attention reads one more token
   per slot), `num_seqs, num_active_seqs, num_tokens, num_prefill_tokens, num_decode_tokens,
   sum_context_tokens` (first step), `context_growth_per_step, kv_blocks_used` (held during the
   group's last step, before the requests it finished release theirs), `kv_block_seconds` (blocks
-  held integrated over the group, exact), `num_waiting, num_running, num_preempted`.
-  `sim.metrics.summary.expand_steps` gives one row per step.
-* itl: the pooled inter-token gaps as a weighted sample: `gap_s, count`.
+  held integrated over the group, exact), `num_waiting, num_running, num_preempted`, and for
+  speculative decoding `num_spec_seqs, num_spec_proposed, num_spec_accepted, spec_proposal_s,
+  spec_verify_s` (`docs/speculative.md`). `sim.metrics.summary.expand_steps` gives one row per
+  step.
+* itl: the pooled inter-token gaps as a weighted sample: `gap_s, count` (per token), and
+  `tokens`, the size of the emission the gaps belong to (1 but for speculative decoding, whose
+  emissions of n tokens give each `1/n` of the gap).
 
 In a notebook a `Results` shows itself as the side-by-side summary table (`_repr_html_`), and
 `side_by_side()` returns that table as a DataFrame; `repr()` stays one line, whatever the size

@@ -37,6 +37,12 @@ SUMMARY_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("preemptions", "num_preemptions", 1.0, "{:.0f}"),
     ("$ per 1M output tok", "usd_per_million_output_tokens", 1.0, "{:.3f}"),
 )
+# rows shown when a variant speculates (its summary has speculative decoding's metrics)
+SPECULATIVE_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("spec accepted %", "spec_acceptance_rate", 100.0, "{:.1f}"),
+    ("spec tokens/step", "spec_tokens_per_step", 1.0, "{:.2f}"),
+    ("spec proposal time %", "spec_proposal_time_share", 100.0, "{:.1f}"),
+)
 # rows shown only when some variant has the metric (a feature it turned on)
 OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("prefix hit %", "prefix_cache_hit_rate", 100.0, "{:.1f}"),
@@ -50,14 +56,16 @@ OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
 
 
 def rows_for(summary: pd.DataFrame) -> tuple[tuple[str, str, float, str], ...]:
-    """The standard rows, and the optional ones some variant reports (a non-zero number)."""
+    """The standard rows, the speculative ones when a variant speculates, and the optional ones
+    some variant reports (a non-zero number)."""
     extra = tuple(
         row
         for row in OPTIONAL_ROWS
         if row[1] in summary.columns
         and (pd.to_numeric(summary[row[1]], errors="coerce").fillna(0) != 0).any()
     )
-    return SUMMARY_ROWS + extra
+    speculative = SPECULATIVE_ROWS if "spec_acceptance_rate" in summary.columns else ()
+    return SUMMARY_ROWS + speculative + extra
 
 
 def _number(value: Any) -> float:

@@ -17,6 +17,8 @@ Conventions:
   `kv_blocks_used * duration`.
 * MFU counts only the linear-layer FLOPs, `flops_per_token * (prefill + decode tokens)`;
   attention FLOPs are excluded, and padded slots of static batching count as wasted, not useful.
+  With speculative decoding the decode tokens are those the target computed, rejected
+  verification tokens included (the proposer's FLOPs are not counted).
 """
 
 from __future__ import annotations
@@ -103,6 +105,14 @@ class StepTotals:
     has_token_seconds: bool = True
     start_s: float = math.inf
     end_s: float = -math.inf
+    # speculative decoding: steps that verified proposals, (request, step) pairs that did, tokens
+    # proposed and accepted, and the proposal's and the verifying target's seconds
+    spec_steps: float = 0.0
+    spec_seq_steps: float = 0.0
+    spec_proposed: float = 0.0
+    spec_accepted: float = 0.0
+    spec_proposal_s: float = 0.0
+    spec_verify_s: float = 0.0
 
     def add(self, steps: pd.DataFrame) -> None:
         """Add the groups of `steps` (one instance's)."""
@@ -138,6 +148,14 @@ class StepTotals:
             self.has_token_seconds = False
         self.start_s = min(self.start_s, float(_col(steps, "start_s").min()))
         self.end_s = max(self.end_s, float(_col(steps, "end_s").max()))
+        spec = _col(steps, "num_spec_seqs")
+        if spec.any():  # speculative steps are single steps
+            self.spec_steps += float((k * (spec > 0)).sum())
+            self.spec_seq_steps += float((k * spec).sum())
+            self.spec_proposed += float((k * _col(steps, "num_spec_proposed")).sum())
+            self.spec_accepted += float((k * _col(steps, "num_spec_accepted")).sum())
+            self.spec_proposal_s += float(_col(steps, "spec_proposal_s").sum())
+            self.spec_verify_s += float(_col(steps, "spec_verify_s").sum())
 
 
 def totals_by_instance(steps: pd.DataFrame) -> dict[int, StepTotals]:
@@ -215,6 +233,8 @@ def summary_of_totals(
         "mfu": _ratio(ctx.flops_per_token * sum(t.tokens for t in active.values()), flops_capacity),
         "bandwidth_utilization": _ratio(step_bytes, bytes_capacity),
     }
+    if ctx.speculative:
+        out.update(_speculation(list(active.values()), busy_s, num_steps))
     if active and all(t.has_token_seconds for t in active.values()):
         # stored tokens and how allocated KV memory is used (sim/core/kv_usage.py),
         # time-weighted over busy time and summed over instances
@@ -224,3 +244,20 @@ def summary_of_totals(
         out["kv_reserved_utilization"] = _ratio(stored, allocated)
         out["internal_fragmentation"] = _ratio(fragment, allocated)
     return out
+
+
+def _speculation(totals: list[StepTotals], busy_s: float, num_steps: float) -> dict[str, float]:
+    """Speculative decoding's step metrics (docs/speculative.md)."""
+    seq_steps = sum(t.spec_seq_steps for t in totals)
+    proposed = sum(t.spec_proposed for t in totals)
+    accepted = sum(t.spec_accepted for t in totals)
+    return {
+        "num_spec_proposed": int(proposed),
+        "num_spec_accepted": int(accepted),
+        "spec_acceptance_rate": _ratio(accepted, proposed),
+        "spec_tokens_per_step": _ratio(accepted + seq_steps, seq_steps),
+        "spec_proposed_per_step": _ratio(proposed, seq_steps),
+        "spec_step_share": _ratio(sum(t.spec_steps for t in totals), num_steps),
+        "spec_proposal_time_share": _ratio(sum(t.spec_proposal_s for t in totals), busy_s),
+        "spec_verify_time_share": _ratio(sum(t.spec_verify_s for t in totals), busy_s),
+    }

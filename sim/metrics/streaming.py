@@ -130,6 +130,7 @@ class StreamSummary:
         self.transfer = {m: Sketch() for m in ("kv_transfer", "kv_transfer_queue")}
         self.transfer_busy_s = 0.0
         self.itl = Sketch()
+        self.emission_gaps = Sketch()  # speculative decoding: whole gaps between emissions
         self.itl_max = math.nan
         self.measured = self.offered = self.good = self.done = 0
         self.measured_first_arrival = math.inf
@@ -238,8 +239,17 @@ class StreamSummary:
         """A chunk of one instance's step groups."""
         self.steps.setdefault(instance, StepTotals()).add(chunk)
 
-    def add_itl(self, gaps: npt.ArrayLike, counts: npt.ArrayLike) -> None:
+    def add_itl(
+        self, gaps: npt.ArrayLike, counts: npt.ArrayLike, tokens: npt.ArrayLike | None = None
+    ) -> None:
+        """Per-token gaps and their counts; `tokens`: the size of the emission each belongs to
+        (speculative decoding; None: one token each)."""
         self.itl.add(gaps, counts)
+        if self.ctx.speculative:
+            g = np.asarray(gaps, dtype=float)
+            c = np.asarray(counts, dtype=float)
+            t = np.ones_like(g) if tokens is None else np.asarray(tokens, dtype=float)
+            self.emission_gaps.add(g * t, c / t)
 
     # -- the summary ------------------------------------------------------------------------------
 
@@ -296,6 +306,8 @@ class StreamSummary:
                 out[f"{key}_slo_attainment"] = tier.good / tier.num if tier.num else math.nan
                 out[f"{key}_oldest_wait_s"] = tier.oldest_wait
         out.update(self.itl.stats("itl"))
+        if self.ctx.speculative:
+            out.update(self.emission_gaps.stats("spec_emission_gap"))
         out["itl_max_s"] = self.itl_max
         out.update(summary_of_totals(self.steps, self.ctx, self.first_arrival))
         out.update(

@@ -18,6 +18,9 @@ Which requests count where:
 * ITL percentiles come from the pooled `itl` table, which has no request ids and therefore
   covers the whole run; `itl_max_s` likewise is the longest stall of any served request (the
   max of `max_itl_s`), so that with consistent tables `itl_max_s >= itl_p99_s`.
+* Speculative decoding emits several tokens of a request at once: the `itl` table gives each of
+  them the gap divided by their number (`itl_*` is per token), and `spec_emission_gap_*` pools
+  the whole gaps between emissions; stalls (`max_itl_s`) are whole gaps (docs/speculative.md).
 
 Step metrics (batch size, utilizations, MFU) live in `sim.metrics.steps`, the fleet's price and
 power in `sim.metrics.fleet`. Every value returned is
@@ -140,6 +143,14 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
     return out
 
 
+def emission_gap_stats(itl: pd.DataFrame) -> dict[str, float]:
+    """Percentiles of the gaps between a request's consecutive emissions, undivided: an emission
+    of n tokens (a speculative step) is one gap of `n * gap_s` (`gap_s` is per token)."""
+    tokens = _floats(itl, "tokens") if "tokens" in itl.columns else np.ones(len(itl))
+    gaps = _floats(itl, "gap_s") * tokens
+    return weighted_stats("spec_emission_gap", gaps, _floats(itl, "count") / tokens)
+
+
 def summarize(
     requests: pd.DataFrame, steps: pd.DataFrame, itl: pd.DataFrame, ctx: SummaryContext
 ) -> dict[str, float]:
@@ -148,6 +159,8 @@ def summarize(
     itl = _with_columns(itl, ITL_COLUMNS)
     out = _request_summary(requests, ctx)
     out.update(weighted_stats("itl", _floats(itl, "gap_s"), _floats(itl, "count")))
+    if ctx.speculative:
+        out.update(emission_gap_stats(itl))
     stalls = _floats(requests, "max_itl_s")[~requests["rejected"].to_numpy(dtype=bool)]
     stalls = stalls[~np.isnan(stalls)]
     out["itl_max_s"] = float(stalls.max()) if stalls.size else math.nan

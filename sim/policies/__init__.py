@@ -16,6 +16,7 @@ from sim.policies.iteration import IterationPolicy
 from sim.policies.preemption import Preemptor
 from sim.policies.queues import WaitingQueue, make_queue
 from sim.policies.reservation import make_reservation
+from sim.policies.speculation import SpeculationRule
 from sim.policies.static import StaticPolicy
 from sim.scenario.schema import (
     ChunkedPolicySpec,
@@ -56,6 +57,18 @@ def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue
 NO_TOKEN_BUDGET = 1 << 62  # `max_num_batched_tokens: null`: more than any step can hold
 
 
+def speculation_rule(spec: ContinuousPolicySpec | ChunkedPolicySpec) -> SpeculationRule | None:
+    """The policy's speculative-decoding rule (None: it does not speculate)."""
+    s = spec.speculative
+    if s is None or not s.active:
+        return None
+    return SpeculationRule(
+        s.num_speculative_tokens,
+        disable_by_batch_size=s.disable_by_batch_size,
+        min_acceptance_rate=s.min_acceptance_rate,
+    )
+
+
 def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -> Policy:
     """The policy a `policy` mapping describes, for a pool of `kv_blocks_total` blocks."""
     if isinstance(spec, StaticPolicySpec):
@@ -79,6 +92,7 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             victim=spec.preemption.victim,
             tier_ranks={tier: t.rank for tier, t in spec.queue.tiers.items()},
         ),
+        speculation=speculation_rule(spec),
     )
     if isinstance(spec, ChunkedPolicySpec):
         return ChunkedPolicy(max_prefill_seqs=spec.max_prefill_seqs, **limits)

@@ -6,6 +6,8 @@ the waiting queue, at most `max_prefill_seqs` prompts per step. A long prompt sp
 several steps, so running decodes never wait for it; a chunk's attention reads everything
 computed before it (priced by the cost model), so chunking is not free. While one prompt's
 chunks fill the whole budget the steps repeat (same decodes, same chunk), and the plan says so.
+Speculative decoding's lookahead tokens come out of the budget before the chunks
+(`sim.policies.speculation`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ class ChunkedPolicy(IterationPolicy):
         self.seat_arrived(d)
         self.plan_decodes(d)
         self.plan_swap_ins(d)
-        budget = self.plan_continued(d, self.max_num_batched_tokens - d.num_decodes)
+        budget = self.plan_speculation(d, self.max_num_batched_tokens - d.num_decodes)
+        budget = self.plan_continued(d, budget)
         self.plan_admissions(d, budget, d.num_decodes)
         if not d.num_decodes and not d.prefill:
             return d.plan(decode=False) if d.preempt else None
-        if len(d.prefill) == 1 and not d.preempt and not d.swap_in:
+        if len(d.prefill) == 1 and not d.preempt and not d.swap_in and not d.spec_on:
             ((req, chunk),) = d.prefill.items()
             if chunk + d.num_decodes == self.max_num_batched_tokens:
                 # the chunk fills the budget: nobody else can get tokens, and the same chunk

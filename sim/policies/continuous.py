@@ -11,6 +11,8 @@ two modes say how they share a step with decodes:
   budget in the same step.
 
 When a decode needs a block and none is free, a victim is preempted (`sim.policies.preemption`).
+With speculative decoding, decoding requests' lookahead tokens come from the budget before
+prompts in `mixed` mode (`sim.policies.speculation`); `prefill_first` steps never decode.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ class ContinuousPolicy(IterationPolicy):
                 return d.plan(decode=False)  # prompts alone; running requests stall
             self.plan_decodes(d)
             self.plan_swap_ins(d)
+            self.plan_speculation(d, budget - d.num_decodes)
         else:
             self.plan_decodes(d)
             self.plan_swap_ins(d)
-            budget = self.plan_continued(d, budget - d.num_decodes)
+            budget = self.plan_speculation(d, budget - d.num_decodes)
+            budget = self.plan_continued(d, budget)
             self.plan_admissions(d, budget, d.num_decodes)
         if not d.num_decodes and not d.prefill:
             # nothing to run: a request that preempted itself with nothing else runnable; the

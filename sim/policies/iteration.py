@@ -12,6 +12,9 @@ Continuous batching (Orca, vLLM; `sim.policies.continuous`) and chunked prefill 
   token budget `max_num_batched_tokens` and free KV blocks allow, keeping a `watermark` fraction
   of the blocks free as vLLM does; head-of-line: admission stops at the first that does not fit.
   Nothing is admitted while requests are swapped out.
+* speculation (`sim.policies.speculation`, when the policy has a rule): after the decodes and
+  swap-ins, decoding requests get lookahead tokens from the budget and the free blocks left,
+  before any prompt chunk.
 
 A `Draft` holds the plan being built and the resources left (free blocks, host memory, the
 running list as it will be), so each part sees what the earlier ones took. On a P/D decode
@@ -31,8 +34,11 @@ from sim.core.prefix_cache import PlannedReleases, PrefixCachingPool, hit_blocks
 from sim.core.request import Request
 from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
+from sim.policies.speculation import SpeculationRule
 
 FOREVER = 1 << 62
+NO_ONE: frozenset[Request] = frozenset()
+NO_BLOCKS: dict[Request, int] = {}  # never written to
 # decodes alone, repeated while nothing else changes; an arrival may (or may not) cut the run
 DECODE_RUN = StepPlan(decode=True, repeat=FOREVER, interruptible=True)
 DECODE_RUN_FIXED = StepPlan(decode=True, repeat=FOREVER, interruptible=False)
@@ -56,6 +62,8 @@ class Draft:
         "releases",
         "requeued",
         "seat",
+        "spec_on",
+        "speculate",
         "swap_in",
         "taken",
         "view",
@@ -82,6 +90,9 @@ class Draft:
         self.taken: set[int] = set()
         # prefix caching: what this plan's evictions leave in the cache (made at the first)
         self.releases: PlannedReleases | None = None
+        # speculative decoding: whether this step may speculate, and each request's lookahead
+        self.spec_on = False
+        self.speculate: dict[Request, int] = {}
 
     def held(self, req: Request) -> int:
         return req.kv_blocks + self.extra.get(req, 0)
@@ -122,6 +133,7 @@ class Draft:
             repeat,
             interruptible,
             self.cached,
+            self.speculate,
         )
 
 
@@ -141,6 +153,7 @@ class IterationPolicy:
         reservation: Reservation,
         preemptor: Preemptor,
         max_prefill_seqs: int | None = None,
+        speculation: SpeculationRule | None = None,
     ) -> None:
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -150,6 +163,7 @@ class IterationPolicy:
         self.reservation = reservation
         self.preemptor = preemptor
         self.paged_kv = reservation.paged
+        self.speculation = speculation
 
     # -- arrival checks ------------------------------------------------------------------------
 
@@ -240,6 +254,16 @@ class IterationPolicy:
             d.num_running += 1
             if req.is_decoding:
                 d.num_decodes += 1
+
+    def plan_speculation(self, d: Draft, budget: int) -> int:
+        """Lookahead tokens of the speculating requests (none when speculation is off for this
+        step); returns the budget left."""
+        rule = self.speculation
+        if rule is None or not rule.active(d.view):
+            return budget
+        d.spec_on = True
+        d.speculate, budget, d.free = rule.lookahead(d.view, d.evicted, budget, d.free, d.extra)
+        return budget
 
     def plan_continued(self, d: Draft, budget: int) -> int:
         """Next chunks of prompts in progress (admission order); returns the budget left."""
@@ -334,13 +358,24 @@ class IterationPolicy:
 
     def decode_only(self, view: InstanceView) -> StepPlan | None:
         """The common step, decided in O(1): nothing waits, nothing is mid-prompt, and every
-        decoding request finds its block; everyone decodes, for as long as that holds. None
-        when the full planning is needed."""
+        decoding request finds its block; everyone decodes, for as long as that holds (with
+        speculation on: one step, and each request's lookahead, in O(running)). None when the
+        full planning is needed."""
         if len(view.waiting) or view.swapped or view.arrived or view.prefilling:
             return None
         decoding = view.num_decoding
-        if not decoding or view.decode_block_demand() > view.kv.num_free:
+        if not decoding:
             return None
+        demand = view.decode_block_demand()
+        free = view.kv.num_free
+        if demand > free:
+            return None
+        rule = self.speculation
+        if rule is not None and rule.active(view):
+            # one step, decodes and their lookahead: what the full planning would give here
+            budget = self.max_num_batched_tokens - decoding
+            speculate = rule.lookahead(view, NO_ONE, budget, free - demand, NO_BLOCKS)[0]
+            return StepPlan(decode=True, speculate=speculate)
         seats_left = len(view.running) < self.max_num_seqs
         if seats_left and (view.receives_transfers or decoding < self.max_num_batched_tokens):
             return DECODE_RUN
@@ -348,7 +383,7 @@ class IterationPolicy:
 
     def finish_plan(self, d: Draft) -> StepPlan:
         """The plan of a step that decodes (and maybe prefills): repeatable when it is decodes
-        alone, with no eviction and no KV copy."""
-        if d.prefill or d.preempt or d.swap_in:
+        alone, with no eviction, no KV copy and speculation off."""
+        if d.prefill or d.preempt or d.swap_in or d.spec_on:
             return d.plan(decode=True)
         return d.plan(decode=True, repeat=FOREVER, interruptible=self.newcomer_could_join(d))

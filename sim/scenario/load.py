@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec, check_fits
+from sim.costs.catalog import HardwareSpec, check_draft_fits, check_fits
 from sim.costs.profile import Profile, resolve_profile
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, problems
@@ -78,6 +78,8 @@ class ResolvedGroup:
     hardware: HardwareSpec
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
     profile: Profile
+    # speculative decoding with a draft model: the draft's step costs on this group's GPU
+    draft_profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -294,9 +296,48 @@ def _resolve(
                 if exc.file is None:
                     raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
                 raise
-        groups.append(
-            ResolvedGroup(role, group_name, g.count, hw, g.policy or spec.policy, group_profile)
-        )
+        policy = g.policy or spec.policy
+        policy_key = f"{key}.policy" if g.policy is not None else "policy"
+        draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
+        groups.append(ResolvedGroup(role, group_name, g.count, hw, policy, group_profile, draft))
     return ResolvedScenario(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
     )
+
+
+def _draft_profile(
+    spec: Scenario,
+    policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    hw: HardwareSpec,
+    policy_key: str,
+    variant: str | None,
+    override: dict[str, Any],
+    file: str,
+    base_dir: Path,
+) -> Profile | None:
+    """The step costs of a speculative draft model on `hw` (None without one), after checking
+    that the draft fits next to the target."""
+    speculative = getattr(policy, "speculative", None)
+    if speculative is None or not speculative.active or speculative.method != "draft":
+        return None
+    draft = speculative.draft_model
+    assert draft is not None  # the schema requires it for method draft
+    try:
+        check_draft_fits(spec.model, draft, hw)
+    except ValueError as exc:
+        where, note = _where(f"{policy_key}.speculative.draft_model", variant, override)
+        raise ScenarioError(str(exc) + note, file=file, path=where) from None
+    where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
+    raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
+    if isinstance(raw, str) and raw != "roofline":
+        target = Path(raw) if Path(raw).is_absolute() else base_dir / raw
+        try:
+            check_regular_file(target, "profile file")
+        except ScenarioError as exc:
+            raise ScenarioError(f"{exc.message()}{note}", file=file, path=where) from None
+    try:
+        return resolve_profile(raw, draft, hw, base_dir, key=where)
+    except ScenarioError as exc:
+        if exc.file is None:
+            raise ScenarioError(exc.reason + note, file=file, path=exc.path or where) from None
+        raise

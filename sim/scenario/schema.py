@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.knobs import PricingSpec
 from sim.inputs.strict_model import StrictModel
+from sim.scenario.speculative import SpeculativeSpec
 from sim.workload import WorkloadSpec
 
 # A scenario's name is the folder its results go to: a plain folder name, never a path.
@@ -113,6 +114,8 @@ class _IterationLevelSpec(_Strict):
     # KV capacity stated directly, blocks per instance (vLLM's num_gpu_blocks_override);
     # None: what the GPU memory left after weights and activations holds
     num_gpu_blocks: int | None = Field(default=None, gt=0, le=1_000_000_000)
+    # speculative decoding (sim/scenario/speculative.py); absent: none
+    speculative: SpeculativeSpec | None = None
 
     _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
 
@@ -329,6 +332,14 @@ def check_tiers(spec: Scenario, tiers: list[str] | None) -> None:
         for tier in tiers or ():
             if queue.order == "priority" and tier not in queue.tiers:
                 raise ValueError(f"{key}.queue.tiers lacks tier {tier!r} of the workload")
+        speculative = getattr(policy, "speculative", None)
+        if speculative is not None and tiers is not None:
+            for tier in speculative.acceptance.tiers:
+                if tier not in tiers:
+                    raise ValueError(
+                        f"{key}.speculative.acceptance.tiers: {tier!r} is not a tier of the "
+                        f"workload ({', '.join(tiers)})"
+                    )
     for tier in tiers or ():
         if spec.slo.tiers and tier not in spec.slo.tiers:
             raise ValueError(f"slo.tiers lacks tier {tier!r} of the workload")

@@ -35,6 +35,8 @@ from sim.scenario.load import ResolvedGroup, ResolvedScenario
 from sim.scenario.schema import StaticPolicySpec
 from sim.topology.kv_link import KVLink
 from sim.topology.router import Router
+from sim.topology.speculative import acceptance_sampler, proposal_cost
+from sim.workload import RequestArrays
 
 
 @dataclass
@@ -63,7 +65,12 @@ def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
     policy = group.policy
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
         return BlockManager(kv_capacity_tokens(model, group.hardware), 1)
-    blocks = policy.num_gpu_blocks or kv_capacity_blocks(model, group.hardware, policy.block_size)
+    speculative = policy.speculative
+    # a draft model's weights take memory, and every token has its KV in the draft too
+    draft = speculative.draft_model if speculative is not None and speculative.active else None
+    blocks = policy.num_gpu_blocks or kv_capacity_blocks(
+        model, group.hardware, policy.block_size, draft
+    )
     if policy.prefix_caching:
         return PrefixCachingPool(blocks, policy.block_size)
     return BlockManager(blocks, policy.block_size)
@@ -75,17 +82,24 @@ def build_cluster(
     rng: np.random.Generator,
     log: RequestLog,
     records: Callable[[int], tuple[StepLog, ItlLog]] | None = None,
+    requests: RequestArrays | None = None,
 ) -> Cluster:
     """The instances and topology of a resolved scenario; `records(index)` gives an instance's
-    step and gap logs (default: in-memory tables)."""
+    step and gap logs (default: in-memory tables); `requests` the run's requests (per-request
+    speculative acceptance rates are drawn for them)."""
     spec = resolved.spec
     model = spec.model
     instances: list[Instance] = []
     info: list[InstanceInfo] = []
     iteration: dict[int, IterationPolicy] = {}  # the P/D pools' policies, by instance
-    for group in resolved.groups:
+    for number, group in enumerate(resolved.groups):
         hw = group.hardware
         bytes_per_token = kv_bytes_per_token_on(model, hw)
+        speculative = getattr(group.policy, "speculative", None)
+        acceptance = proposer = None
+        if speculative is not None and speculative.active:
+            acceptance = acceptance_sampler(speculative, spec.seed, number, requests)
+            proposer = proposal_cost(speculative, group)
         for _ in range(group.count):
             index = len(instances)
             pool = _make_pool(group, model)
@@ -115,6 +129,8 @@ def build_cluster(
                 receives=group.role == "decode",
                 steps=steps,
                 itl=itl,
+                acceptance=acceptance,
+                proposer=proposer,
             )
             instances.append(instance)
             info.append(
