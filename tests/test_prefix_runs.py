@@ -52,6 +52,28 @@ def check_pool(instance: Instance) -> None:
     assert not set(pool.refs) & set(pool.lru)
 
 
+def run_checked(
+    raw: dict[str, Any],
+    arrival: list[float],
+    prompt: list[int],
+    output: list[int],
+    content: Content,
+    check: Any = check_pool,
+) -> tuple[Any, Instance]:
+    """Run `raw` on these requests, checking the instance with `check` before every step and
+    at the end; the results and the instance."""
+    begin = Instance._begin
+
+    def checked(self: Instance, plan: Any) -> Any:
+        check(self)
+        return begin(self, plan)
+
+    with mock.patch.object(Instance, "_begin", checked):
+        res, instance = run_arrays_with_instance(raw, arrival, prompt, output, content=content)
+    check(instance)
+    return res, instance
+
+
 @st.composite
 def shared_workloads(draw: Any) -> tuple[list[float], list[int], list[int], Content]:
     n = draw(st.integers(2, 30))
@@ -143,15 +165,7 @@ def test_runs_with_caching_keep_the_pool_balanced(
         hardware=tiny_hardware(kv_tokens),
         engine={"coalesce_decode_steps": coalesce},
     )
-    begin = Instance._begin
-
-    def checked(self: Instance, plan: Any) -> Any:
-        check_pool(self)
-        return begin(self, plan)
-
-    with mock.patch.object(Instance, "_begin", checked):
-        res, instance = run_arrays_with_instance(raw, arrival, prompt, output, content=content)
-    check_pool(instance)
+    res, instance = run_checked(raw, arrival, prompt, output, content)
     req = res.requests
     rejected = req["rejected"].to_numpy(dtype=bool)
     finished = ~np.isnan(req["finish_s"].to_numpy())

@@ -131,3 +131,53 @@ def test_an_interrupt_inside_a_weakref_callback_is_raised_once_it_returns() -> N
             time.sleep(2.0)  # ... so the interrupt arrives here, moments later
         assert time.perf_counter() - started < 1.0
         assert signals.interrupted() and ref() is None
+
+
+def test_an_interrupt_handled_after_it_left_exec_source_exits_130_under_python_m(
+    tmp_path: Path,
+) -> None:
+    # CPython notes a KeyboardInterrupt that escapes source run by `exec` (dataclasses build
+    # their methods that way, so a Ctrl-C while modules load often lands there) and kills a
+    # `python -m` process with SIGINT at exit, though batchsim caught and reported it.
+    (tmp_path / "cut_in_exec.py").write_text(
+        "import sys\n"
+        "import sim.cli.main\n"
+        "from sim.cli import entry\n"
+        "sim.cli.main.main = lambda argv=None: exec('raise KeyboardInterrupt')\n"
+        "sys.exit(entry([]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "cut_in_exec"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (
+        130,
+        "batchsim: interrupted; no results were written\n",
+    )
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_a_library_swallowed_still_stops_the_run_before_it_commits(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    signum: int,
+    code: int,
+) -> None:
+    simulation = importlib.import_module("sim.simulate")
+    real = simulation.simulate
+
+    def swallowed(*args: object, **kwargs: object) -> object:
+        results = real(*args, **kwargs)
+        signals._received.append(signum)  # the handler ran, but its exception went nowhere
+        return results
+
+    small = {**SLOW, "workload": {**SLOW["workload"], "num_requests": 50}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(small))
+    monkeypatch.setattr(simulation, "simulate", swallowed)
+    monkeypatch.chdir(tmp_path)
+    cli = importlib.import_module("sim.cli.main")
+    assert cli.main(["run", "s.yaml", "--no-plots", "-q"]) == code
+    what = "interrupted" if code == 130 else "terminated"
+    assert capsys.readouterr().err == f"batchsim: {what}; no results were written\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "s.yaml"]
+    assert list((tmp_path / "results").iterdir()) == []

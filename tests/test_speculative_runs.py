@@ -20,8 +20,7 @@ import numpy as np
 from helpers_sim import run_arrays_with_instance, scenario, tiny_hardware, tiny_model
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from test_prefix_runs import check_pool as check_cached_pool
-from test_prefix_runs import shared_workloads
+from test_prefix_runs import run_checked, shared_workloads
 
 from sim.core.engine import Instance, Run
 
@@ -195,15 +194,7 @@ def test_speculation_with_prefix_caching_keeps_the_pool_balanced(
         hardware=tiny_hardware(kv_tokens),
         engine={"coalesce_decode_steps": coalesce},
     )
-    begin = Instance._begin
-
-    def checked(self: Instance, plan: Any) -> Any:
-        check_cached_pool(self)
-        return begin(self, plan)
-
-    with mock.patch.object(Instance, "_begin", checked):
-        res, instance = run_arrays_with_instance(raw, arrival, prompt, output, content=content)
-    check_cached_pool(instance)
+    res, instance = run_checked(raw, arrival, prompt, output, content)
     pool = instance.pool
     assert pool.num_used == 0 and not pool.refs
     req = res.requests

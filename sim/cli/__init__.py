@@ -11,6 +11,17 @@ from __future__ import annotations
 
 def entry(argv: list[str] | None = None) -> int:
     try:
+        code = _entry(argv)
+    except KeyboardInterrupt:  # a signal inside the report itself: the message may be cut
+        code = 130
+    from sim.cli.signals import forget_handled_interrupt
+
+    forget_handled_interrupt()  # else `python -m sim` may die of SIGINT after reporting it
+    return code
+
+
+def _entry(argv: list[str] | None) -> int:
+    try:
         from sim.cli import signals
 
         with signals.interrupts():

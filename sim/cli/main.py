@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from sim import __version__
 from sim.cli.args import nonnegative_int
-from sim.cli.signals import interrupted, interrupts, report
+from sim.cli.signals import interrupted, interrupts, raise_if_interrupted, report
 from sim.errors import ScenarioError
 
 
@@ -158,6 +158,7 @@ def _run(args: argparse.Namespace) -> int:
         tables="summary" if args.stream else args.tables,
         table_format=args.table_format,
         progress=not args.quiet,
+        before_commit=raise_if_interrupted,  # a Ctrl-C that a library swallowed still counts
     )
     if not args.quiet:
         print(format_summary(results.summary()))

@@ -14,7 +14,6 @@ line and exit code 2, before anything runs.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +144,7 @@ def _out_folder(args: argparse.Namespace) -> Path:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from sim.cli.signals import Terminated
+    from sim.cli.signals import report_resumable
     from sim.io.report_search import fleet_text
     from sim.whatif.search import search
 
@@ -169,13 +168,7 @@ def _search(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt as exc:
         saved = len(list((out / "configs").glob("*.json")))
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        print(
-            f"batchsim: {what}; {saved} configuration results saved in {out}/configs/; rerun "
-            "the same command to resume",
-            file=sys.stderr,
-        )
-        return 143 if isinstance(exc, Terminated) else 130
+        return report_resumable(exc, f"{saved} configuration results", f"{out}/configs/")
     if args.quiet:
         return 0
     q = result.question

@@ -9,7 +9,9 @@ caller that whatever it caught followed a signal, so the command can say "interr
 exit with 130 (143 for SIGTERM) instead of printing a traceback. One that lands in a weakref
 callback or a finalizer (the import system runs such callbacks while modules load) would be
 printed and dropped by Python there, and the command would run on: it is raised again a few
-milliseconds later instead, once the callback has returned.
+milliseconds later instead, once the callback has returned. One that a library swallows (an
+optional import wrapped in `except ImportError`, when the signal turned that import into an
+ImportError) is raised again by `raise_if_interrupted()` before any results are committed.
 
 Stdlib only: the console entry point imports this before anything heavy.
 """
@@ -91,6 +93,24 @@ def interrupts() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def raise_if_interrupted() -> None:
+    """Raise the interrupt again if a signal arrived under `interrupts()` but the command ran on
+    (a library swallowed its exception): called just before results are committed."""
+    if _received:
+        raise Terminated if _received[-1] == signal.SIGTERM else KeyboardInterrupt
+
+
+def forget_handled_interrupt() -> None:
+    """Clear CPython's note of an interrupt that escaped source run by `exec` or `eval`.
+
+    CPython notes a KeyboardInterrupt that leaves code run from a string (dataclasses and
+    namedtuple build their methods that way, so one lands there while modules load) and, when
+    `python -m` exits, kills the process with SIGINT (exit status -2) even though the command
+    caught it and reported it. Running source from a string resets that note.
+    """
+    exec("")
+
+
 def interrupted() -> bool:
     """Whether a signal arrived under `interrupts()` (since it was last entered)."""
     return bool(_received)
@@ -111,6 +131,20 @@ def report(exc: BaseException) -> int:
         term = bool(_received) and _received[-1] == signal.SIGTERM
     print(
         f"batchsim: {'terminated' if term else 'interrupted'}; no results were written",
+        file=sys.stderr,
+    )
+    return 143 if term else 130
+
+
+def report_resumable(exc: KeyboardInterrupt, saved: str, where: str) -> int:
+    """Say that a resumable command (sweep, search) was interrupted, what it had saved and
+    where; the exit code: 143 for SIGTERM, else 130."""
+    import sys
+
+    term = isinstance(exc, Terminated)
+    print(
+        f"batchsim: {'terminated' if term else 'interrupted'}; {saved} saved in {where}; rerun "
+        "the same command to resume",
         file=sys.stderr,
     )
     return 143 if term else 130

@@ -97,7 +97,7 @@ def register(sub: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from sim.cli.signals import Terminated
+    from sim.cli.signals import report_resumable
     from sim.io.destination import results_folder_name
     from sim.scenario.load import load_scenario
     from sim.whatif.sweep import sweep
@@ -122,13 +122,7 @@ def _sweep(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt as exc:
         saved = len(list((out / "points").glob("*.json")))
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        print(
-            f"batchsim: {what}; {saved} points saved in {out}/points/; rerun the same "
-            "command to resume",
-            file=sys.stderr,
-        )
-        return 143 if isinstance(exc, Terminated) else 130
+        return report_resumable(exc, f"{saved} points", f"{out}/points/")
     if not args.quiet:
         columns = list(table.columns)
         keys = columns[1 : columns.index("variant") + 1]  # the grid keys, then the variant

@@ -162,11 +162,14 @@ def write_results(
     tables: Tables = "requests",
     table_format: TableFormat = "parquet",
     progress: bool = False,
+    before_commit: Callable[[], None] | None = None,
 ) -> Path:
     """Write the results folder `out_dir` atomically (see the module docstring); return it.
 
     `trace_requests`: write `trace.json` with request tracks for that many requests (None: no
-    trace). A destination batchsim may not replace is a `ScenarioError`.
+    trace). `before_commit` runs once everything is written, just before the swap; an exception
+    from it leaves the previous results as they were. A destination batchsim may not replace is
+    a `ScenarioError`.
     """
     if tables not in TABLE_CHOICES or table_format not in FORMAT_CHOICES:
         raise ValueError(f"tables {tables!r} / table_format {table_format!r}: unknown")
@@ -183,6 +186,8 @@ def write_results(
         tmp.mkdir()
         mark(tmp, "results")
         _write_folder(results, tmp, scenario_yaml, options)
+        if before_commit is not None:
+            before_commit()
         if os.path.lexists(out_dir):
             mark(out_dir, "results")  # check_destination found it ours (or empty): claim it
             out_dir.rename(old)
