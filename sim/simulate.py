@@ -197,9 +197,13 @@ def run_variant(
         )
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
-    gaps = np.concatenate([g for g, _, _ in itl_parts])
-    counts = np.concatenate([c for _, c, _ in itl_parts])
-    tokens = np.concatenate([t for _, _, t in itl_parts])
+    if len(itl_parts) == 1:  # no copy: the gap table is the largest one
+        gaps, counts, tokens = itl_parts[0]
+    else:
+        gaps = np.concatenate([g for g, _, _ in itl_parts])
+        counts = np.concatenate([c for _, c, _ in itl_parts])
+        tokens = np.concatenate([t for _, _, t in itl_parts])
+    del itl_parts
     return VariantResult(
         name=resolved.variant,
         requests=requests_table(requests, log, spec.metrics.tpot),

@@ -163,24 +163,34 @@ class ItlLog:
         runs expanded (vectorized)."""
         gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
         counts = np.frombuffer(self.count, dtype=np.int64) if self.count else np.zeros(0, "i8")
-        parts_g, parts_c = [gaps], [counts]
-        if self.run_gaps:
-            num = np.frombuffer(self.run_gaps, dtype=np.int64)
-            offsets = np.arange(int(num.sum())) - np.repeat(np.cumsum(num) - num, num)
-            first = np.frombuffer(self.run_first_s, dtype=np.float64)
-            increment = np.frombuffer(self.run_increment_s, dtype=np.float64)
-            parts_g.append(np.repeat(first, num) + np.repeat(increment, num) * offsets)
-            parts_c.append(np.repeat(np.frombuffer(self.run_count, dtype=np.int64), num))
-        single = sum(len(g) for g in parts_g)
-        parts_t = [np.ones(single, dtype=np.int64)]
-        if self.multi_gap_s:
+        num = np.frombuffer(self.run_gaps, dtype=np.int64) if self.run_gaps else np.zeros(0, "i8")
+        multi = len(self.multi_gap_s)
+        if not len(num) and not multi:
+            return gaps, counts, np.ones(len(gaps), dtype=np.int64)
+        # written into the final arrays part by part, one temporary at a time: these are the
+        # largest arrays of a run (a row per distinct gap)
+        single, runs = len(gaps), int(num.sum())
+        total = single + runs + multi
+        out_g = np.empty(total, dtype=np.float64)
+        out_c = np.empty(total, dtype=np.int64)
+        out_t = np.ones(total, dtype=np.int64)
+        out_g[:single], out_c[:single] = gaps, counts
+        if runs:
+            # gap k of a run: first + k * increment
+            expanded = out_g[single : single + runs]
+            expanded[:] = np.arange(runs, dtype=np.float64)
+            expanded -= np.repeat((np.cumsum(num) - num).astype(np.float64), num)
+            expanded *= np.repeat(np.frombuffer(self.run_increment_s, dtype=np.float64), num)
+            expanded += np.repeat(np.frombuffer(self.run_first_s, dtype=np.float64), num)
+            out_c[single : single + runs] = np.repeat(
+                np.frombuffer(self.run_count, dtype=np.int64), num
+            )
+        if multi:
             tokens = np.frombuffer(self.multi_tokens, dtype=np.int64)
-            parts_g.append(np.frombuffer(self.multi_gap_s, dtype=np.float64) / tokens)
-            parts_c.append(np.frombuffer(self.multi_count, dtype=np.int64) * tokens)
-            parts_t.append(tokens.copy())
-        if len(parts_g) == 1:
-            return gaps, counts, parts_t[0]
-        return np.concatenate(parts_g), np.concatenate(parts_c), np.concatenate(parts_t)
+            out_g[single + runs :] = np.frombuffer(self.multi_gap_s, dtype=np.float64) / tokens
+            out_c[single + runs :] = np.frombuffer(self.multi_count, dtype=np.int64) * tokens
+            out_t[single + runs :] = tokens
+        return out_g, out_c, out_t
 
 
 class RequestLog:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,31 +37,51 @@ def latency_stats(prefix: str, values: npt.ArrayLike) -> dict[str, float]:
     return out
 
 
-def weighted_percentiles(
-    values: npt.ArrayLike, weights: npt.ArrayLike, qs: Sequence[float]
-) -> list[float]:
-    """Percentiles `qs` (0..100) of `values` repeated `weights` times; NaN for an empty sample."""
+def _weighted_sample(
+    values: npt.ArrayLike, weights: npt.ArrayLike
+) -> tuple[FloatArray, npt.NDArray[Any]]:
+    """Values as floats and weights as given (integer counts stay integers: their sums are
+    exact either way), without the NaN values and the non-positive weights; no copy when there
+    are none, since the ITL sample can hold millions of rows."""
     vals = np.asarray(values, dtype=float)
-    wts = np.asarray(weights, dtype=float)
+    wts = np.asarray(weights)
+    if wts.dtype.kind not in "iu":
+        wts = wts.astype(float, copy=False)
     if vals.shape != wts.shape:
         raise ValueError(f"values {vals.shape} and weights {wts.shape} differ in shape")
     keep = (wts > 0) & ~np.isnan(vals)
-    vals, wts = vals[keep], wts[keep]
+    if not keep.all():
+        vals, wts = vals[keep], wts[keep]
+    return vals, wts
+
+
+def _sorted_percentiles(
+    vals: FloatArray, wts: npt.NDArray[Any], qs: Sequence[float]
+) -> list[float]:
     if vals.size == 0:
         return [math.nan] * len(qs)
     order = np.argsort(vals, kind="stable")
-    vals = vals[order]
-    # cum[i] = number of expanded elements up to and including value i
-    cum = np.cumsum(wts[order])
-    positions = np.asarray(qs, dtype=float) / 100.0 * (cum[-1] - 1.0)
+    # cum[i] = number of expanded elements up to and including the i-th smallest value (summed
+    # in place: the permuted weights are a fresh array); the sorted values themselves are only
+    # read at the few indices the quantiles need, through `order`
+    cum = wts[order]
+    np.cumsum(cum, out=cum)
+    positions = np.asarray(qs, dtype=float) / 100.0 * (float(cum[-1]) - 1.0)
     lower = np.floor(positions)
     frac = positions - lower
     # the element at expanded index k is the first value whose cumulative count exceeds k
     last = vals.size - 1
-    lo_idx = np.minimum(np.searchsorted(cum, lower, side="right"), last)
-    hi_idx = np.minimum(np.searchsorted(cum, lower + 1.0, side="right"), last)
-    result = vals[lo_idx] + frac * (vals[hi_idx] - vals[lo_idx])
+    lo = vals[order[np.minimum(np.searchsorted(cum, lower, side="right"), last)]]
+    hi = vals[order[np.minimum(np.searchsorted(cum, lower + 1.0, side="right"), last)]]
+    result = lo + frac * (hi - lo)
     return [float(r) for r in result]
+
+
+def weighted_percentiles(
+    values: npt.ArrayLike, weights: npt.ArrayLike, qs: Sequence[float]
+) -> list[float]:
+    """Percentiles `qs` (0..100) of `values` repeated `weights` times; NaN for an empty sample."""
+    return _sorted_percentiles(*_weighted_sample(values, weights), qs)
 
 
 def weighted_percentile(values: npt.ArrayLike, weights: npt.ArrayLike, q: float) -> float:
@@ -70,12 +91,10 @@ def weighted_percentile(values: npt.ArrayLike, weights: npt.ArrayLike, q: float)
 
 def weighted_stats(prefix: str, values: npt.ArrayLike, weights: npt.ArrayLike) -> dict[str, float]:
     """Mean and `QUANTILES` of a weighted sample, keyed like `latency_stats`."""
-    vals = np.asarray(values, dtype=float)
-    wts = np.asarray(weights, dtype=float)
-    keep = (wts > 0) & ~np.isnan(vals)
-    total = float(wts[keep].sum())
-    mean = float((vals[keep] * wts[keep]).sum() / total) if total > 0 else math.nan
+    vals, wts = _weighted_sample(values, weights)
+    total = float(wts.sum())
+    mean = float((vals * wts).sum() / total) if total > 0 else math.nan
     out = {f"{prefix}_mean_s": mean}
-    for q, v in zip(QUANTILES, weighted_percentiles(vals, wts, QUANTILES), strict=True):
+    for q, v in zip(QUANTILES, _sorted_percentiles(vals, wts, QUANTILES), strict=True):
         out[f"{prefix}_p{q}_s"] = v
     return out

@@ -158,7 +158,7 @@ def summarize(
     requests = _with_columns(requests, REQUEST_COLUMNS)
     itl = _with_columns(itl, ITL_COLUMNS)
     out = _request_summary(requests, ctx)
-    out.update(weighted_stats("itl", _floats(itl, "gap_s"), _floats(itl, "count")))
+    out.update(weighted_stats("itl", _floats(itl, "gap_s"), itl["count"].to_numpy()))
     if ctx.speculative:
         out.update(emission_gap_stats(itl))
     stalls = _floats(requests, "max_itl_s")[~requests["rejected"].to_numpy(dtype=bool)]
