@@ -44,18 +44,26 @@ from calibration.table_build import (
     make_profile,
 )
 from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, min_tensor_parallel
-from sim.costs.profile import Profile, roofline_file_name, roofline_profile, save_profile
+from sim.costs.profile import (
+    LINK_NOTE,
+    Profile,
+    allreduce_terms,
+    roofline_file_name,
+    roofline_profile,
+    save_profile,
+)
 from sim.errors import ScenarioError
 
 # Vidur's model folders and GPU names -> catalog names (Vidur profiled A100 80GB SXM4 and H100
-# 80GB SXM5 in DGX nodes; its A40 and CodeLlama-34B have no catalog entry)
+# 80GB SXM5 in DGX nodes, and A40 48GB, for which it published no collective timings)
 MODEL_NAMES = {
     "meta-llama/Llama-2-7b-hf": "llama-2-7b",
     "meta-llama/Llama-2-70b-hf": "llama-2-70b",
     "meta-llama/Meta-Llama-3-8B": "llama-3-8b",
     "meta-llama/Meta-Llama-3-70B": "llama-3-70b",
+    "codellama/CodeLlama-34b-Instruct-hf": "codellama-34b",
 }
-GPU_NAMES = {"a100": "a100-80g", "h100": "h100-sxm"}
+GPU_NAMES = {"a100": "a100-80g", "h100": "h100-sxm", "a40": "a40"}
 NETWORK_NODES = {"a100": "a100_dgx", "h100": "h100_dgx"}
 LINEAR_OPS = (
     "input_layernorm",
@@ -156,11 +164,15 @@ def linear_layers(source: Source, model: ModelSpec, tp: int) -> tuple[list[int],
     return tokens, seconds
 
 
+def _network_file(root: Path, gpu: str) -> Path:
+    return root / "network" / NETWORK_NODES.get(gpu, f"{gpu}_dgx") / "all_reduce.csv.gz"
+
+
 def allreduce_seconds(
     root: Path, gpu: str, tp: int, sizes: np.ndarray
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Seconds of one all-reduce of each message size among `tp` GPUs of one node."""
-    path = root / "network" / NETWORK_NODES.get(gpu, f"{gpu}_dgx") / "all_reduce.csv.gz"
+    path = _network_file(root, gpu)
     if not path.is_file():
         raise ScenarioError(f"no all-reduce timings for {gpu} (needed at tp {tp})", file=str(path))
     rows = [
@@ -264,7 +276,8 @@ def import_profile(source: Source, hardware: HardwareSpec, model: ModelSpec) -> 
         "dtype": "bf16 (Vidur profiles fp16/bf16 kernels)",
         "summed": {"linear": summed},
     }
-    if tp > 1:
+    notes = {"linear": summed}
+    if tp > 1 and _network_file(source.root, source.gpu).is_file():
         sizes = np.asarray(tokens, dtype=np.float64) * model.hidden_size * 2
         allreduce, info = allreduce_seconds(source.root, source.gpu, tp, sizes)
         seconds = (np.asarray(seconds) + 2 * model.num_layers * allreduce).tolist()
@@ -272,9 +285,23 @@ def import_profile(source: Source, hardware: HardwareSpec, model: ModelSpec) -> 
             f"+ 2 x {model.num_layers} all-reduces of n x {model.hidden_size} x 2 bytes"
         )
         provenance["source"]["allreduce"] = info
+    elif tp > 1:  # no measured collectives for this GPU: the roofline's link model, said so
+        per_step, per_token = allreduce_terms(model, hardware)
+        seconds = [s + per_step + per_token * n for s, n in zip(seconds, tokens, strict=True)]
+        provenance["summed"]["allreduce"] = (
+            f"+ 2 x {model.num_layers} all-reduces of n x {model.hidden_size} x 2 bytes, "
+            "ANALYTIC (not measured): the roofline's ring over the datasheet link, "
+            f"{per_step:.6g} s per step + {per_token:.6g} s per token"
+        )
+        provenance["source"]["allreduce"] = {
+            "analytic": True,
+            "missing": str(_network_file(source.root, source.gpu).relative_to(source.root)),
+            "link_bytes_per_s": hardware.interconnect_bandwidth_bytes_per_s,
+            "note": LINK_NOTE,
+        }
+        notes["allreduce"] = "ANALYTIC link model, not measured"
     seconds = [_round(s) for s in seconds]
     decode = prefill = None
-    notes = {"linear": summed}
     attention = source.attention
     if attention is not None:
         decode, prefill, backends = attention_grids(attention, model, tp)

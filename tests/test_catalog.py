@@ -50,8 +50,10 @@ def test_catalog_entries_match_datasheets() -> None:
     assert HARDWARE["l40s"].hbm_bandwidth_bytes_per_s == 864e9
     assert HARDWARE["b200"].peak_flops == 2.25e15 and HARDWARE["b200"].fp8_peak_flops == 4.5e15
     assert HARDWARE["a100-80g"].fp8_peak_flops is None  # Ampere has no fp8 tensor cores
+    assert HARDWARE["a40"].hbm_bandwidth_bytes_per_s == 696e9
+    assert HARDWARE["a40"].peak_flops == 149.7e12 and HARDWARE["a40"].fp8_peak_flops is None
     assert set(HARDWARE) == {
-        "a100-40g", "a100-80g", "h100-sxm", "h100-pcie", "h200", "l40s", "b200"
+        "a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "l40s", "b200"
     }  # fmt: skip
     for hw in HARDWARE.values():
         assert hw.tensor_parallel == 1 and hw.interconnect_bandwidth_bytes_per_s is not None

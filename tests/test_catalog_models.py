@@ -43,6 +43,9 @@ def dense_params(
         # meta-llama/Llama-2-70b-hf config.json
         ("llama-2-70b", dict(vocab=32000, hidden=8192, layers=80, heads=64, kv_heads=8,
                              head_dim=128, intermediate=28672)),
+        # codellama/CodeLlama-34b-Instruct-hf config.json
+        ("codellama-34b", dict(vocab=32000, hidden=8192, layers=48, heads=64, kv_heads=8,
+                               head_dim=128, intermediate=22016)),
         # meta-llama/Meta-Llama-3-70B config.json
         ("llama-3-70b", dict(vocab=128256, hidden=8192, layers=80, heads=64, kv_heads=8,
                              head_dim=128, intermediate=28672)),
@@ -71,11 +74,13 @@ def test_published_sizes_and_gqa() -> None:
     assert MODELS["qwen2.5-7b"].num_parameters == 7_615_616_512  # "7.61B"
     assert MODELS["qwen2.5-72b"].num_parameters == 72_706_203_648  # "72.7B"
     assert MODELS["llama-2-70b"].num_parameters == 68_976_648_192  # "69B"
+    assert MODELS["codellama-34b"].num_parameters == 33_743_970_304  # "33.7B"
     # grouped-query attention: KV heads per model (Llama-2-7B/13B are plain multi-head)
     kv_heads = {m.name: m.num_kv_heads for m in MODELS.values()}
     assert kv_heads == {
         "llama-2-7b": 32, "llama-2-13b": 40, "llama-2-70b": 8, "llama-3-8b": 8,
-        "llama-3-70b": 8, "mistral-7b": 8, "mixtral-8x7b": 8, "qwen2.5-7b": 4, "qwen2.5-72b": 8,
+        "llama-3-70b": 8, "codellama-34b": 8, "mistral-7b": 8, "mixtral-8x7b": 8, "qwen2.5-7b": 4,
+        "qwen2.5-72b": 8,
     }  # fmt: skip
     # only the mixture of experts has fewer active than total parameters
     assert [m.name for m in MODELS.values() if m.active_parameters < m.num_parameters] == [

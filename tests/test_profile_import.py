@@ -17,8 +17,8 @@ from calibration.vidur import LINEAR_OPS, import_tree
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main
 from sim.core.plan import StepFeatures
-from sim.costs.catalog import MODELS
-from sim.costs.profile import load_profile
+from sim.costs.catalog import HARDWARE, MODELS
+from sim.costs.profile import allreduce_terms, load_profile
 from sim.costs.table_model import TableCostModel
 
 STATS = ("min", "max", "mean", "median", "std")
@@ -99,6 +99,8 @@ def vidur_tree(tmp_path: Path) -> Path:
         compute / "h100" / "meta-llama" / "Llama-2-7b-hf" / "attention_analytic_standin.csv.gz"
     )
     mlp_file(compute / "a40" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv.gz", "llama-2-7b")
+    # a model the catalog does not have (its columns borrowed: only the folder name matters)
+    mlp_file(compute / "a40" / "tiiuae" / "falcon-7b" / "mlp.csv.gz", "llama-2-7b")
     allreduce_file(root / "network" / "a100_dgx" / "all_reduce.csv.gz")
     (root / "README.md").write_text(README)
     return root
@@ -115,9 +117,10 @@ def test_import_sums_the_operations_and_records_provenance(
     written, skipped = import_tree(vidur_tree, tmp_path / "out")
     assert sorted(p.name for p in written) == [
         "llama-2-7b_a100-80g.yaml",
+        "llama-2-7b_a40.yaml",
         "llama-2-7b_h100-sxm.yaml",
     ]
-    assert skipped == ["a40/meta-llama/Llama-2-7b-hf: not in the catalog"]
+    assert skipped == ["a40/tiiuae/falcon-7b: not in the catalog"]
     profile = load_profile(tmp_path / "out" / "llama-2-7b_a100-80g.yaml")
     assert profile.model_form == "table" and profile.source == "imported"
     assert profile.table is not None and profile.table.decode_attention is None
@@ -172,6 +175,28 @@ def test_tensor_parallel_adds_the_measured_all_reduces(vidur_tree: Path, tmp_pat
         allreduce = float(np.interp(n * 4096 * 2, xs, ys))
         assert got == pytest.approx(linear_s(n, 2) + 2 * 32 * allreduce, rel=1e-5), n
     assert "all-reduces" in profile.provenance["summed"]["allreduce"]
+
+
+def test_without_measured_collectives_the_all_reduces_are_the_rooflines_and_say_so(
+    vidur_tree: Path, tmp_path: Path
+) -> None:
+    # the tree has all-reduce timings for A100 nodes only, like Vidur's (none for the A40)
+    import_tree(vidur_tree, tmp_path, hardware="a40", tensor_parallel=2)
+    profile = load_profile(tmp_path / "llama-2-7b_a40_tp2.yaml")
+    assert profile.table is not None
+    per_step, per_token = allreduce_terms(
+        MODELS["llama-2-7b"], HARDWARE["a40"].with_tensor_parallel(2)
+    )
+    assert per_step == 2 * 32 * 5e-6  # two per layer, 5 us each
+    for n, got in zip(TOKENS, profile.table.linear.seconds, strict=True):
+        assert got == pytest.approx(linear_s(n, 2) + per_step + per_token * n, rel=1e-5), n
+    allreduce = profile.provenance["source"]["allreduce"]
+    assert (
+        allreduce["analytic"] is True
+        and allreduce["missing"] == "network/a40_dgx/all_reduce.csv.gz"
+    )
+    assert "ANALYTIC" in profile.provenance["summed"]["allreduce"]
+    assert "ANALYTIC" in profile.table.notes["allreduce"]
 
 
 def test_import_errors_are_clear(vidur_tree: Path, tmp_path: Path) -> None:
@@ -278,10 +303,15 @@ COMMITTED = sorted((REPO / "calibration" / "profiles" / "imported" / "vidur").gl
 
 
 def test_committed_imported_profiles_load_and_say_where_they_come_from() -> None:
-    assert [p.name for p in COMMITTED] == [
+    assert [p.name for p in COMMITTED] == [  # every model and GPU Vidur timed
+        "codellama-34b_a100-80g.yaml",
+        "codellama-34b_a40_tp2.yaml",
+        "codellama-34b_h100-sxm.yaml",
         "llama-2-70b_a100-80g_tp2.yaml",
+        "llama-2-70b_a40_tp4.yaml",
         "llama-2-70b_h100-sxm_tp2.yaml",
         "llama-2-7b_a100-80g.yaml",
+        "llama-2-7b_a40.yaml",
         "llama-2-7b_h100-sxm.yaml",
         "llama-3-70b_a100-80g_tp2.yaml",
         "llama-3-8b_a100-80g.yaml",

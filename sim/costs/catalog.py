@@ -116,6 +116,17 @@ _MODEL_TABLE: dict[str, dict[str, Any]] = {
         head_dim=128,
         max_model_len=32768,
     ),
+    # codellama/CodeLlama-34b-hf (and -Instruct-hf): vocab 32000, intermediate 22016, GQA with 8
+    # KV heads, 16k positions (rope theta 1e6)
+    "codellama-34b": dict(
+        num_parameters=33_743_970_304,
+        num_layers=48,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        head_dim=128,
+        max_model_len=16384,
+    ),
     # mistralai/Mixtral-8x7B-v0.1: vocab 32000, 8 experts of intermediate 14336, top-2 routing.
     # Total 46.7B (all experts: memory); active 12.9B (attention, router, 2 experts, embeddings).
     "mixtral-8x7b": dict(
@@ -170,6 +181,15 @@ _HARDWARE_TABLE: dict[str, dict[str, Any]] = {
         hbm_bandwidth_bytes_per_s=2.039e12,
         peak_flops=312e12,
         interconnect_bandwidth_bytes_per_s=600e9,
+    ),
+    # NVIDIA A40 datasheet (2021): 48 GB GDDR6 with ECC (nvidia-smi 46,068 MiB, as the L40S), 696
+    # GB/s, BF16 dense 149.7 TFLOPS (299.4 is sparse); no FP8 tensor cores; PCIe Gen4 x16 64 GB/s
+    # (the 112.5 GB/s NVLink bridge joins pairs only, not modelled)
+    "a40": dict(
+        memory_bytes=46_068 * MiB,
+        hbm_bandwidth_bytes_per_s=696e9,
+        peak_flops=149.7e12,
+        interconnect_bandwidth_bytes_per_s=64e9,
     ),
     # NVIDIA H100 datasheet, SXM5: 80 GB HBM3, 3.35 TB/s, BF16 dense 989 TFLOPS (1,979 is sparse),
     # FP8 dense 1,979 TFLOPS, NVLink 4 900 GB/s

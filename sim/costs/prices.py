@@ -48,6 +48,8 @@ DEFAULT_ECONOMICS: dict[str, GpuEconomics] = {
     "a100-40g": _gpu(1.29, 400.0),
     # Lambda on-demand 8x A100 SXM 80GB node per GPU; datasheet 400 W (SXM4)
     "a100-80g": _gpu(1.79, 400.0),
+    # RunPod on-demand A40 48GB (secure cloud); datasheet 300 W
+    "a40": _gpu(0.44, 300.0),
     # Lambda on-demand 8x H100 SXM node per GPU; datasheet up to 700 W (SXM5)
     "h100-sxm": _gpu(2.99, 700.0),
     # Lambda on-demand H100 PCIe, 1x instance; datasheet 350 W

@@ -67,7 +67,7 @@ ROOFLINE_FLOP_EFFICIENCY = 0.7
 ROOFLINE_LINK_EFFICIENCY = 0.8
 ALLREDUCE_LATENCY_S = 5e-6
 ACTIVATION_BYTES = 2  # bf16 activations cross the link, whatever the weight dtype
-_LINK_NOTE = (
+LINK_NOTE = (
     "Assumed, not measured here: NCCL ring all-reduce reaches about 80% of the one-way NVLink "
     "bandwidth (half the datasheet's two-way figure) on large messages; each all-reduce also "
     "costs about 5 us of latency (a small-message all-reduce inside a CUDA graph, as vLLM's "
@@ -95,6 +95,27 @@ def _compute_flops(model: ModelSpec, hw: HardwareSpec) -> tuple[float, str]:
     return hw.peak_flops, "bf16"
 
 
+def allreduce_terms(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
+    allreduce_latency_s: float = ALLREDUCE_LATENCY_S,
+) -> tuple[float, float]:
+    """Seconds per step and per token of a step's all-reduces on `hw` (none at tp 1): two per
+    layer of the step's activations, a ring over the one-way link (see `roofline_profile`)."""
+    tp = hw.tensor_parallel
+    if tp == 1:
+        return 0.0, 0.0
+    assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
+    one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * link_efficiency
+    per_token_bytes = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
+    return (
+        2 * model.num_layers * allreduce_latency_s,
+        2 * model.num_layers * per_token_bytes / one_way,
+    )
+
+
 def roofline_profile(
     model: ModelSpec,
     hw: HardwareSpec,
@@ -120,14 +141,9 @@ def roofline_profile(
     # attention (QK^T, PV) runs in bf16 even with an fp8 KV cache (dequantized on load)
     attn_flops = tp * hw.peak_flops * flop_efficiency
     attn_flops_per_pair = 4 * model.num_layers * model.num_attention_heads * model.head_dim
-    allreduce_s_per_token = 0.0
-    allreduce_s_per_step = 0.0
-    if tp > 1:
-        assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
-        one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * link_efficiency
-        per_token_bytes = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
-        allreduce_s_per_token = 2 * model.num_layers * per_token_bytes / one_way
-        allreduce_s_per_step = 2 * model.num_layers * allreduce_latency_s
+    allreduce_s_per_step, allreduce_s_per_token = allreduce_terms(
+        model, hw, link_efficiency=link_efficiency, allreduce_latency_s=allreduce_latency_s
+    )
     coefficients = Coefficients(
         t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step,
         t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
@@ -148,7 +164,7 @@ def roofline_profile(
     }
     if tp > 1:
         efficiency |= {"link": link_efficiency, "allreduce_latency_s": allreduce_latency_s,
-                       "link_justification": _LINK_NOTE}  # fmt: skip
+                       "link_justification": LINK_NOTE}  # fmt: skip
         formulas = {
             "t_mem_s": "weight_bytes / (tp * hbm_bandwidth * mem) "
             "+ 2 * layers * allreduce_latency_s",
