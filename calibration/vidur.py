@@ -277,7 +277,8 @@ def import_profile(source: Source, hardware: HardwareSpec, model: ModelSpec) -> 
         "summed": {"linear": summed},
     }
     notes = {"linear": summed}
-    if tp > 1 and _network_file(source.root, source.gpu).is_file():
+    network = _network_file(source.root, source.gpu)
+    if tp > 1 and network.is_file():
         sizes = np.asarray(tokens, dtype=np.float64) * model.hidden_size * 2
         allreduce, info = allreduce_seconds(source.root, source.gpu, tp, sizes)
         seconds = (np.asarray(seconds) + 2 * model.num_layers * allreduce).tolist()
@@ -295,7 +296,7 @@ def import_profile(source: Source, hardware: HardwareSpec, model: ModelSpec) -> 
         )
         provenance["source"]["allreduce"] = {
             "analytic": True,
-            "missing": str(_network_file(source.root, source.gpu).relative_to(source.root)),
+            "missing": str(network.relative_to(source.root)),
             "link_bytes_per_s": hardware.interconnect_bandwidth_bytes_per_s,
             "note": LINK_NOTE,
         }

@@ -116,9 +116,9 @@ def interrupted() -> bool:
     return bool(_received)
 
 
-def report(exc: BaseException) -> int:
-    """Say that the command was interrupted (by `exc`, or by the signal behind it); the exit
-    code: 143 for SIGTERM, else 130."""
+def report(exc: BaseException, outcome: str = "no results were written") -> int:
+    """Say that the command was interrupted (by `exc`, or by the signal behind it) and what
+    that left (`outcome`); the exit code: 143 for SIGTERM, else 130."""
     import sys
 
     _reporting.append(True)
@@ -129,22 +129,10 @@ def report(exc: BaseException) -> int:
         term = isinstance(exc, Terminated)
     else:
         term = bool(_received) and _received[-1] == signal.SIGTERM
-    print(
-        f"batchsim: {'terminated' if term else 'interrupted'}; no results were written",
-        file=sys.stderr,
-    )
+    print(f"batchsim: {'terminated' if term else 'interrupted'}; {outcome}", file=sys.stderr)
     return 143 if term else 130
 
 
 def report_resumable(exc: KeyboardInterrupt, saved: str, where: str) -> int:
-    """Say that a resumable command (sweep, search) was interrupted, what it had saved and
-    where; the exit code: 143 for SIGTERM, else 130."""
-    import sys
-
-    term = isinstance(exc, Terminated)
-    print(
-        f"batchsim: {'terminated' if term else 'interrupted'}; {saved} saved in {where}; rerun "
-        "the same command to resume",
-        file=sys.stderr,
-    )
-    return 143 if term else 130
+    """`report` for a resumable command (sweep, search): what it had saved, and where."""
+    return report(exc, f"{saved} saved in {where}; rerun the same command to resume")
