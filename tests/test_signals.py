@@ -181,3 +181,33 @@ def test_an_interrupt_a_library_swallowed_still_stops_the_run_before_it_commits(
     assert capsys.readouterr().err == f"batchsim: {what}; no results were written\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "s.yaml"]
     assert list((tmp_path / "results").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "exc, code, what",
+    [(KeyboardInterrupt(), 130, "interrupted"), (signals.Terminated(), 143, "terminated")],
+)
+def test_an_interrupted_sweep_says_what_it_saved_and_how_to_resume(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    exc: KeyboardInterrupt,
+    code: int,
+    what: str,
+) -> None:
+    sweeping = importlib.import_module("sim.whatif.sweep")
+    out = tmp_path / "sweep"
+
+    def cut_short(*args: object, **kwargs: object) -> object:
+        (out / "points").mkdir(parents=True)
+        for i in range(2):  # two points had finished
+            (out / "points" / f"{i}.json").write_text("{}")
+        raise exc
+
+    monkeypatch.setattr(sweeping, "sweep", cut_short)
+    cli = importlib.import_module("sim.cli.main")
+    args = ["sweep", "s.yaml", "--grid", "seed=1,2,3", "--out", str(out), "-q"]
+    assert cli.main(args) == code
+    assert capsys.readouterr().err == (
+        f"batchsim: {what}; 2 points saved in {out}/points/; rerun the same command to resume\n"
+    )
