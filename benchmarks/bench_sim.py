@@ -101,10 +101,12 @@ def main() -> None:
         n, rate, policy, stream = args.child
         print(json.dumps(one_run(int(n), float(rate), policy, stream == "True")))
         return
+    from sim.compiled import build
+
     saturation = in_subprocess(5_000, 1e6, args.policy, False)["throughput_rps"]
     rate = args.load * saturation
     print(
-        f"policy {args.policy}: saturation {saturation:.2f} req/s; "
+        f"{build()} core; policy {args.policy}: saturation {saturation:.2f} req/s; "
         f"arrivals at {args.load:.0%} = {rate:.2f} req/s; "
         f"{'summary streamed, no tables' if args.stream else 'with tables'}"
     )

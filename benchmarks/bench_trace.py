@@ -62,6 +62,9 @@ def main() -> None:
     parser.add_argument("--skip-run", action="store_true", help="skip the batchsim run part")
     args = parser.parse_args()
     from sim import load_scenario_dict, simulate
+    from sim.compiled import build
+
+    print(f"batchsim {build()} core")
 
     raw = dict(SCENARIO)
     raw["workload"] = {"trace": {"path": str(args.trace.resolve()), "format": "azure"}}
@@ -85,6 +88,7 @@ def main() -> None:
         subprocess.run(
             [sys.executable, "-m", "sim", "run", str(path), "--out", str(Path(tmp) / "out"), "-q"],
             check=True,
+            cwd=tmp,  # not the repository root, whose sources would shadow a compiled install
         )
         run = time.perf_counter() - start
     print(f"{'100k requests: simulate()':<44} {sim_only:>8.2f}")

@@ -162,7 +162,11 @@ def run_variant(
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
         stream = StreamSummary(context, requests.arrival_s, num_links)
-    source = Source(env, requests, cluster.dispatch)
+    # a lone instance with known arrivals pulls them itself: no SimPy event per arrival or run
+    pulled = len(cluster.instances) == 1 and cluster.link is None and requests.sessions is None
+    source = Source(env, requests, cluster.dispatch, push=not pulled)
+    if pulled:
+        cluster.instances[0].feed = source.pulled()
     if requests.sessions is not None and requests.sessions.closed_loop:
         for instance in cluster.instances:  # a finished turn sends the session's next one
             instance.on_finish = source.turn_finished
@@ -197,6 +201,8 @@ def run_variant(
         )
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
+    for inst in cluster.instances:
+        inst.itl.drop()  # the runs' rows, expanded into the table now
     if len(itl_parts) == 1:  # no copy: the gap table is the largest one
         gaps, counts, tokens = itl_parts[0]
     else:

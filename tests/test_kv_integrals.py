@@ -18,10 +18,12 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from helpers_sim import instruments_engine, scenario, tiny_hardware, tiny_model
 from test_cluster import run_with_cluster
 
 from sim.core.engine import Instance
+
+pytestmark = instruments_engine
 
 Snapshot = tuple[float, float, float, float]  # time, blocks used, stored tokens, fragment
 

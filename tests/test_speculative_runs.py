@@ -17,7 +17,13 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
-from helpers_sim import run_arrays_with_instance, scenario, tiny_hardware, tiny_model
+from helpers_sim import (
+    instruments_engine,
+    run_arrays_with_instance,
+    scenario,
+    tiny_hardware,
+    tiny_model,
+)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_prefix_runs import run_checked, shared_workloads
@@ -89,6 +95,7 @@ def workloads(draw: Any) -> tuple[list[float], list[int], list[int]]:
     return np.cumsum(gaps).tolist(), prompt, output
 
 
+@instruments_engine
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=policies, kv_tokens=st.integers(40, 240), coalesce=st.booleans(), workload=workloads()

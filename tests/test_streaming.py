@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 import yaml
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from helpers_sim import instruments_engine, scenario, tiny_hardware, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -116,6 +116,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("policy", ["continuous", "chunked", "static", "speculative"])
+@instruments_engine
 def test_a_streamed_run_summarizes_like_the_tables(small_chunks, policy) -> None:
     loaded = load_scenario_dict(_raw(policy))
     table = simulate(loaded)["default"]

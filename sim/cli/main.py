@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from sim import __version__
 from sim.cli.args import nonnegative_int
 from sim.cli.signals import interrupted, interrupts, raise_if_interrupted, report
+from sim.compiled import build
 from sim.errors import ScenarioError
 
 
@@ -45,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="batchsim", description="Discrete-event simulator of LLM-serving batching policies."
     )
-    parser.add_argument("--version", action="version", version=f"batchsim {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"batchsim {__version__} ({build()} core)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a scenario and write results/<name>/")
     run.add_argument("scenario", type=Path, help="scenario YAML file")

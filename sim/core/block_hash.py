@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 _P = 0x9E3779B97F4A7C15  # odd: invertible modulo 2**64
 _P_INV = pow(_P, -1, 1 << 64)
 _MIX = 0xBF58476D1CE4E5B9  # spreads the end token count over the word
 
-_powers = np.ones(1, dtype=np.uint64)  # P**k
-_inverses = np.ones(1, dtype=np.uint64)  # P**-k
+_powers: npt.NDArray[np.uint64] = np.ones(1, dtype=np.uint64)  # P**k
+_inverses: npt.NDArray[np.uint64] = np.ones(1, dtype=np.uint64)  # P**-k
 
 
 def _grow(n: int) -> None:

@@ -41,7 +41,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import simpy
-from simpy.core import URGENT
 from simpy.events import Event
 
 from sim.core.acceptance import AcceptanceSampler
@@ -54,20 +53,13 @@ from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
 from sim.core.speculative_step import ProposalPricer, SpecStart, Speculator
 from sim.core.step_times import StepTimes, steps_before
+from sim.core.urgent import UrgentTimeout
 from sim.workload.arrays import RequestArrays
 
 NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
-
-
-class UrgentTimeout(Event):
-    """A timeout processed before NORMAL events of the same instant (arrivals before steps)."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        env.schedule(self, URGENT, delay)
+FOREVER_S = float("inf")
+ARRIVAL_BLOCK = 1 << 14  # arrivals turned into Python objects at a time
 
 
 class StepPricer(Protocol):
@@ -225,6 +217,8 @@ class Instance:
         self._cut_to: int | None = None
         self.on_change: Callable[[Instance], None] | None = None  # cluster hooks (P/D)
         self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
+        # a lone instance's arrivals, pulled by its loop rather than pushed by SimPy events
+        self.feed: ArrivalFeed | None = None
         # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
         self.process = env.process(self._loop()) if start else None
 
@@ -388,7 +382,10 @@ class Instance:
     def _loop(self) -> Generator[Event, Any, None]:
         env = self.env
         run_ahead = self.on_change is None
+        feed = self.feed
         while True:
+            if feed is not None:  # arrivals up to now are queued before the schedule at now
+                feed.pull(self._clock, self.submit)
             plan = self.policy.schedule(self)
             if plan is not None and (plan.preempt or plan.swap_in) and not plan.has_work:
                 # evictions with nothing to run: they happened; the next step records them
@@ -399,6 +396,8 @@ class Instance:
                     yield env.timeout(self._clock - env.now)
                 self._idle = env.event()
                 wake = self.policy.next_wakeup_s(self)
+                if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival
+                    wake = feed.next_s if wake is None else min(wake, feed.next_s)
                 if wake is None:
                     yield self._idle
                 else:
@@ -407,8 +406,14 @@ class Instance:
                 self._clock = env.now
                 continue
             run = self._begin(plan)
+            if feed is not None and run.interruptible and feed.next_s < FOREVER_S:
+                # the next arrival could join: the run ends at the step boundary at or after it,
+                # where an arrival pushed by SimPy would have cut it
+                run.num_steps = steps_before(run.times, run.num_steps, feed.next_s)
             end = run.times.end(run.num_steps)
             if run_ahead and self.on_change is None and end < env.peek():
+                if feed is not None:  # what arrived while it ran is queued when it ends
+                    feed.pull(end, self.submit)
                 self._finish(run)  # nothing can happen before it ends: no event needed
                 continue
             self._run = run
@@ -423,6 +428,8 @@ class Instance:
                     end = run.times.end(run.num_steps)
                     wait = env.timeout(max(0.0, end - env.now))
             self._run = None
+            if feed is not None:
+                feed.pull(env.now, self.submit)
             self._finish(run)
 
     def step_by_hand(self, now: float, max_steps: int | None = None) -> Run | None:
@@ -893,20 +900,21 @@ _NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
 
 
 class Source:
-    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT).
+    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT), or,
+    for a lone instance, hands them over as a feed its loop pulls (`pulled`, `ArrivalFeed`).
 
     Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
     exists as Python objects all at once. A closed-loop session's later turn has no arrival time
     in advance: `turn_finished` (the engine's finish hook) schedules it a think time after the
     previous turn finished."""
 
-    BLOCK = 1 << 14
-
     def __init__(
         self,
         env: simpy.Environment,
         requests: RequestArrays,
         dispatch: Callable[[Request], None],
+        *,
+        push: bool = True,  # False: no SimPy process; a lone instance pulls them (`pulled`)
     ) -> None:
         self.env = env
         self.requests = requests
@@ -920,7 +928,7 @@ class Source:
         self.think_s = sessions.think_s if sessions is not None else None
         known = requests.arrival_s
         self.num_known = int((~np.isnan(known)).sum()) if self.next_turn is not None else len(known)
-        self.process = env.process(self._feed())
+        self.process = env.process(self._feed()) if push else None
 
     def make(self, i: int, arrival_s: float | None = None) -> Request:
         r = self.requests
@@ -949,6 +957,13 @@ class Source:
         event = UrgentTimeout(self.env, at - self.env.now)
         event.callbacks.append(lambda _: self.dispatch(self.make(nxt, at)))
 
+    def pulled(self) -> ArrivalFeed:
+        """The arrivals as a feed that one instance's loop pulls (`Instance.feed`), instead of
+        this source's SimPy process: for a lone instance with known arrivals (no closed-loop
+        sessions), where nothing else could see an arrival before that instance's next step."""
+        assert self.process is None and self.session is None
+        return ArrivalFeed(self)
+
     def _feed(self) -> Generator[Event, Any, None]:
         env = self.env
         r = self.requests
@@ -968,10 +983,58 @@ class Source:
             self.tiers,
             r.predicted_output_tokens,
         )
-        for first in range(0, n, self.BLOCK):
-            block = [c[first : first + self.BLOCK].tolist() for c in columns]
+        for first in range(0, n, ARRIVAL_BLOCK):
+            block = [c[first : first + ARRIVAL_BLOCK].tolist() for c in columns]
             for offset, args in enumerate(zip(*block, strict=True)):
                 t = args[0]
                 if t > env.now:
                     yield UrgentTimeout(env, t - env.now)
                 self.dispatch(Request(first + offset, *args))
+
+
+class ArrivalFeed:
+    """A lone instance's arrivals, pulled by its step loop (`Instance.feed`).
+
+    Same order and times as the `Source` process: at each schedule, and when a run ends, every
+    arrival at or before that instant is queued first (arrivals at t are visible to a schedule at
+    t), and a run an arrival could join ends at the step boundary at or after the next arrival,
+    where a pushed arrival would have cut it. The loop then never waits on SimPy while busy: a
+    run of steps costs no event at all, and an arrival costs none unless the instance is idle."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.one_by_one = source.content is not None  # requests with content: `Source.make`
+        self._next = 0  # index of the next arrival
+        self._block: list[tuple[Any, ...]] = []  # Request arguments after the id, from _first
+        self._first = 0
+        self.next_s = FOREVER_S
+        self._load()
+
+    def _load(self) -> None:
+        """Turn the next block of known arrivals into tuples of Request arguments."""
+        src, first = self.source, self._next
+        last = min(src.num_known, first + ARRIVAL_BLOCK)
+        r = src.requests
+        assert r.predicted_output_tokens is not None
+        columns = [r.arrival_s[first:last].tolist()]
+        if not self.one_by_one:
+            columns.append(r.prompt_tokens[first:last].tolist())
+            columns.append(r.output_tokens[first:last].tolist())
+            columns.append(src.tiers[first:last].tolist())
+            columns.append(r.predicted_output_tokens[first:last].tolist())
+        self._block = list(zip(*columns, strict=True))
+        self._first = first
+        self.next_s = self._block[0][0] if self._block else FOREVER_S
+
+    def pull(self, until_s: float, submit: Callable[[Request], bool]) -> None:
+        """Queue every arrival at or before `until_s`, in order."""
+        while self.next_s <= until_s:
+            i = self._next
+            args = self._block[i - self._first]
+            submit(self.source.make(i) if self.one_by_one else Request(i, *args))
+            self._next = i + 1
+            k = i + 1 - self._first
+            if k < len(self._block):
+                self.next_s = self._block[k][0]
+            else:
+                self._load()

@@ -57,11 +57,47 @@ STEP_SCHEMA: tuple[tuple[str, str], ...] = (
 )
 _DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
+# columns that are 0 in most rows (preemptions, swaps, prefix caching, speculation): only their
+# nonzero rows are kept, and the table's column is a zeroed array the OS maps lazily, so a
+# million step groups do not hold a hundred megabytes of zeros
+SPARSE_COLUMNS = frozenset(
+    {
+        "num_preempted",
+        "swap_s",
+        "kv_blocks_cached",
+        "num_spec_seqs",
+        "num_spec_proposed",
+        "num_spec_accepted",
+        "spec_proposal_s",
+        "spec_verify_s",
+    }
+)
+
+
+class _SparseColumn:
+    """The nonzero rows of a mostly-zero column: their row numbers and values."""
+
+    def __init__(self, code: str, first: array[Any]) -> None:
+        self.rows = array("q")
+        self.values = array(code)
+        self.first = first  # the log's first column: its length numbers the row being written
+
+    def append(self, value: Any) -> None:
+        if value:
+            self.rows.append(len(self.first) - 1)
+            self.values.append(value)
+
+    def clear(self) -> None:
+        del self.rows[:]
+        del self.values[:]
 
 
 class StepLog:
     """Step-group rows of one instance. With `on_full`, the rows are handed over (`columns()`)
-    and dropped whenever `capacity` have gathered: a streamed run keeps no table."""
+    and dropped whenever `capacity` have gathered: a streamed run keeps no table.
+
+    `append` holds one function per column, in schema order, which the engine calls with the
+    row's values, first column first."""
 
     def __init__(
         self,
@@ -72,26 +108,48 @@ class StepLog:
         self.instance = instance
         self.on_full = on_full
         self.capacity = capacity
-        self._columns = [array(code) for _, code in STEP_SCHEMA]
-        # bound appends, in schema order: the hot path calls them directly
-        self.append: tuple[Callable[[Any], None], ...] = tuple(c.append for c in self._columns)
+        assert STEP_SCHEMA[0][0] not in SPARSE_COLUMNS
+        self._first: array[Any] = array(STEP_SCHEMA[0][1])
+        self._dense: dict[str, array[Any]] = {STEP_SCHEMA[0][0]: self._first}
+        self._sparse: dict[str, _SparseColumn] = {}
+        appends: list[Callable[[Any], None]] = []
+        for name, code in STEP_SCHEMA:
+            if name in SPARSE_COLUMNS:
+                self._sparse[name] = _SparseColumn(code, self._first)
+                appends.append(self._sparse[name].append)
+            else:
+                col = self._dense.setdefault(name, array(code))
+                appends.append(col.append)
+        self.append: tuple[Callable[[Any], None], ...] = tuple(appends)
 
     def __len__(self) -> int:
-        return len(self._columns[0])
+        return len(self._first)
 
     def hand_over(self, *, force: bool = False) -> None:
         """Give the rows to `on_full` when there are `capacity` of them (or any, `force`)."""
         if self.on_full is not None and (len(self) >= self.capacity or (force and len(self))):
             self.on_full(self)
-            for col in self._columns:
+            for col in self._dense.values():
                 del col[:]
+            for sparse in self._sparse.values():
+                sparse.clear()
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every column as a numpy array (the instance column filled in)."""
-        out: dict[str, np.ndarray] = {"instance": np.full(len(self), self.instance, dtype=np.int64)}
-        for (name, code), col in zip(STEP_SCHEMA, self._columns, strict=True):
+        n = len(self)
+        out: dict[str, np.ndarray] = {"instance": np.full(n, self.instance, dtype=np.int32)}
+        for name, code in STEP_SCHEMA:
             dtype = _DTYPES[code]
-            out[name] = np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype)
+            if name in self._sparse:
+                sparse = self._sparse[name]
+                column: np.ndarray = np.zeros(n, dtype)
+                if len(sparse.rows):
+                    rows = np.frombuffer(sparse.rows, dtype=np.int64)
+                    column[rows] = np.frombuffer(sparse.values, dtype=dtype)
+                out[name] = column
+            else:
+                col = self._dense[name]
+                out[name] = np.frombuffer(col, dtype=dtype) if len(col) else np.zeros(0, dtype)
         return out
 
 
@@ -143,6 +201,14 @@ class ItlLog:
             self.run_gaps.append(num_steps - 1)
             self.run_count.append(count)
 
+    def drop(self) -> None:
+        """Let go of the records (once `arrays()` has built the table): arrays a table still
+        views stay alive through it, the rest (the runs before expansion) is freed."""
+        self.gap_s, self.count = array("d"), array("q")
+        self.run_first_s, self.run_increment_s = array("d"), array("d")
+        self.run_gaps, self.run_count = array("q"), array("q")
+        self.multi_gap_s, self.multi_tokens, self.multi_count = array("d"), array("q"), array("q")
+
     def hand_over(self, *, force: bool = False) -> None:
         size = len(self.gap_s) + len(self.run_gaps) + len(self.multi_gap_s)
         if self.on_full is not None and (size >= self.capacity or (force and size)):
@@ -157,23 +223,23 @@ class ItlLog:
 
     def arrays(
         self,
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64], npt.NDArray[np.int8]]:
         """Per-token gaps, their counts, and the tokens of the emission each belongs to (1 but
-        for speculative emissions, whose tokens each get the gap divided by their number), the
-        runs expanded (vectorized)."""
+        for speculative emissions, whose tokens each get the gap divided by their number; at most
+        65, so int8: this is the largest table of a run), the runs expanded (vectorized)."""
         gaps = np.frombuffer(self.gap_s, dtype=np.float64) if self.gap_s else np.zeros(0)
         counts = np.frombuffer(self.count, dtype=np.int64) if self.count else np.zeros(0, "i8")
         num = np.frombuffer(self.run_gaps, dtype=np.int64) if self.run_gaps else np.zeros(0, "i8")
         multi = len(self.multi_gap_s)
         if not len(num) and not multi:
-            return gaps, counts, np.ones(len(gaps), dtype=np.int64)
+            return gaps, counts, np.ones(len(gaps), dtype=np.int8)
         # written into the final arrays part by part, one temporary at a time: these are the
         # largest arrays of a run (a row per distinct gap)
         single, runs = len(gaps), int(num.sum())
         total = single + runs + multi
-        out_g = np.empty(total, dtype=np.float64)
-        out_c = np.empty(total, dtype=np.int64)
-        out_t = np.ones(total, dtype=np.int64)
+        out_g: npt.NDArray[np.float64] = np.empty(total, dtype=np.float64)
+        out_c: npt.NDArray[np.int64] = np.empty(total, dtype=np.int64)
+        out_t: npt.NDArray[np.int8] = np.ones(total, dtype=np.int8)
         out_g[:single], out_c[:single] = gaps, counts
         if runs:
             # gap k of a run: first + k * increment
@@ -209,6 +275,8 @@ class RequestLog:
         "transfer_start_s",
         "transfer_end_s",
     )
+    # int32 counts (a request's tokens, steps and preemptions fit; the rows are a large table's),
+    # int64 bytes
     INT_COLUMNS = (
         "instance",
         "num_cached_tokens",
@@ -223,6 +291,7 @@ class RequestLog:
         "num_spec_proposed",
         "num_spec_accepted",
     )
+    WIDE_COLUMNS = frozenset({"swapped_bytes"})
 
     def __init__(
         self,
@@ -233,10 +302,13 @@ class RequestLog:
         self.on_full = on_full
         rows = num_requests if on_full is None else min(capacity, max(1, num_requests))
         self.floats = {c: np.full(rows, np.nan) for c in self.FLOAT_COLUMNS}
-        self.ints = {c: np.zeros(rows, dtype=np.int64) for c in self.INT_COLUMNS}
+        self.ints: dict[str, npt.NDArray[np.signedinteger[Any]]] = {
+            c: np.zeros(rows, dtype=np.int64 if c in self.WIDE_COLUMNS else np.int32)
+            for c in self.INT_COLUMNS
+        }
         self.ids = np.arange(rows) if on_full is None else np.zeros(rows, dtype=np.int64)
         self._reset()
-        self.done = np.zeros(num_requests, dtype=bool)
+        self.done: npt.NDArray[np.bool_] = np.zeros(num_requests, dtype=bool)
         self.num_done = 0
         self.rows = 0  # rows held now (streamed: since the last hand-over)
         self.reasons: list[str] = [""]  # rejection causes; `reject_code` indexes this list

@@ -168,7 +168,8 @@ def totals_by_instance(steps: pd.DataFrame) -> dict[int, StepTotals]:
     codes, uniques = pd.factorize(steps["instance"], sort=True)
     for code, index in enumerate(np.asarray(uniques).tolist()):
         out[int(index)] = totals = StepTotals()
-        totals.add(steps[codes == code])
+        # one instance: the table itself, not a masked copy of it (the largest table of a run)
+        totals.add(steps if len(uniques) == 1 else steps[codes == code])
     return out
 
 

@@ -9,6 +9,8 @@ from a scenario's `policy` mapping.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sim.core.plan import Policy
 from sim.policies.chunked import ChunkedPolicy
 from sim.policies.continuous import ContinuousPolicy
@@ -80,7 +82,7 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             pad_prompts=spec.pad_prompts,
         )
     budget = spec.max_num_batched_tokens
-    limits = dict(
+    limits: dict[str, Any] = dict(
         max_num_seqs=spec.max_num_seqs,
         # no budget: a step's tokens are bounded by seats and memory only
         max_num_batched_tokens=NO_TOKEN_BUDGET if budget is None else budget,

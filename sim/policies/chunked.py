@@ -12,17 +12,12 @@ Speculative decoding's lookahead tokens come out of the budget before the chunks
 
 from __future__ import annotations
 
-from typing import Any
-
 from sim.core.plan import InstanceView, StepPlan
 from sim.policies.iteration import Draft, IterationPolicy
 
 
 class ChunkedPolicy(IterationPolicy):
     chunked = True
-
-    def __init__(self, **limits: Any) -> None:
-        super().__init__(**limits)
 
     def schedule(self, view: InstanceView) -> StepPlan | None:
         quick = self.decode_only(view)

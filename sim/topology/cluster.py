@@ -166,7 +166,11 @@ def build_cluster(
             index = router.pick(len(serve), lambda i: serve[i].load(), hit=hit, session=req.session)
             serve[index].submit(req)
 
-        return Cluster(instances, info, dispatch)
+        def dispatch_one(req: Request) -> None:
+            serve[0].submit(req)
+
+        # one instance: nothing to choose (a router never draws for one)
+        return Cluster(instances, info, dispatch_one if len(serve) == 1 else dispatch)
 
     d = spec.disaggregation
     prefill = [inst for inst, i in zip(instances, info, strict=True) if i.role == "prefill"]
