@@ -162,8 +162,7 @@ def run_variant(
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
         stream = StreamSummary(context, requests.arrival_s, num_links)
-    # a lone instance with known arrivals pulls them itself: no SimPy event per arrival or run
-    pulled = len(cluster.instances) == 1 and cluster.link is None and requests.sessions is None
+    pulled = pulls_arrivals(cluster, requests)
     source = Source(env, requests, cluster.dispatch, push=not pulled)
     if pulled:
         cluster.instances[0].feed = source.pulled()
@@ -297,6 +296,12 @@ def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
     """(GPUs, dollars per GPU-hour, TDP and idle watts) of one instance, in instance order."""
     figures = hw.economics
     return hw.tensor_parallel, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
+
+
+def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:
+    """Whether the lone instance pulls its arrivals itself (`sim.core.engine.ArrivalFeed`): no
+    SimPy event per arrival or run; the same schedule as arrivals pushed by the source."""
+    return len(cluster.instances) == 1 and cluster.link is None and requests.sessions is None
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:
