@@ -38,6 +38,7 @@ from sim.metrics.streaming import StreamSummary
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload import RequestArrays, generate_requests
+from sim.workload.budget import memory_problem
 
 ProgressFn = Callable[[str], None]
 PROGRESS_WALL_S = 1.0
@@ -54,6 +55,10 @@ def simulate(
     `tables=False` no per-request, per-step or gap tables are kept: each variant's summary is
     folded from its records as they come (flat memory; percentiles from sketches)."""
     scenario = load_any(scenario, overrides)
+    if tables:  # loading checked what a streamed run needs; tables need more
+        too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
+        if too_big is not None:
+            raise ScenarioError(too_big[1], file=scenario.file, path=too_big[0])
     workloads: dict[str, RequestArrays] = {}
     variants: dict[str, VariantResult] = {}
     for resolved in scenario.variants:
@@ -98,10 +103,11 @@ class _Watcher:
     """Reports progress from a thread every `PROGRESS_WALL_S` wall-clock seconds (see above)."""
 
     def __init__(
-        self, env: simpy.Environment, log: RequestLog, total: int, name: str,
+        self, clock: Callable[[], float], log: RequestLog, total: int, name: str,
         progress: ProgressFn,
     ) -> None:  # fmt: skip
-        self.env, self.log, self.total, self.name, self.progress = env, log, total, name, progress
+        self.clock, self.log, self.total, self.name = clock, log, total, name
+        self.progress = progress
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="batchsim-progress", daemon=True)
 
@@ -109,7 +115,7 @@ class _Watcher:
         while not self.stop.wait(PROGRESS_WALL_S):
             done = self.log.num_done  # finished or rejected: an int the run only increments
             self.progress(
-                f"{self.name}: {self.env.now:.1f} s simulated, {done}/{self.total} requests done"
+                f"{self.name}: {self.clock():.1f} s simulated, {done}/{self.total} requests done"
             )
 
     def __enter__(self) -> _Watcher:
@@ -170,7 +176,11 @@ def run_variant(
         for instance in cluster.instances:  # a finished turn sends the session's next one
             instance.on_finish = source.turn_finished
     if progress is not None:
-        with _Watcher(env, log, len(requests), resolved.variant, progress):
+
+        def clock() -> float:  # an instance running ahead of SimPy knows the later time
+            return max(env.now, *(instance.now for instance in cluster.instances))
+
+        with _Watcher(clock, log, len(requests), resolved.variant, progress):
             env.run()
     else:
         env.run()
@@ -209,6 +219,13 @@ def run_variant(
         counts = np.concatenate([c for _, c, _ in itl_parts])
         tokens = np.concatenate([t for _, _, t in itl_parts])
     del itl_parts
+    # the gap table in ascending order of gap: its percentiles then need no sort of their own,
+    # at the moment the summary holds every table (`sim.metrics.percentiles`)
+    order = np.argsort(gaps)
+    gaps = gaps[order]
+    counts = counts[order]
+    tokens = tokens[order]
+    del order
     return VariantResult(
         name=resolved.variant,
         requests=requests_table(requests, log, spec.metrics.tpot),

@@ -10,6 +10,7 @@ import pytest
 from helpers_sim import run as run_scenario
 from helpers_sim import scenario
 
+from sim.metrics import percentiles
 from sim.metrics.steps import group_durations, step_summary
 from sim.metrics.summary import SummaryContext, expand_steps, summarize, weighted_percentile
 
@@ -167,6 +168,28 @@ def test_weighted_percentile_matches_repeat(seed: int) -> None:
         assert weighted_percentile(values, counts, q) == weighted_percentile(
             values, counts.astype(float), q
         )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ascending_samples_take_the_chunked_path_to_the_same_bits(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the gap table comes sorted: its quantiles are found by cumulative counts summed a chunk at
+    # a time (chunks of 7 rows here), and must equal the argsort path's exactly
+    monkeypatch.setattr(percentiles, "CHUNK", 7)
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.exponential(size=150).round(2))  # ties
+    counts = rng.integers(0, 5, size=150)
+    shuffled = rng.permutation(150)
+    qs = (0, 1, 12.5, 50, 90, 95, 99, 99.9, 100)
+    assert percentiles._ascending(values) and not percentiles._ascending(values[shuffled])
+    chunked = percentiles.weighted_percentiles(values, counts, qs)
+    sorted_by_argsort = percentiles.weighted_percentiles(values[shuffled], counts[shuffled], qs)
+    assert chunked == sorted_by_argsort
+    expanded = np.repeat(values, counts)
+    assert chunked == pytest.approx(np.percentile(expanded, qs))
+    stats = percentiles.weighted_stats("x", values, counts)
+    assert stats["x_mean_s"] == pytest.approx(expanded.mean())
 
 
 def test_weighted_percentile_edge_cases() -> None:

@@ -165,3 +165,21 @@ def test_batchsim_run_stream_writes_the_summary_only(tmp_path) -> None:
     )
     assert written == ["report.html", "scenario.yaml", "summary.csv", "summary.json"]
     assert main(["run", str(path), "--stream", "--tables", "all", "--out", str(tmp_path)]) == 2
+
+
+def test_a_workload_too_big_for_tables_still_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4,000 requests on a machine of 2 MB: streamed they fit (0.15 kB each), with tables not
+    from sim.errors import ScenarioError
+    from sim.workload import budget
+
+    monkeypatch.setattr(budget, "physical_memory_bytes", lambda: 2_000_000)
+    raw = _raw("continuous")
+    raw["workload"]["num_requests"] = 4_000
+    loaded = load_scenario_dict(raw)
+    with pytest.raises(ScenarioError, match=r"workload.num_requests.*--stream"):
+        simulate(loaded)
+    streamed = simulate(loaded, tables=False)["default"].summary()
+    assert streamed["num_requests"] == 4_000
+    raw["workload"]["num_requests"] = 40_000  # 6 MB even streamed: refused when loaded
+    with pytest.raises(ScenarioError, match="streamed"):
+        load_scenario_dict(raw)

@@ -920,7 +920,10 @@ class Source:
         self.requests = requests
         self.dispatch = dispatch
         assert requests.tier_index is not None
-        self.tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index]
+        # tier names by index; a block's tiers are looked up as it is built (no column of
+        # Python objects as long as the workload)
+        self.tier_names = np.asarray(requests.tier_names, dtype=object)
+        self.tier_index = requests.tier_index
         self.content = requests.content
         sessions = requests.sessions
         self.session = sessions.session if sessions is not None else None
@@ -939,13 +942,26 @@ class Source:
             float(r.arrival_s[i]) if arrival_s is None else arrival_s,
             int(r.prompt_tokens[i]),
             int(r.output_tokens[i]),
-            self.tiers[i],
+            self.tier_names[self.tier_index[i]],
             int(r.predicted_output_tokens[i]),
             session=int(self.session[i]) if self.session is not None else -1,
             content=content.of(i) if content is not None else (),
             content_unit=content.unit if content is not None else 0,
             content_tokens=int(content.tokens[i]) if content is not None else 0,
         )
+
+    def block(self, first: int, last: int) -> list[list[Any]]:
+        """Request arguments after the id of arrivals first..last-1, column by column: arrival,
+        prompt, output, tier, predicted output."""
+        r = self.requests
+        assert r.predicted_output_tokens is not None
+        return [
+            r.arrival_s[first:last].tolist(),
+            r.prompt_tokens[first:last].tolist(),
+            r.output_tokens[first:last].tolist(),
+            self.tier_names[self.tier_index[first:last]].tolist(),
+            r.predicted_output_tokens[first:last].tolist(),
+        ]
 
     def turn_finished(self, req: Request) -> None:
         """A session's turn finished: its next turn arrives a think time later."""
@@ -975,16 +991,8 @@ class Source:
                     yield UrgentTimeout(env, t - env.now)
                 self.dispatch(self.make(i))
             return
-        assert r.predicted_output_tokens is not None
-        columns = (
-            r.arrival_s,
-            r.prompt_tokens,
-            r.output_tokens,
-            self.tiers,
-            r.predicted_output_tokens,
-        )
         for first in range(0, n, ARRIVAL_BLOCK):
-            block = [c[first : first + ARRIVAL_BLOCK].tolist() for c in columns]
+            block = self.block(first, min(n, first + ARRIVAL_BLOCK))
             for offset, args in enumerate(zip(*block, strict=True)):
                 t = args[0]
                 if t > env.now:
@@ -1014,14 +1022,10 @@ class ArrivalFeed:
         """Turn the next block of known arrivals into tuples of Request arguments."""
         src, first = self.source, self._next
         last = min(src.num_known, first + ARRIVAL_BLOCK)
-        r = src.requests
-        assert r.predicted_output_tokens is not None
-        columns = [r.arrival_s[first:last].tolist()]
-        if not self.one_by_one:
-            columns.append(r.prompt_tokens[first:last].tolist())
-            columns.append(r.output_tokens[first:last].tolist())
-            columns.append(src.tiers[first:last].tolist())
-            columns.append(r.predicted_output_tokens[first:last].tolist())
+        if self.one_by_one:  # only the arrival times: `Source.make` builds each request
+            columns = [src.requests.arrival_s[first:last].tolist()]
+        else:
+            columns = src.block(first, last)
         self._block = list(zip(*columns, strict=True))
         self._first = first
         self.next_s = self._block[0][0] if self._block else FOREVER_S

@@ -55,11 +55,16 @@ def _weighted_sample(
     return vals, wts
 
 
+CHUNK = 1 << 20  # rows per pass where a whole-sample temporary would cost megabytes
+
+
 def _sorted_percentiles(
     vals: FloatArray, wts: npt.NDArray[Any], qs: Sequence[float]
 ) -> list[float]:
     if vals.size == 0:
         return [math.nan] * len(qs)
+    if wts.dtype.kind in "iu" and _ascending(vals):
+        return _ascending_percentiles(vals, wts, qs)
     # any sort order will do: tied values are the same number whichever of them a quantile
     # lands on (quicksort needs no merge buffer, unlike a stable sort)
     order = np.argsort(vals)
@@ -75,6 +80,45 @@ def _sorted_percentiles(
     last = vals.size - 1
     lo = vals[order[np.minimum(np.searchsorted(cum, lower, side="right"), last)]]
     hi = vals[order[np.minimum(np.searchsorted(cum, lower + 1.0, side="right"), last)]]
+    result = lo + frac * (hi - lo)
+    return [float(r) for r in result]
+
+
+def _ascending(vals: FloatArray) -> bool:
+    return all(
+        bool((vals[i + 1 : i + CHUNK + 1] >= vals[i : i + CHUNK][: vals.size - i - 1]).all())
+        for i in range(0, vals.size - 1, CHUNK)
+    )
+
+
+def _ascending_percentiles(
+    vals: FloatArray, wts: npt.NDArray[Any], qs: Sequence[float]
+) -> list[float]:
+    """The same quantiles on values already in ascending order with integer counts (the gap
+    table is built sorted): the cumulative counts are summed a chunk at a time, so the largest
+    sample of a run needs no sort and no temporary of its size. Integer sums are exact, so the
+    answer is the argsort path's to the bit."""
+    total = int(wts.sum())
+    positions = np.asarray(qs, dtype=float) / 100.0 * (float(total) - 1.0)
+    lower = np.floor(positions)
+    frac = positions - lower
+    # the element at expanded index k is the first value whose cumulative count exceeds k
+    targets = np.concatenate([lower, lower + 1.0])
+    found = np.full(targets.size, vals.size - 1, dtype=np.int64)
+    pending = np.ones(targets.size, dtype=bool)
+    running = 0
+    for start in range(0, vals.size, CHUNK):
+        cum = np.cumsum(wts[start : start + CHUNK], dtype=np.int64)
+        cum += running
+        hit = pending & (targets < cum[-1])
+        if hit.any():
+            found[hit] = start + np.searchsorted(cum, targets[hit], side="right")
+            pending &= ~hit
+        if not pending.any():
+            break
+        running = int(cum[-1])
+    lo = vals[found[: lower.size]]
+    hi = vals[found[lower.size :]]
     result = lo + frac * (hi - lo)
     return [float(r) for r in result]
 
@@ -95,7 +139,11 @@ def weighted_stats(prefix: str, values: npt.ArrayLike, weights: npt.ArrayLike) -
     """Mean and `QUANTILES` of a weighted sample, keyed like `latency_stats`."""
     vals, wts = _weighted_sample(values, weights)
     total = float(wts.sum())
-    mean = float((vals * wts).sum() / total) if total > 0 else math.nan
+    # a chunk at a time (one chunk, the whole product, below a million rows)
+    weighted = math.fsum(
+        float((vals[i : i + CHUNK] * wts[i : i + CHUNK]).sum()) for i in range(0, vals.size, CHUNK)
+    )
+    mean = weighted / total if total > 0 else math.nan
     out = {f"{prefix}_mean_s": mean}
     for q, v in zip(QUANTILES, _sorted_percentiles(vals, wts, QUANTILES), strict=True):
         out[f"{prefix}_p{q}_s"] = v

@@ -33,6 +33,7 @@ import pandas as pd
 from sim.metrics.context import SummaryContext
 
 FloatArray = npt.NDArray[np.float64]
+ROWS = 1 << 16  # step groups summed at a time
 
 
 def _col(steps: pd.DataFrame, name: str, default: float = 0.0) -> FloatArray:
@@ -115,9 +116,12 @@ class StepTotals:
     spec_verify_s: float = 0.0
 
     def add(self, steps: pd.DataFrame) -> None:
-        """Add the groups of `steps` (one instance's)."""
-        if not len(steps):
-            return
+        """Add the groups of `steps` (one instance's), `ROWS` at a time: the float copies of
+        columns stay small however long the table (the same blocks a streamed run hands over)."""
+        for start in range(0, len(steps), ROWS):
+            self._add_rows(steps.iloc[start : start + ROWS])
+
+    def _add_rows(self, steps: pd.DataFrame) -> None:
         k = _col(steps, "num_steps", 1.0)
         time = group_durations(steps)
         seqs = _col(steps, "num_seqs")

@@ -75,7 +75,7 @@ class RequestArrays:
         if self.tier_index is None:
             object.__setattr__(self, "tier_index", np.zeros(n, dtype=np.int64))
         if self.predicted_output_tokens is None:
-            object.__setattr__(self, "predicted_output_tokens", self.output_tokens.copy())
+            object.__setattr__(self, "predicted_output_tokens", self.output_tokens)
         if self.source_id is not None and len(self.source_id) != n:
             raise ValueError(f"source_id has {len(self.source_id)} entries, expected {n}")
         names = ("prompt_tokens", "output_tokens", "class_index", "tier_index")

@@ -3,11 +3,13 @@ of it needs, checked before anything is generated.
 
 A synthetic workload stops at `num_requests` arrivals or at `duration_s`, so its size is known
 from the spec (for a duration, the expected count `rate x duration` plus a margin). A run keeps
-every request as a Python object while it simulates and as table rows afterwards, about
-`BYTES_PER_REQUEST` per request and variant (the benchmark's peak RSS: 5.0 GB for a million
-requests), so a workload that cannot fit in this machine's memory is refused up front with the
-estimate, instead of trying to allocate terabytes or swapping for an hour. Traces are bounded by
-their file and are not estimated here.
+its workload's columns (`STREAMED_BYTES_PER_REQUEST`, all a streamed run keeps) and, unless it
+streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: from
+`benchmarks/bench_sim.py`, 0.9 GB peak for a million requests, 0.2 GB streamed), so a workload
+that cannot fit in this machine's memory is refused up front with the estimate, instead of
+trying to allocate terabytes or swapping for an hour: at load time what no run could hold, and
+when a run with tables starts, what its tables could not. Traces are bounded by their file and
+are not estimated here.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import os
 
 from sim.workload.spec import WorkloadSpec
 
-BYTES_PER_REQUEST = 6_000
+STREAMED_BYTES_PER_REQUEST = 150  # the workload's columns and the run's per-request state
+TABLE_BYTES_PER_REQUEST = 1_200  # with the request, step and gap tables
 
 
 def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
@@ -50,22 +53,30 @@ def _size(num_bytes: float) -> str:
     return f"{num_bytes / 2**10:.0f} KiB"
 
 
-def memory_problem(workloads: list[WorkloadSpec]) -> tuple[str, str] | None:
-    """(key, reason) when running these workloads (one per variant) cannot fit in memory."""
+def memory_problem(
+    workloads: list[WorkloadSpec], *, tables: bool = False
+) -> tuple[str, str] | None:
+    """(key, reason) when running these workloads (one per variant) cannot fit in memory,
+    streamed (`tables=False`: what no run could hold) or keeping tables."""
+    per_request = TABLE_BYTES_PER_REQUEST if tables else STREAMED_BYTES_PER_REQUEST
     sized = [expected_requests(w) for w in workloads]
     known = [s for s in sized if s is not None]
     if not known:
         return None
     total = sum(count for count, _ in known)
-    needed = total * BYTES_PER_REQUEST
+    needed = total * per_request
     memory = physical_memory_bytes()
     if memory is None or needed <= memory:
         return None
     count, key = max(known)
     variants = f" x {len(known)} variants" if len(known) > 1 else ""
     what = f"about {count:.3g} requests" if key.endswith("duration_s") else f"{count:.0f} requests"
+    advice = "lower num_requests or duration_s"
+    if tables:
+        advice += ", or stream the summary (batchsim run --stream, simulate(tables=False))"
     return key, (
         f"{what}{variants} need an estimated {_size(needed)} of memory (about "
-        f"{BYTES_PER_REQUEST / 1000:.0f} kB per request and variant); this machine has "
-        f"{_size(memory)}: lower num_requests or duration_s"
+        f"{per_request / 1000:.2g} kB per request and variant"
+        f"{' with tables' if tables else ', streamed'}); this machine has "
+        f"{_size(memory)}: {advice}"
     )

@@ -107,8 +107,8 @@ def _with_prefixes(
 
 def _predict(output: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
     """True length times lognormal noise exp(N(0, sigma)), rounded, at least 1."""
-    if sigma == 0.0:
-        return output.copy()
+    if sigma == 0.0:  # the true lengths themselves (the columns are read-only)
+        return output
     noisy = np.rint(output * np.exp(rng.normal(0.0, sigma, size=len(output))))
     return np.maximum(noisy, 1).astype(np.int64)
 
