@@ -25,7 +25,8 @@ exactly the plain run, coalesced runs and all.
 Running ahead. When an instance's next step ends before any other scheduled event (the next
 arrival, another instance's step), nothing can observe or interrupt it, so the loop applies it at
 once and plans the next on its own clock, without a SimPy event; it catches SimPy up before it
-waits. Instances whose steps notify a KV link do not run ahead.
+waits. Instances whose steps notify a KV link do not run ahead. A lone instance pulls its
+arrivals (`ArrivalFeed`) instead of having them pushed: then it never waits on SimPy while busy.
 
 Same-time order (tested): arrivals carry SimPy's URGENT priority and step ends NORMAL, so requests
 arriving at time t are queued before any instance plans the step that starts at t: an arrival at
