@@ -18,7 +18,7 @@ from sim.core.plan import StepFeatures, StepPlan
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
-from sim.policies import ChunkedPolicy, ContinuousPolicy, StaticPolicy
+from sim.policies import ChunkedPolicy, ContinuousPolicy, Limits, StaticPolicy
 from sim.policies.preemption import Preemptor
 from sim.policies.queues import FCFSQueue, WaitingQueue
 from sim.policies.reservation import make_reservation
@@ -205,10 +205,10 @@ def make_continuous(
     queue = kw.pop("queue", None)
     args = _iteration_args(num_blocks, block_size, kw)
     if mode == "chunked":
-        policy: Any = ChunkedPolicy(**args)
+        policy: Any = ChunkedPolicy(Limits(**args))
     else:
         args.pop("max_prefill_seqs", None)
-        policy = ContinuousPolicy(mode=mode, **args)
+        policy = ContinuousPolicy(Limits(**args), mode)
     pool_type = PrefixCachingPool if prefix_caching else BlockManager
     return Bench(
         policy,

@@ -9,12 +9,10 @@ from a scenario's `policy` mapping.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sim.core.plan import Policy
 from sim.policies.chunked import ChunkedPolicy
 from sim.policies.continuous import ContinuousPolicy
-from sim.policies.iteration import IterationPolicy
+from sim.policies.iteration import IterationPolicy, Limits
 from sim.policies.preemption import Preemptor
 from sim.policies.queues import WaitingQueue, make_queue
 from sim.policies.reservation import make_reservation
@@ -32,6 +30,7 @@ __all__ = [
     "ChunkedPolicy",
     "ContinuousPolicy",
     "IterationPolicy",
+    "Limits",
     "Policy",
     "StaticPolicy",
     "make_policy",
@@ -82,7 +81,7 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             pad_prompts=spec.pad_prompts,
         )
     budget = spec.max_num_batched_tokens
-    limits: dict[str, Any] = dict(
+    limits = Limits(
         max_num_seqs=spec.max_num_seqs,
         # no budget: a step's tokens are bounded by seats and memory only
         max_num_batched_tokens=NO_TOKEN_BUDGET if budget is None else budget,
@@ -95,7 +94,8 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             tier_ranks={tier: t.rank for tier, t in spec.queue.tiers.items()},
         ),
         speculation=speculation_rule(spec),
+        max_prefill_seqs=spec.max_prefill_seqs if isinstance(spec, ChunkedPolicySpec) else None,
     )
     if isinstance(spec, ChunkedPolicySpec):
-        return ChunkedPolicy(max_prefill_seqs=spec.max_prefill_seqs, **limits)
-    return ContinuousPolicy(mode=spec.mode, **limits)
+        return ChunkedPolicy(limits)
+    return ContinuousPolicy(limits, spec.mode)

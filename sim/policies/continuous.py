@@ -20,37 +20,14 @@ from __future__ import annotations
 from typing import Literal
 
 from sim.core.plan import InstanceView, StepPlan
-from sim.policies.iteration import Draft, IterationPolicy
-from sim.policies.preemption import Preemptor
-from sim.policies.reservation import Reservation
-from sim.policies.speculation import SpeculationRule
+from sim.policies.iteration import Draft, IterationPolicy, Limits
 
 Mode = Literal["prefill_first", "mixed"]
 
 
 class ContinuousPolicy(IterationPolicy):
-    # the limits spelled out, not forwarded as **kwargs, which the compiled build (mypyc) cannot
-    def __init__(
-        self,
-        *,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_model_len: int,
-        watermark_blocks: int,
-        reservation: Reservation,
-        preemptor: Preemptor,
-        speculation: SpeculationRule | None = None,
-        mode: Mode = "prefill_first",
-    ) -> None:
-        super().__init__(
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=max_model_len,
-            watermark_blocks=watermark_blocks,
-            reservation=reservation,
-            preemptor=preemptor,
-            speculation=speculation,
-        )
+    def __init__(self, limits: Limits, mode: Mode = "prefill_first") -> None:
+        super().__init__(limits)
         if mode not in ("prefill_first", "mixed"):
             raise ValueError(f"unknown continuous batching mode {mode!r}")
         self.mode = mode

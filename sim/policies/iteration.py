@@ -27,6 +27,7 @@ whole KV pool, a reservation over the pool, or (whole-prompt modes) a prompt ove
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from itertools import chain
 
 from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, StepPlan
@@ -137,33 +138,36 @@ class Draft:
         )
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What bounds an iteration-level policy's steps (`policy` keys, resolved for the pool)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    watermark_blocks: int  # kept free at admission (vLLM's watermark, in blocks)
+    reservation: Reservation
+    preemptor: Preemptor
+    max_prefill_seqs: int | None = None  # prompts per step (None: max_num_seqs)
+    speculation: SpeculationRule | None = None
+
+
 class IterationPolicy:
     """The shared parts (see the module docstring); subclasses order them in `schedule`."""
 
     releases_kv_on_finish = True
     chunked = False  # prompts may be split across steps
 
-    def __init__(
-        self,
-        *,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_model_len: int,
-        watermark_blocks: int,
-        reservation: Reservation,
-        preemptor: Preemptor,
-        max_prefill_seqs: int | None = None,
-        speculation: SpeculationRule | None = None,
-    ) -> None:
-        self.max_num_seqs = max_num_seqs
-        self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_model_len = max_model_len
-        self.max_prefill_seqs = max_prefill_seqs or max_num_seqs
-        self.watermark_blocks = watermark_blocks
-        self.reservation = reservation
-        self.preemptor = preemptor
-        self.paged_kv = reservation.paged
-        self.speculation = speculation
+    def __init__(self, limits: Limits) -> None:
+        self.max_num_seqs = limits.max_num_seqs
+        self.max_num_batched_tokens = limits.max_num_batched_tokens
+        self.max_model_len = limits.max_model_len
+        self.max_prefill_seqs = limits.max_prefill_seqs or limits.max_num_seqs
+        self.watermark_blocks = limits.watermark_blocks
+        self.reservation = limits.reservation
+        self.preemptor = limits.preemptor
+        self.paged_kv = limits.reservation.paged
+        self.speculation = limits.speculation
 
     # -- arrival checks ------------------------------------------------------------------------
 
