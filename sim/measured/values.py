@@ -1,0 +1,130 @@
+"""Checked values of a measured file: every number is range-checked before it is used or turned
+into an int64, and every failure is one `ScenarioError` naming the file and the record.
+
+JSON gives numbers as int or float, OTLP gives integers as strings (`"intValue": "1527"`), and a
+bool is an int to Python: all three are handled here, once, for every reader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.inputs.text import read_text
+
+MAX_TOKENS = 10_000_000  # prompt or output tokens of one request: above this the file is wrong
+MAX_LATENCY_S = 30 * 86400.0  # one request's latency: a month is no longer a measurement
+CLOCK_SLACK_S = 1e-3  # TTFT may exceed E2E by this much: two clocks read a moment apart
+# Seconds since the epoch of a plausible measurement (2000-01-01 .. 2100-01-01): a timestamp
+# outside is on another clock or in another unit (seconds where nanoseconds are expected).
+UNIX_LOW_S, UNIX_HIGH_S = 946_684_800.0, 4_102_444_800.0
+MAX_FILE_BYTES = 2 * 1024**3
+
+
+def read_file(path: Path, what: str) -> str:
+    return read_text(path, what, max_bytes=MAX_FILE_BYTES)
+
+
+def json_document(text: str, file: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(
+            f"not JSON ({exc.msg} at column {exc.colno})", file=file, path=f"line {exc.lineno}"
+        ) from None
+
+
+def json_lines(text: str, file: str) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a JSON-lines file."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            reason = "truncated line" if exc.pos >= len(line.rstrip()) else "not JSON"
+            raise ScenarioError(
+                f"{reason} ({exc.msg} at column {exc.colno})", file=file, path=f"line {number}"
+            ) from None
+        if not isinstance(obj, dict):
+            raise ScenarioError("not a JSON object", file=file, path=f"line {number}")
+        yield number, obj
+
+
+def number(value: Any, what: str, *, file: str, at: str) -> float:
+    """A finite float from a JSON number or a numeric string."""
+    if isinstance(value, bool) or value is None:
+        raise ScenarioError(f"{what} is {json.dumps(value)}, not a number", file=file, path=at)
+    if isinstance(value, str):
+        try:
+            out = float(value.strip())
+        except ValueError:
+            raise ScenarioError(f"{what} {value!r} is not a number", file=file, path=at) from None
+    elif isinstance(value, int | float):
+        out = float(value)
+    else:
+        raise ScenarioError(f"{what} is a {type(value).__name__}, not a number", file=file, path=at)
+    if not math.isfinite(out):
+        raise ScenarioError(f"{what} is {out}, not a finite number", file=file, path=at)
+    return out
+
+
+def latency(value: Any, what: str, *, file: str, at: str, scale: float = 1.0) -> float:
+    """A latency in seconds (`value * scale`), finite, >= 0 and at most `MAX_LATENCY_S`."""
+    out = number(value, what, file=file, at=at) * scale
+    if out < 0:
+        raise ScenarioError(f"{what} is negative ({out:g} s)", file=file, path=at)
+    if out > MAX_LATENCY_S:
+        raise ScenarioError(f"{what} is {out:g} s, above {MAX_LATENCY_S:g} s", file=file, path=at)
+    return out
+
+
+def tokens(value: Any, what: str, *, file: str, at: str, low: int = 1) -> int:
+    """A token count: an integer in [low, MAX_TOKENS] (checked before any int conversion)."""
+    out = number(value, what, file=file, at=at)
+    if out != math.floor(out):
+        raise ScenarioError(f"{what} {out:g} is not an integer", file=file, path=at)
+    if out < low:
+        raise ScenarioError(f"{what} is {out:g}, below {low}", file=file, path=at)
+    if out > MAX_TOKENS:
+        raise ScenarioError(f"{what} is {out:g}, above {MAX_TOKENS:,}", file=file, path=at)
+    return int(out)
+
+
+def unix_seconds(value: Any, what: str, *, file: str, at: str, scale: float = 1.0) -> float:
+    """A wall-clock time in seconds since the epoch (`value * scale`), between 2000 and 2100."""
+    out = number(value, what, file=file, at=at) * scale
+    if not UNIX_LOW_S <= out <= UNIX_HIGH_S:
+        unit = {1.0: "seconds", 1e-3: "milliseconds", 1e-6: "microseconds", 1e-9: "nanoseconds"}
+        raise ScenarioError(
+            f"{what} {value} is not a time between 2000 and 2100 in {unit.get(scale, 'its unit')}"
+            " since the epoch (another clock or unit)",
+            file=file,
+            path=at,
+        )
+    return out
+
+
+def ttft_within_e2e(ttft: float, e2e: float, *, file: str, at: str) -> None:
+    if math.isfinite(ttft) and math.isfinite(e2e) and ttft > e2e + CLOCK_SLACK_S:
+        raise ScenarioError(
+            f"time to first token {ttft:.6g} s exceeds the end-to-end latency {e2e:.6g} s",
+            file=file,
+            path=at,
+        )
+
+
+def mapping(value: Any, what: str, *, file: str, at: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ScenarioError(f"{what} is not a JSON object", file=file, path=at)
+    return value
+
+
+def listing(value: Any, what: str, *, file: str, at: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ScenarioError(f"{what} is not a JSON list", file=file, path=at)
+    return value

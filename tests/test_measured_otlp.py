@@ -1,0 +1,204 @@
+"""The common form of a measured run (`sim.measured.run`) and the reader of vLLM's OTLP spans,
+on small files written here in the exporter's real layout."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from sim.errors import ScenarioError
+from sim.measured import FORMATS, detect_format, read_measured
+from sim.measured.run import assemble
+
+T0 = 1769021450_278127360  # ns since the epoch (2026-01-21)
+
+
+def span(
+    start_ns: int,
+    *,
+    ttft: Any = 0.25,
+    e2e: Any = 3.5,
+    prompt: Any = "1527",
+    output: Any = "500",
+    rid: str = "cmpl-a-0",
+    name: str = "llm_request",
+    queue: float | None = 2e-5,
+    status: dict[str, Any] | None = None,
+    drop: str | None = None,
+) -> dict[str, Any]:
+    attrs: list[dict[str, Any]] = [
+        {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": ttft}},
+        {"key": "gen_ai.latency.e2e", "value": {"doubleValue": e2e}},
+        {"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": prompt}},
+        {"key": "gen_ai.usage.completion_tokens", "value": {"intValue": output}},
+        {"key": "gen_ai.request.id", "value": {"stringValue": rid}},
+        {"key": "gen_ai.request.max_tokens", "value": {"intValue": "500"}},
+    ]
+    if queue is not None:
+        attrs.append({"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": queue}})
+    attrs = [a for a in attrs if a["key"] != drop]
+    end = start_ns + int(float(e2e) * 1e9) if isinstance(e2e, int | float) else start_ns
+    return {
+        "traceId": "2301",
+        "spanId": f"s{rid}",
+        "flags": 256,
+        "name": name,
+        "kind": 2,
+        "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(end),
+        "attributes": attrs,
+        "status": status or {},
+    }
+
+
+def export(*spans: dict[str, Any]) -> str:
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {
+                        "attributes": [
+                            {"key": "service.name", "value": {"stringValue": "vllm-exp1"}}
+                        ]
+                    },
+                    "scopeSpans": [{"scope": {"name": "vllm.llm_engine"}, "spans": list(spans)}],
+                }
+            ]
+        }
+    )
+
+
+def write(tmp_path: Path, *lines: str, name: str = "traces.json") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def three_requests(tmp_path: Path) -> Path:
+    # line 1 holds two spans, out of arrival order; line 2 a third and a span of another name
+    return write(
+        tmp_path,
+        export(
+            span(T0 + 2_000_000_000, ttft=0.5, e2e=2.5, prompt="10", output="5", rid="b"),
+            span(T0, ttft=0.25, e2e=1.25, prompt="20", output="3", rid="a"),
+        ),
+        export(
+            span(T0 + 1_000_000_000, ttft=0.125, e2e=0.125, prompt="7", output="1", rid="c"),
+            span(T0, name="other"),
+        ),
+    )
+
+
+def test_spans_become_rows_sorted_by_arrival_with_exact_values(tmp_path: Path) -> None:
+    run = read_measured(three_requests(tmp_path))
+    assert run.format == "vllm_otlp" and len(run) == 3
+    assert list(run.request_id) == ["a", "c", "b"]
+    np.testing.assert_allclose(run.arrival_s, [0.0, 1.0, 2.0])
+    assert run.prompt_tokens.tolist() == [20, 7, 10]
+    assert run.output_tokens.tolist() == [3, 1, 5]
+    np.testing.assert_allclose(run.ttft_s, [0.25, 0.125, 0.5])
+    np.testing.assert_allclose(run.e2e_s, [1.25, 0.125, 2.5])
+    # (e2e - ttft) / (output - 1); NaN for a single output token (no own TPOT in spans)
+    np.testing.assert_allclose(run.tpot_s, [0.5, math.nan, 0.5])
+    assert run.queue_s is not None
+    np.testing.assert_allclose(run.queue_s, [2e-5] * 3)
+    assert run.origin_unix_s == pytest.approx(T0 / 1e9)
+    assert run.meta["other_spans_skipped"] == 1 and run.meta["service_name"] == ["vllm-exp1"]
+    assert run.itl_s is None and run.num_failed == 0
+    for array in (run.arrival_s, run.prompt_tokens, run.ttft_s, run.request_id, run.queue_s):
+        assert not array.flags.writeable
+    assert run.prompt_tokens.dtype == np.int64 and run.arrival_s.dtype == np.float64
+
+
+def test_window_keeps_arrivals_in_the_half_open_interval_and_rebases(tmp_path: Path) -> None:
+    run = read_measured(three_requests(tmp_path))
+    part = run.window(1.0, 2.0)
+    assert list(part.request_id) == ["c"]
+    assert part.arrival_s.tolist() == [0.0]
+    assert part.origin_unix_s == pytest.approx(T0 / 1e9 + 1.0)
+    assert not part.arrival_s.flags.writeable
+    assert len(run.window(0.5, 10.0)) == 2
+    with pytest.raises(ScenarioError, match="no request arrives"):
+        run.window(5.0, 6.0)
+
+
+def test_error_spans_are_counted_and_left_out(tmp_path: Path) -> None:
+    path = write(tmp_path, export(span(T0, rid="a"), span(T0 + 5, rid="b", status={"code": 2})))
+    run = read_measured(path, "vllm_otlp")
+    assert len(run) == 1 and run.num_failed == 1
+
+
+def test_rows_with_equal_arrivals_keep_file_order() -> None:
+    run = assemble(
+        source="f",
+        fmt="vllm_otlp",
+        arrival=[5.0, 5.0, 4.0],
+        prompt_tokens=[1, 2, 3],
+        output_tokens=[2, 2, 2],
+        ttft_s=[0.1, 0.1, 0.1],
+        e2e_s=[0.3, 0.3, 0.3],
+        request_id=["x", "y", "z"],
+        records=["r1", "r2", "r3"],
+        unix_clock=False,
+        meta={},
+        file_tpot_s=[9.0, 9.0, 9.0],
+    )
+    assert list(run.request_id) == ["z", "x", "y"]
+    assert run.origin_unix_s is None
+    np.testing.assert_allclose(run.tpot_s, [0.2, 0.2, 0.2])  # derived wins over the file's own
+
+
+@pytest.mark.parametrize(
+    ("spans", "expect"),
+    [
+        ((span(T0, ttft=-0.1),), ["span scmpl-a-0", "negative"]),
+        ((span(T0, drop="gen_ai.latency.e2e"),), ["no gen_ai.latency.e2e"]),
+        ((span(T0, ttft=3.0, e2e=2.0),), ["exceeds the end-to-end"]),
+        ((span(T0, e2e="NaN"),), ["not a finite number"]),
+        ((span(T0, prompt="0"),), ["prompt_tokens is 0"]),
+        ((span(T0, output="12.5"),), ["not an integer"]),
+        ((span(T0, prompt="99999999999"),), ["above 10,000,000"]),
+        ((span(T0), span(1769021450, rid="b")), ["span sb", "another clock or unit"]),
+        ((span(T0), span(T0 + 40 * 86400 * 10**9, rid="b")), ["different clocks"]),
+        ((span(T0, name="other"),), ["no completed request"]),
+    ],
+)
+def test_bad_spans_are_one_located_error(
+    tmp_path: Path, spans: tuple[dict[str, Any], ...], expect: list[str]
+) -> None:
+    path = write(tmp_path, export(*spans))
+    with pytest.raises(ScenarioError) as info:
+        read_measured(path, "vllm_otlp")
+    message = info.value.message()
+    assert str(path) in message and "\n" not in message
+    for part in expect:
+        assert part in message
+
+
+def test_ttft_may_exceed_e2e_by_a_millisecond_of_clock_slack(tmp_path: Path) -> None:
+    run = read_measured(write(tmp_path, export(span(T0, ttft=1.0005, e2e=1.0))), "vllm_otlp")
+    assert run.tpot_s[0] == 0.0  # clipped: the two clocks, not a negative decode time
+
+
+def test_truncated_line_and_wrong_tool_are_named(tmp_path: Path) -> None:
+    good = export(span(T0))
+    path = write(tmp_path, good, good[:-7])
+    with pytest.raises(ScenarioError, match=r"line 2: truncated line"):
+        read_measured(path, "vllm_otlp")
+    other = write(tmp_path, json.dumps({"benchmarks": []}), name="g.json")
+    with pytest.raises(ScenarioError, match="looks like a GuideLLM benchmarks report"):
+        read_measured(other, "vllm_otlp")
+
+
+def test_detection_names_the_known_formats_when_it_cannot_tell(tmp_path: Path) -> None:
+    assert detect_format(three_requests(tmp_path)) == "vllm_otlp"
+    path = write(tmp_path, json.dumps({"hello": 1}), name="x.json")
+    with pytest.raises(ScenarioError) as info:
+        read_measured(path)
+    for fmt in FORMATS:
+        assert fmt in info.value.message()
