@@ -18,7 +18,7 @@ from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main
 from sim.core.plan import StepFeatures
 from sim.costs.catalog import HARDWARE, MODELS
-from sim.costs.profile import allreduce_terms, load_profile
+from sim.costs.profile import allreduce_latency_for, allreduce_terms, load_profile
 from sim.costs.table_model import TableCostModel
 
 STATS = ("min", "max", "mean", "median", "std")
@@ -184,10 +184,10 @@ def test_without_measured_collectives_the_all_reduces_are_the_rooflines_and_say_
     import_tree(vidur_tree, tmp_path, hardware="a40", tensor_parallel=2)
     profile = load_profile(tmp_path / "llama-2-7b_a40_tp2.yaml")
     assert profile.table is not None
-    per_step, per_token = allreduce_terms(
-        MODELS["llama-2-7b"], HARDWARE["a40"].with_tensor_parallel(2)
-    )
-    assert per_step == 2 * 32 * 5e-6  # two per layer, 5 us each
+    a40 = HARDWARE["a40"].with_tensor_parallel(2)
+    per_step, per_token = allreduce_terms(MODELS["llama-2-7b"], a40)
+    # two per layer, each at the nearest measured GPU's (A100 DGX) small-message latency
+    assert per_step == 2 * 32 * allreduce_latency_for(a40)[0] == 2 * 32 * 46.0e-6
     for n, got in zip(TOKENS, profile.table.linear.seconds, strict=True):
         assert got == pytest.approx(linear_s(n, 2) + per_step + per_token * n, rel=1e-5), n
     allreduce = profile.provenance["source"]["allreduce"]

@@ -65,14 +65,57 @@ ROOFLINE_MEM_EFFICIENCY = 0.8
 ROOFLINE_FLOP_EFFICIENCY = 0.7
 # Tensor parallelism only (tp > 1): not calibrated against measurements, stated assumptions.
 ROOFLINE_LINK_EFFICIENCY = 0.8
+# The roofline before measured latencies: 5 us per all-reduce (`--old` in
+# benchmarks/bench_published.py); still the value for a tp degree given explicitly as a float.
 ALLREDUCE_LATENCY_S = 5e-6
+# Measured small-message NCCL all-reduce latency by node type and tp degree: Vidur's published
+# collective timings (microsoft/vidur 7d47513, MIT; network/<node>/all_reduce.csv.gz), fitted by
+# `python -m calibration.allreduce_fit` (median time of messages up to 64 KiB, one node).
+ALLREDUCE_LATENCY_MEASURED_S: dict[str, dict[int, float]] = {
+    "a100_dgx": {2: 46.0e-6, 4: 20.5e-6, 8: 32.5e-6},
+    "h100_dgx": {2: 21.0e-6, 4: 38.0e-6, 8: 31.0e-6},
+}
+# Which measured node prices each catalog GPU's all-reduce: its own, else the nearest measured
+# one (H200 and B200: the H100's NVSwitch node; A40, L40S: the A100 node; H100 PCIe: the H100).
+ALLREDUCE_NODE = {
+    "a100-40g": "a100_dgx", "a100-80g": "a100_dgx", "a40": "a100_dgx", "l40s": "a100_dgx",
+    "h100-sxm": "h100_dgx", "h100-pcie": "h100_dgx", "h200": "h100_dgx", "b200": "h100_dgx",
+}  # fmt: skip
+_MEASURED_GPUS = {"a100-40g", "a100-80g", "h100-sxm"}  # the GPUs of Vidur's DGX nodes
+# Host time of every engine step that no kernel covers (scheduling, input preparation, graph
+# launch, sampling; vLLM V1 with CUDA graphs): a real vLLM 0.11 run of Llama-2-7B on one H100
+# (inference-sim eval/ground_truth/jan21-llama7b-train-1, Apache-2.0) decodes alone at a median
+# TPOT of 6.66 ms, of which Vidur's measured H100 kernels of that model (linear layers 5.60 ms
+# at one token, plus the roofline's 0.10 ms LM head and 0.35 ms KV read at its ~1,800-token
+# contexts) account for 6.05 ms. One number for every GPU and model, as the engine's own.
+HOST_STEP_S = 0.6e-3
 ACTIVATION_BYTES = 2  # bf16 activations cross the link, whatever the weight dtype
 LINK_NOTE = (
-    "Assumed, not measured here: NCCL ring all-reduce reaches about 80% of the one-way NVLink "
-    "bandwidth (half the datasheet's two-way figure) on large messages; each all-reduce also "
-    "costs about 5 us of latency (a small-message all-reduce inside a CUDA graph, as vLLM's "
-    "custom all-reduce achieves on NVLink; plain NCCL is slower). Two all-reduces per layer."
+    "Bandwidth assumed: NCCL ring all-reduce reaches about 80% of the one-way NVLink bandwidth "
+    "(half the datasheet's two-way figure) on large messages (Vidur's H100 DGX timings give a "
+    "bus bandwidth of 297-370 GB/s, 66-82% of 450 GB/s). Latency measured: the small-message "
+    "all-reduce time of Vidur's published NCCL timings (allreduce_latency_source). Two "
+    "all-reduces per layer."
 )
+HOST_NOTE = (
+    "Host time per step (scheduling, launch, sampling) measured on vLLM 0.11 (V1, CUDA graphs): "
+    "Llama-2-7B on one H100 decodes alone at 6.66 ms per token, 0.6 ms more than its measured "
+    "kernels (Vidur H100 timings); added to t_mem_s of every roofline profile."
+)
+
+
+def allreduce_latency_for(hw: HardwareSpec) -> tuple[float, str]:
+    """Seconds per all-reduce on `hw` at its tp degree, and where the number comes from: the
+    measured node `ALLREDUCE_NODE` names at the nearest measured tp degree."""
+    node = ALLREDUCE_NODE.get(hw.name)
+    if node is None:  # a GPU the catalog gained without a measured node: the old assumption
+        return ALLREDUCE_LATENCY_S, "assumed 5 us (no measured node for this GPU)"
+    table = ALLREDUCE_LATENCY_MEASURED_S[node]
+    tp = min(table, key=lambda n: (abs(n - hw.tensor_parallel), n))
+    own = "" if hw.name in _MEASURED_GPUS else f", the nearest measured GPU to {hw.name}"
+    return table[tp], f"Vidur {node} all_reduce, tp {tp}, small-message median{own}"
+
+
 _EFFICIENCY_NOTE = (
     "Achieved fractions of datasheet HBM bandwidth and dense bf16 FLOP/s, chosen against 61 real "
     "A100-80GB SXM step times of Llama-2-7B and Llama-3-8B (Vidur kernel timings; "
@@ -100,13 +143,16 @@ def allreduce_terms(
     hw: HardwareSpec,
     *,
     link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
-    allreduce_latency_s: float = ALLREDUCE_LATENCY_S,
+    allreduce_latency_s: float | None = None,
 ) -> tuple[float, float]:
     """Seconds per step and per token of a step's all-reduces on `hw` (none at tp 1): two per
-    layer of the step's activations, a ring over the one-way link (see `roofline_profile`)."""
+    layer of the step's activations, a ring over the one-way link (see `roofline_profile`);
+    each pays `allreduce_latency_s`, by default the measured one (`allreduce_latency_for`)."""
     tp = hw.tensor_parallel
     if tp == 1:
         return 0.0, 0.0
+    if allreduce_latency_s is None:
+        allreduce_latency_s = allreduce_latency_for(hw)[0]
     assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
     one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * link_efficiency
     per_token_bytes = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
@@ -123,7 +169,8 @@ def roofline_profile(
     mem_efficiency: float = ROOFLINE_MEM_EFFICIENCY,
     flop_efficiency: float = ROOFLINE_FLOP_EFFICIENCY,
     link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
-    allreduce_latency_s: float = ALLREDUCE_LATENCY_S,
+    allreduce_latency_s: float | None = None,
+    host_step_s: float = HOST_STEP_S,
 ) -> Profile:
     """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size.
 
@@ -132,8 +179,13 @@ def roofline_profile(
     and the MLP down projections) of `num_tokens * hidden_size * 2` bytes (bf16 activations,
     whatever the weight dtype), priced as a ring: `2 (tp - 1) / tp * bytes` over the one-way link
     bandwidth (half the datasheet's two-way figure) at `link_efficiency`, which scales with the
-    step's tokens (added to t_flop), plus `allreduce_latency_s` each (added to t_mem)."""
+    step's tokens (added to t_flop), plus `allreduce_latency_s` each (added to t_mem; default:
+    measured, `allreduce_latency_for`). Every step also pays `host_step_s` of engine host time
+    (added to t_mem)."""
     check_parallelism(model, hw)
+    latency_source = "given"
+    if allreduce_latency_s is None:
+        allreduce_latency_s, latency_source = allreduce_latency_for(hw)
     tp = hw.tensor_parallel
     bandwidth = tp * hw.hbm_bandwidth_bytes_per_s * mem_efficiency
     peak, compute_dtype = _compute_flops(model, hw)
@@ -145,7 +197,7 @@ def roofline_profile(
         model, hw, link_efficiency=link_efficiency, allreduce_latency_s=allreduce_latency_s
     )
     coefficients = Coefficients(
-        t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step,
+        t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step + host_step_s,
         t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
         t_kv_s_per_token=kv_bytes_per_token_on(model, hw) / bandwidth,
         t_attn_s_per_token2=attn_flops_per_pair / attn_flops,
@@ -154,20 +206,23 @@ def roofline_profile(
         "mem": mem_efficiency,
         "flop": flop_efficiency,
         "justification": _EFFICIENCY_NOTE,
+        "host_step_s": host_step_s,
+        "host_justification": HOST_NOTE,
     }
     params = "num_parameters" if model.num_active_parameters is None else "num_active_parameters"
     formulas = {
-        "t_mem_s": "weight_bytes / (hbm_bandwidth * mem)",
+        "t_mem_s": "weight_bytes / (hbm_bandwidth * mem) + host_step_s",
         "t_flop_s_per_token": f"2 * {params} / (peak_flops * flop)",
         "t_kv_s_per_token": "kv_bytes_per_token / (hbm_bandwidth * mem)",
         "t_attn_s_per_token2": "4 * layers * heads * head_dim / (peak_flops * flop)",
     }
     if tp > 1:
         efficiency |= {"link": link_efficiency, "allreduce_latency_s": allreduce_latency_s,
+                       "allreduce_latency_source": latency_source,
                        "link_justification": LINK_NOTE}  # fmt: skip
         formulas = {
             "t_mem_s": "weight_bytes / (tp * hbm_bandwidth * mem) "
-            "+ 2 * layers * allreduce_latency_s",
+            "+ 2 * layers * allreduce_latency_s + host_step_s",
             "t_flop_s_per_token": f"2 * {params} / (tp * peak_flops * flop) "
             "+ 2 * layers * 2 * (tp - 1) / tp * hidden_size * 2 / (interconnect / 2 * link)",
             "t_kv_s_per_token": "kv_bytes_per_token(tp) / (tp * hbm_bandwidth * mem)",
