@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
 from fuzz_corpus_cli import cli_cases
+from fuzz_corpus_clients import client_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_search import search_cases
 
@@ -30,6 +31,7 @@ CORPUS: list[Case] = [
     *trace_cases(),
     *cli_cases(),
     *search_cases(),
+    *client_cases(),
 ]
 
 

@@ -394,7 +394,12 @@ class Instance:
                 plan = None
             if plan is None:
                 if self._clock > env.now:  # catch SimPy up before waiting for anything
+                    queued = self.num_waiting
                     yield env.timeout(self._clock - env.now)
+                    if self.num_waiting != queued:
+                        # sent at the very end of the run (a closed loop's next request with
+                        # no delay) while SimPy caught up: plan for it instead of idling
+                        continue
                 self._idle = env.event()
                 wake = self.policy.next_wakeup_s(self)
                 if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival

@@ -9,7 +9,8 @@ streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: 
 that cannot fit in this machine's memory is refused up front with the estimate, instead of
 trying to allocate terabytes or swapping for an hour: at load time what no run could hold, and
 when a run with tables starts, what its tables could not. Traces are bounded by their file and
-are not estimated here.
+are not estimated here; closed-loop `clients` send `num_requests`, or `num_clients x
+requests_per_client` if smaller, a count known from the spec.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ TABLE_BYTES_PER_REQUEST = 1_200  # with the request, step and gap tables
 
 def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
     """(requests the workload will have, the key that bounds it); None for a trace."""
+    if spec.clients is not None:  # closed-loop clients: a count known up front
+        sent = float(spec.clients.num_requests(spec.num_requests))
+        if spec.num_requests is not None and sent == spec.num_requests:
+            return sent, "workload.num_requests"
+        return sent, "workload.clients.requests_per_client"
     if spec.trace is not None or spec.arrival is None:
         return None
     count, key = math.inf, "workload.num_requests"

@@ -25,6 +25,7 @@ import pandas as pd
 from sim.errors import ScenarioError
 from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.arrivals import sample_arrivals
+from sim.workload.clients import generate_clients
 from sim.workload.content import build_content, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
 from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
@@ -45,6 +46,8 @@ def generate_requests(
         return _from_trace(spec, spec.trace, base_dir, max_model_len)
     if spec.sessions is not None:
         return generate_sessions(spec, rng, TraceCache(base_dir))
+    if spec.clients is not None:
+        return generate_clients(spec, rng, TraceCache(base_dir))
     arrival_rng, class_rng, prompt_rng, output_rng, predict_rng = rng.spawn(5)
     assert spec.arrival is not None  # guaranteed by WorkloadSpec's validator
     arrival_s = sample_arrivals(spec.arrival, arrival_rng, spec.num_requests, spec.duration_s)

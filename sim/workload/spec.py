@@ -15,6 +15,7 @@ and validated without touching the file system.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -178,6 +179,30 @@ class SessionSpec(_Strict):
     think_time: DelayDist
 
 
+class ClientsSpec(_Strict):
+    """Closed-loop benchmark clients (`vllm bench serve --max-concurrency`, GuideLLM's
+    concurrent mode, AIPerf): `num_clients` clients each send their next request `delay` after
+    the previous response ended; client i sends its first at `i * ramp_up_s / num_clients`. The
+    requests are independent (unique tokens, plus a `shared_prefix` when the workload has one);
+    the workload's `num_requests` is dealt to the clients in turn (client i gets request i,
+    i + N, ...), each client stopping at `requests_per_client`."""
+
+    num_clients: int = Field(ge=1, le=100_000)
+    requests_per_client: int | None = Field(default=None, ge=1, le=100_000_000)
+    prompt_tokens: LengthDist
+    output_tokens: LengthDist
+    # the client's round trip between a response's end and its next request
+    delay: DelayDist = Field(default_factory=lambda: FixedDelay(dist="fixed", value_s=0.0))
+    ramp_up_s: float = Field(default=0.0, ge=0, le=1e9)
+
+    def num_requests(self, cap: int | None) -> int:
+        """Requests the clients send, all told, under the workload's `num_requests` (`cap`)."""
+        total = cap if cap is not None else self.num_clients * (self.requests_per_client or 0)
+        if self.requests_per_client is not None:
+            total = min(total, self.num_clients * self.requests_per_client)
+        return total
+
+
 # --- workload --------------------------------------------------------------------------------
 
 
@@ -246,6 +271,8 @@ class WorkloadSpec(_Strict):
     shared_prefix: SharedPrefixSpec | None = None
     # closed-loop multi-turn sessions instead of independent requests
     sessions: SessionSpec | None = None
+    # closed-loop benchmark clients (N concurrent clients) instead of an arrival process
+    clients: ClientsSpec | None = None
 
     def tier_names(self) -> list[str] | None:
         """The tiers requests can carry, in first-use order; None for a trace tier column."""
@@ -267,12 +294,14 @@ class WorkloadSpec(_Strict):
             given = [key for key, value in synthetic.items() if value is not None]
             if self.tier != "default":
                 given.append("tier (use trace.tier_column)")
-            for key in ("sessions", "shared_prefix"):
+            for key in ("sessions", "shared_prefix", "clients"):
                 if getattr(self, key) is not None:
                     given.append(key)
             if given:
                 raise ValueError(f"'trace' cannot be combined with {', '.join(given)}")
             return self
+        if self.clients is not None:
+            return self._clients_consistent(synthetic)
         if self.sessions is not None:
             given = [key for key, value in synthetic.items() if value is not None]
             if given:
@@ -295,4 +324,25 @@ class WorkloadSpec(_Strict):
                 raise ValueError(f"mix class names must be unique: {', '.join(duplicates)}")
         elif self.prompt_tokens is None or self.output_tokens is None:
             raise ValueError("give both 'prompt_tokens' and 'output_tokens', or a 'mix'")
+        return self
+
+    def _clients_consistent(self, synthetic: Mapping[str, object]) -> WorkloadSpec:
+        assert self.clients is not None
+        given = [key for key, value in synthetic.items() if value is not None]
+        if self.sessions is not None:
+            given.append("sessions")
+        if given:
+            raise ValueError(
+                f"'clients' cannot be combined with {', '.join(given)} (the clients' lengths "
+                "are clients.prompt_tokens and clients.output_tokens)"
+            )
+        if self.duration_s is not None:
+            # the closed loop's arrivals are known only as the run goes, and a run finishes
+            # every request it was given: the count must be known before it starts
+            raise ValueError(
+                "'clients' stop after a number of requests, not a duration: give "
+                "'num_requests' and/or 'clients.requests_per_client' instead of 'duration_s'"
+            )
+        if self.num_requests is None and self.clients.requests_per_client is None:
+            raise ValueError("clients need 'num_requests' and/or 'clients.requests_per_client'")
         return self
