@@ -17,6 +17,7 @@ import pytest
 from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_clients import client_cases
+from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_search import search_cases
 
@@ -31,6 +32,7 @@ CORPUS: list[Case] = [
     *trace_cases(),
     *cli_cases(),
     *search_cases(),
+    *export_cases(),
     *client_cases(),
 ]
 

@@ -17,7 +17,8 @@ from sim.io.destination import TMP_TAG
 from sim.io.output import format_summary, write_results
 from sim.metrics.results import VariantResult
 
-EXPECTED = {".batchsim", "scenario.yaml", "summary.json", "summary.csv", "requests.parquet",
+EXPECTED = {".batchsim", "scenario.yaml", "summary.json", "summary.csv", "bench_summary.json",
+            "requests.parquet",
             "steps.parquet", "itl.parquet", "latency_cdf.png", "timeline.png", "slots.png",
             "latency_cdf.svg", "timeline.svg", "slots.svg", "report.html"}  # fmt: skip
 

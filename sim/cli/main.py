@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.catalog import register as register_catalog
 
     register_catalog(sub)
+    from sim.cli.export import register as register_export
+
+    register_export(sub)
     for name in PLUGINS:
         _plug_in(name, sub)
     return parser

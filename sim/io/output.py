@@ -12,14 +12,15 @@ there while the simulation ran.
 
 Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario text),
 `summary.json` (per variant: metric -> value with NaN as null, plus the scenario name),
-`summary.csv` (variants as rows); the tables asked for (`tables`: `summary` writes none,
-`requests` the per-request table, `all` adds `steps` (step groups) and `itl`), each with a
-`variant` column, as Parquet (default: a tenth of the size of CSV, and typed) or CSV; the PNG
-and SVG plots of `sim.io.plots.save_plots`; `report.html` (`sim.io.report`) and, when asked
-for, `trace.json` (`sim.io.trace_export`). The report is built last, from the files already in
-the temporary folder, so it is part of the same atomic swap. With `progress`, a bar on stderr
-names each file as it is written (large tables take seconds), once writing has taken half a
-second.
+`summary.csv` (variants as rows), `bench_summary.json` (the summary under the field names of
+`vllm bench serve --save-result`, `sim.io.bench_names`); the tables asked for (`tables`:
+`summary` writes none, `requests` the per-request table, `all` adds `steps` (step groups) and
+`itl`), each with a `variant` column, as Parquet (default: a tenth of the size of CSV, and
+typed) or CSV; the PNG and SVG plots of `sim.io.plots.save_plots`; `report.html`
+(`sim.io.report`) and, when asked for, `trace.json` (`sim.io.trace_export`). The report is
+built last, from the files already in the temporary folder, so it is part of the same atomic
+swap. With `progress`, a bar on stderr names each file as it is written (large tables take
+seconds), once writing has taken half a second.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from sim.io.bench_names import bench_document
 from sim.io.destination import MARKER, check_destination, clean_leftovers, mark, temp_paths
 from sim.metrics.side_by_side import SUMMARY_ROWS, format_summary
 
@@ -100,6 +102,10 @@ def _steps(
         text = json.dumps(document, indent=2, allow_nan=False) + "\n"
         _write_text(folder / "summary.json", text)
         _write_csv(table, folder / "summary.csv", index=True)
+        # the same numbers under vLLM bench's names (sim.io.bench_names)
+        bench = bench_document(results.scenario_name, document["variants"])
+        text = json.dumps(bench, indent=2, allow_nan=False) + "\n"
+        _write_text(folder / "bench_summary.json", text)
 
     def itl() -> pd.DataFrame:
         parts = [v.itl.assign(variant=name) for name, v in results.variants.items()]
