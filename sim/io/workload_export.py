@@ -65,8 +65,8 @@ def open_loop_problem(requests: RequestArrays) -> str | None:
     """Why the workload cannot be written as a trace (None: it can)."""
     if requests.sessions is not None and requests.sessions.closed_loop:
         return (
-            "closed-loop sessions: a later turn arrives a think time after the previous turn "
-            "finishes, which only a run knows, so the workload has no arrival times to export"
+            "closed-loop requests (sessions or clients): a later request arrives a while after "
+            "an earlier one finishes, which only a run knows, so there are no arrival times"
         )
     if len(requests) == 0:
         return "the workload has no requests"
