@@ -102,4 +102,18 @@ def read_measured(
         from sim.measured.vllm_otlp import read_vllm_otlp
 
         return read_vllm_otlp(path)
-    raise ScenarioError(f"format {fmt} cannot be read yet", file=str(path))
+    if fmt == "vllm_bench":
+        from sim.measured.vllm_bench import read_vllm_bench
+
+        return read_vllm_bench(path, benchmark=benchmark)
+    if fmt == "guidellm":
+        from sim.measured.guidellm import read_guidellm
+
+        return read_guidellm(path, benchmark=benchmark)
+    if fmt == "aiperf":
+        from sim.measured.aiperf import read_aiperf
+
+        return read_aiperf(path)
+    from sim.measured.batchsim import read_batchsim
+
+    return read_batchsim(path, benchmark=benchmark, variant=variant)

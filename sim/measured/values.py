@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from sim.errors import ScenarioError
 from sim.inputs.text import read_text
@@ -128,3 +130,48 @@ def listing(value: Any, what: str, *, file: str, at: str) -> list[Any]:
     if not isinstance(value, list):
         raise ScenarioError(f"{what} is not a JSON list", file=file, path=at)
     return value
+
+
+def column(
+    values: Any,
+    what: str,
+    *,
+    file: str,
+    record: Callable[[int], str],
+    low: float = 0.0,
+    high: float = MAX_LATENCY_S,
+    allow_nan: bool = False,
+    integer: bool = False,
+) -> np.ndarray:
+    """A whole column checked at once (finite, in [low, high], integral when `integer`); the
+    first bad value is reported with its record, `record(i)`."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    if array is None or array.ndim != 1:
+        for i, value in enumerate(values):
+            number(value, what, file=file, at=record(i))
+        raise ScenarioError(f"{what} is not a list of numbers", file=file)
+    bad_nan = np.isnan(array) & (not allow_nan)
+    with np.errstate(invalid="ignore"):
+        bad = bad_nan | np.isinf(array) | (array < low) | (array > high)
+        if integer:
+            bad |= np.isfinite(array) & (array != np.floor(array))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        value = float(array[i])
+        reason = (
+            "not a finite number"
+            if not np.isfinite(value)
+            else "not an integer"
+            if integer and value != math.floor(value)
+            else f"outside [{low:g}, {high:g}]"
+        )
+        raise ScenarioError(f"{what} {value:g} is {reason}", file=file, path=record(i))
+    return array
+
+
+def same_record(at: str) -> Callable[[int], str]:
+    """A `record` for `column` whose values all belong to one record (a request's gaps)."""
+    return lambda _index: at
