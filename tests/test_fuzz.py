@@ -19,6 +19,7 @@ from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_clients import client_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
+from fuzz_corpus_measured import measured_cases
 from fuzz_corpus_search import search_cases
 
 from sim.cli.main import main
@@ -32,6 +33,7 @@ CORPUS: list[Case] = [
     *trace_cases(),
     *cli_cases(),
     *search_cases(),
+    *measured_cases(),
     *export_cases(),
     *client_cases(),
 ]

@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.catalog import register as register_catalog
 
     register_catalog(sub)
+    from sim.cli.measured import register as register_measured
+
+    register_measured(sub)
     from sim.cli.export import register as register_export
 
     register_export(sub)

@@ -31,12 +31,18 @@ def read_file(path: Path, what: str) -> str:
     return read_text(path, what, max_bytes=MAX_FILE_BYTES)
 
 
+def cut_short(exc: json.JSONDecodeError) -> bool:
+    """Whether a JSON error means the text ends too early (a file cut while being written)."""
+    return exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")
+
+
 def json_document(text: str, file: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
+        reason = "truncated" if cut_short(exc) else "not JSON"
         raise ScenarioError(
-            f"not JSON ({exc.msg} at column {exc.colno})", file=file, path=f"line {exc.lineno}"
+            f"{reason} ({exc.msg} at column {exc.colno})", file=file, path=f"line {exc.lineno}"
         ) from None
 
 
@@ -48,7 +54,7 @@ def json_lines(text: str, file: str) -> Iterator[tuple[int, Any]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            reason = "truncated line" if exc.pos >= len(line.rstrip()) else "not JSON"
+            reason = "truncated line" if cut_short(exc) else "not JSON"
             raise ScenarioError(
                 f"{reason} ({exc.msg} at column {exc.colno})", file=file, path=f"line {number}"
             ) from None

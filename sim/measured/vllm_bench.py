@@ -39,6 +39,7 @@ from sim.measured.run import MeasuredRun, assemble
 from sim.measured.values import (
     MAX_TOKENS,
     column,
+    cut_short,
     latency,
     listing,
     number,
@@ -68,7 +69,7 @@ def _results(text: str, file: str) -> list[tuple[int, dict[str, Any]]]:
         try:
             obj, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            reason = "truncated" if exc.pos >= len(text.rstrip()) else "not JSON"
+            reason = "truncated" if cut_short(exc) else "not JSON"
             raise ScenarioError(
                 f"{reason} ({exc.msg})",
                 file=file,
