@@ -58,8 +58,14 @@ def test_vllm_bench_without_start_times_spaces_arrivals_at_the_rate(tmp_path: Pa
     np.testing.assert_allclose(run.arrival_s, [0.0, 1.0])  # requests 0 and 2 at i / 2.0
     np.testing.assert_allclose(run.e2e_s, [1.5, 0.75])  # latencies win over ttft + itls
     assert "evenly spaced at request_rate 2/s" in run.meta["arrival_times"]
-    infinite = read_measured(write(tmp_path, "i.json", bench_result(request_rate="inf")))
+    infinite = read_measured(
+        write(tmp_path, "i.json", bench_result(request_rate="inf", max_concurrency=8))
+    )
     assert infinite.arrival_s.tolist() == [0.0, 0.0]
+    assert infinite.meta["arrival_times"] == (
+        "not in the file: all at 0 (request_rate inf); max_concurrency 8 gated sending by "
+        "completions"
+    )
 
 
 def test_vllm_bench_appended_results_are_benchmarks(tmp_path: Path) -> None:

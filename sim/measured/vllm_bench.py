@@ -134,6 +134,8 @@ def read_vllm_bench(path: Path, *, benchmark: int | None = None) -> MeasuredRun:
                 f"{key} holds {count} entries for {n} requests (ttfts)", file=file, path=key
             )
     arrival, how = _arrivals(result, n, file)
+    if "start_times" not in result and result.get("max_concurrency") is not None:
+        how += f"; max_concurrency {result['max_concurrency']} gated sending by completions"
     errors, itls, latencies = optional["errors"], optional["itls"], optional["latencies"]
     keep: list[int] = []
     rows: dict[str, list[Any]] = {k: [] for k in ("prompt", "output", "ttft", "e2e", "itl")}
