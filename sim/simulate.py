@@ -169,7 +169,9 @@ def run_variant(
         num_links = cluster.link.num_links if cluster.link is not None else 0
         stream = StreamSummary(context, requests.arrival_s, num_links)
     pulled = pulls_arrivals(cluster, requests)
-    source = Source(env, requests, cluster.dispatch, push=not pulled)
+    source = Source(
+        env, requests, cluster.dispatch, push=not pulled, frontend_s=spec.engine.frontend_s
+    )
     if pulled:
         cluster.instances[0].feed = source.pulled()
     if requests.sessions is not None and requests.sessions.closed_loop:

@@ -188,7 +188,8 @@ def test_tensor_parallel_roofline_by_hand() -> None:
     # (13.163 ms weights + 6.08 ms all-reduce latency + 0.6 ms host + 51.0 us GEMMs + 10.9 us
     # all-reduce bytes + 1,000 x 30.6 ns KV reads)
     step = CostModel(roofline_profile(MODELS["llama-3-70b"], H100_TP4)).step_time(1, 1000, 0)
-    assert step == pytest.approx(0.013163 + 0.00608 + 0.0006 + 51.0e-6 + 10.9e-6 + 1000 * 30.6e-9, rel=1e-4)
+    expected = 0.013163 + 0.00608 + 0.0006 + 51.0e-6 + 10.9e-6 + 1000 * 30.6e-9
+    assert step == pytest.approx(expected, rel=1e-4)
     # tp 1 of a model that fits keeps exactly the single-GPU numbers (no all-reduce terms)
     one = roofline_profile(MODELS["llama-3-8b"], HARDWARE["h100-sxm"]).coefficients
     assert one.t_mem_s == 8_030_261_248 * 2 / (3.35e12 * ROOFLINE_MEM_EFFICIENCY) + HOST_STEP_S

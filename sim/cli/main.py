@@ -120,6 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.export import register as register_export
 
     register_export(sub)
+    from sim.cli.replay import register as register_replay
+
+    register_replay(sub)
     for name in PLUGINS:
         _plug_in(name, sub)
     return parser

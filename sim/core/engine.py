@@ -912,7 +912,11 @@ class Source:
     Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
     exists as Python objects all at once. A closed-loop session's later turn has no arrival time
     in advance: `turn_finished` (the engine's finish hook) schedules it a think time after the
-    previous turn finished."""
+    previous turn finished.
+
+    `frontend_s` (`engine.frontend_s`) is the serving front end's share of every request: it
+    reaches the scheduler that long after its arrival (tokenization and the hand-off to the engine
+    core), while its latencies still count from the arrival."""
 
     def __init__(
         self,
@@ -921,8 +925,10 @@ class Source:
         dispatch: Callable[[Request], None],
         *,
         push: bool = True,  # False: no SimPy process; a lone instance pulls them (`pulled`)
+        frontend_s: float = 0.0,  # a request reaches the scheduler this long after it arrives
     ) -> None:
         self.env = env
+        self.frontend_s = frontend_s
         self.requests = requests
         self.dispatch = dispatch
         assert requests.tier_index is not None
@@ -976,7 +982,7 @@ class Source:
         if nxt < 0:
             return
         at = req.finish_s + float(self.think_s[nxt])
-        event = UrgentTimeout(self.env, at - self.env.now)
+        event = UrgentTimeout(self.env, at + self.frontend_s - self.env.now)
         event.callbacks.append(lambda _: self.dispatch(self.make(nxt, at)))
 
     def pulled(self) -> ArrivalFeed:
@@ -990,9 +996,10 @@ class Source:
         env = self.env
         r = self.requests
         n = self.num_known
+        delay = self.frontend_s
         if self.content is not None or self.session is not None:
             for i in range(n):  # requests with content: built one by one
-                t = float(r.arrival_s[i])
+                t = float(r.arrival_s[i]) + delay
                 if t > env.now:
                     yield UrgentTimeout(env, t - env.now)
                 self.dispatch(self.make(i))
@@ -1000,7 +1007,7 @@ class Source:
         for first in range(0, n, ARRIVAL_BLOCK):
             block = self.block(first, min(n, first + ARRIVAL_BLOCK))
             for offset, args in enumerate(zip(*block, strict=True)):
-                t = args[0]
+                t = args[0] + delay
                 if t > env.now:
                     yield UrgentTimeout(env, t - env.now)
                 self.dispatch(Request(first + offset, *args))
@@ -1019,6 +1026,7 @@ class ArrivalFeed:
         self.source = source
         self.one_by_one = source.content is not None  # requests with content: `Source.make`
         self._next = 0  # index of the next arrival
+        self.delay = source.frontend_s  # when an arrival reaches the scheduler
         self._block: list[tuple[Any, ...]] = []  # Request arguments after the id, from _first
         self._first = 0
         self.next_s = FOREVER_S
@@ -1034,7 +1042,7 @@ class ArrivalFeed:
             columns = src.block(first, last)
         self._block = list(zip(*columns, strict=True))
         self._first = first
-        self.next_s = self._block[0][0] if self._block else FOREVER_S
+        self.next_s = self._block[0][0] + self.delay if self._block else FOREVER_S
 
     def pull(self, until_s: float, submit: Callable[[Request], bool]) -> None:
         """Queue every arrival at or before `until_s`, in order."""
@@ -1045,6 +1053,6 @@ class ArrivalFeed:
             self._next = i + 1
             k = i + 1 - self._first
             if k < len(self._block):
-                self.next_s = self._block[k][0]
+                self.next_s = self._block[k][0] + self.delay
             else:
                 self._load()

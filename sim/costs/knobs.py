@@ -11,6 +11,9 @@ whole scenario in `engine.pricing` (whose fields, where given, win over the prof
   which pads every batch the scheduler can form the same way).
 - `pad_tokens_to`: every other step's token count is rounded up to a multiple of this (GEMM tile
   alignment, e.g. 8) for the linear layers; the padded tokens are priced as decode tokens.
+- `gpu_time_scale`: every step's GPU time (the profile's price, padding included) times this
+  factor: a deployment's kernels running faster or slower than those the profile measured (another
+  driver, attention backend or clock); fitted from measured runs by `batchsim calibrate-engine`.
 - `cpu_overhead`: host time per step, `per_step_s + per_seq_s * num_seqs` (scheduling, input
   preparation, sampling bookkeeping). Synchronous engines add it to the GPU time; with
   `overlap` (asynchronous scheduling: the CPU prepares step k+1 while the GPU runs step k) a step
@@ -56,6 +59,8 @@ class PricingSpec(_Strict):
     cuda_graph_capture_sizes: CaptureSizes = None
     pad_tokens_to: int | None = Field(default=None, gt=0)  # other steps: round tokens up
     cpu_overhead: CpuOverheadSpec | None = None
+    # the profile's GPU time times this (kernels faster or slower than where it was measured)
+    gpu_time_scale: float = Field(default=1.0, ge=0.1, le=10.0)
 
     @field_validator("cuda_graph_capture_sizes")
     @classmethod
@@ -76,7 +81,8 @@ class PricingSpec(_Strict):
     def active(self) -> bool:
         cpu = self.cpu_overhead
         has_cpu = cpu is not None and (cpu.per_step_s > 0 or cpu.per_seq_s > 0)
-        return bool(self.capture_sizes()) or self.pad_tokens_to is not None or has_cpu
+        scaled = self.gpu_time_scale != 1.0
+        return bool(self.capture_sizes()) or self.pad_tokens_to is not None or has_cpu or scaled
 
 
 def merge_pricing(profile: PricingSpec | None, scenario: PricingSpec | None) -> PricingSpec:
@@ -113,6 +119,7 @@ class KnobbedPricer(PricedRuns):
         self.pad_to = pricing.pad_tokens_to or 1
         cpu = pricing.cpu_overhead or CpuOverheadSpec()
         self.cpu_step_s, self.cpu_seq_s, self.overlap = cpu.per_step_s, cpu.per_seq_s, cpu.overlap
+        self.scale = pricing.gpu_time_scale
         self.num_extrapolated = 0
         self.last_extrapolated = False
         self.has_tables: bool = getattr(base, "has_tables", False)
@@ -135,6 +142,8 @@ class KnobbedPricer(PricedRuns):
         """(first step s, increment per repeated step, steps on this linear piece, outside)."""
         n, seqs = self.padded(features)
         first, increment, steps, outside = self.base.price(features, n, seqs)
+        if self.scale != 1.0:  # a linear piece stays linear
+            first, increment = first * self.scale, increment * self.scale
         cpu = self.cpu_step_s + self.cpu_seq_s * features.num_seqs
         if cpu:
             if not self.overlap:

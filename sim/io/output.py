@@ -169,6 +169,7 @@ def write_results(
     table_format: TableFormat = "parquet",
     progress: bool = False,
     before_commit: Callable[[], None] | None = None,
+    extra_files: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the results folder `out_dir` atomically (see the module docstring); return it.
 
@@ -192,6 +193,8 @@ def write_results(
         tmp.mkdir()
         mark(tmp, "results")
         _write_folder(results, tmp, scenario_yaml, options)
+        if extra_files is not None:  # a command's own files (a replay's comparison)
+            extra_files(tmp)
         if before_commit is not None:
             before_commit()
         if os.path.lexists(out_dir):

@@ -159,6 +159,75 @@ def _read_folder(folder: Path) -> tuple[dict[str, Any], str, dict[str, Any]]:
     return document, scenario_text, scenario
 
 
+REPLAY_PLOTS = (
+    ("replay_scatter", "Per request: simulated against measured",
+     "Log axes; the dashed diagonal is perfect agreement."),
+    ("replay_cdf", "Distributions: measured (black) and simulated",
+     "Empirical CDFs over the requests both sides completed."),
+)  # fmt: skip
+
+
+def _comparison(folder: Path) -> str:
+    """The "Measured vs simulated" section of a replay's folder (empty for other folders)."""
+    path = folder / "comparison.json"
+    if not path.is_file():
+        return ""
+    doc = json.loads(read_text(path, "comparison"))
+    measured = doc.get("measured", {})
+    parts = [
+        '<section id="comparison"><h2>Measured vs simulated</h2>',
+        f"<p>Measured run: {_esc(measured.get('file', ''))} ({_esc(measured.get('format', ''))}"
+        f", {_esc(measured.get('requests', ''))} requests), replayed with its exact arrivals "
+        "and lengths. Error = simulated / measured - 1 (positive: the simulation is slower)."
+        "</p>",
+    ]
+    if doc.get("engine_from_log"):
+        parts.append(f"<p>From the engine log: {_esc(', '.join(doc['engine_from_log']))}.</p>")
+    for name, variant in doc.get("variants", {}).items():
+        rows = []
+        for metric, stats in variant["distributions"].items():
+            latency = metric in ("ttft", "tpot", "itl", "e2e")
+            for stat, cell in stats.items():
+                label = f"{metric} {stat} (ms)" if latency else metric
+                scale = 1000.0 if latency else 1.0
+                err = cell["error_pct"]
+                rows.append(
+                    f"<tr><td>{_esc(label)}</td><td>{_format(cell['measured'], scale, '{:.1f}')}"
+                    f"</td><td>{_format(cell['simulated'], scale, '{:.1f}')}</td>"
+                    f"<td>{'' if err is None else f'{err:+.1f}%'}</td></tr>"
+                )
+        agreement = "".join(
+            f"<tr><td>{_esc(m)}</td><td>{_format(a['median_ape_pct'], 1.0, '{:.1f}')}%</td>"
+            f"<td>{_format(a['bias_pct'], 1.0, '{:+.1f}')}%</td>"
+            f"<td>{_format(a['pearson_r'], 1.0, '{:.3f}')}</td><td>{a['n']}</td></tr>"
+            for m, a in variant["per_request"].items()
+        )
+        counts = variant["counts"]
+        left = counts["measured_requests"] - counts["compared_requests"]
+        note = ""
+        if left:
+            reasons = ", ".join(f"{k}: {v}" for k, v in counts["rejected_reasons"].items())
+            rejected = counts["rejected_by_simulator"]
+            note = (f"<p>Left out of the comparison: {left} requests ({rejected} "
+                    f"rejected by the simulator{': ' + _esc(reasons) if reasons else ''}; "
+                    f"{counts['unfinished_in_simulation']} unfinished).</p>")  # fmt: skip
+        parts.append(
+            f"<h3>{_esc(name)}</h3><table><thead><tr><th>metric</th><th>measured</th>"
+            f"<th>simulated</th><th>error</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            "<table><thead><tr><th>per request</th><th>median |error|</th><th>bias</th>"
+            f"<th>Pearson r</th><th>n</th></tr></thead><tbody>{agreement}</tbody></table>{note}"
+        )
+    for stem, heading, caption in REPLAY_PLOTS:
+        png = folder / f"{stem}.png"
+        if png.is_file():
+            data = base64.b64encode(png.read_bytes()).decode("ascii")
+            parts.append(f'<figure id="plot-{stem}"><h3>{_esc(heading)}</h3>'
+                         f'<img alt="{_esc(heading)}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>{_esc(caption)}</figcaption></figure>")  # fmt: skip
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
 def render_report(folder: Path) -> str:
     """The HTML text of the report of results folder `folder`."""
     folder = Path(folder)
@@ -183,7 +252,7 @@ def render_report(folder: Path) -> str:
 variant ran on the same requests.</p>{trace}
 <section id="summary"><h2>Summary</h2>{_summary_table(variants)}{_all_metrics(variants)}
 </section>
-<section id="plots"><h2>Plots</h2>{_plots(folder)}</section>
+{_comparison(folder)}<section id="plots"><h2>Plots</h2>{_plots(folder)}</section>
 <section id="profile"><h2>Step-cost profile and provenance</h2>{_profiles(scenario)}</section>
 <section id="scenario"><h2>Resolved scenario</h2>
 <details><summary>scenario.yaml ({len(scenario_text.splitlines())} lines)</summary>

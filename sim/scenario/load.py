@@ -31,6 +31,7 @@ from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
+from sim.scenario.engine_preset import apply_engine_preset
 from sim.scenario.overrides import (
     apply_overrides,
     merge,
@@ -257,6 +258,12 @@ def _resolve(
     file: str,
     base_dir: Path,
 ) -> ResolvedScenario:
+    try:
+        raw = apply_engine_preset(raw, base_dir)
+    except ScenarioError as exc:
+        if exc.file is None:
+            raise ScenarioError(exc.reason, file=file, path=exc.path) from None
+        raise
     spec = _validate(raw, file, variant, override)
     try:
         check_fits(spec.model, spec.hardware)

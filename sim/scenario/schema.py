@@ -204,6 +204,13 @@ class EngineSpec(_Strict):
     # engine effects priced on top of every instance's profile (CUDA-graph padding, token
     # padding, CPU overhead: sim/costs/knobs.py); the fields given here win over a profile's own
     pricing: PricingSpec | None = None
+    # the serving front end's time per request (API server: tokenization, hand-off to the engine
+    # core): a request reaches the scheduler this long after it arrives, and its TTFT, queue
+    # delay and E2E include it
+    frontend_s: float = Field(default=0.0, ge=0.0, le=10.0)
+    # the engine preset these fields started from (sim/scenario/engine_preset.py): a shipped
+    # name such as vllm-0.11_h100-sxm, or a preset file
+    preset: str | None = Field(default=None, min_length=1)
 
 
 Role = Literal["serve", "prefill", "decode"]

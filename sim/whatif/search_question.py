@@ -21,12 +21,13 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from sim.costs.catalog import ModelSpec
 from sim.errors import ScenarioError
+from sim.measured import read_measured
 from sim.scenario.load import ResolvedScenario, ScenarioSet, load_scenario_dict, source_of
 from sim.whatif.capacity import SLO, parse_slos
 from sim.whatif.search_probe import Question, max_units, scenario_of, unit_counts
@@ -34,7 +35,8 @@ from sim.whatif.search_prune import unit_figures
 from sim.whatif.search_space import Config, Expanded, expand, policies, read_space, validated
 from sim.workload import generate_requests
 from sim.workload.mooncake import read_mooncake
-from sim.workload.traces import read_trace, resolve_path
+from sim.workload.spec import MEASURED_FORMATS
+from sim.workload.traces import TraceFileFormat, read_trace, resolve_path
 
 Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]
 REPLACED = ("hardware", "cluster", "disaggregation")  # set by each configuration
@@ -65,8 +67,11 @@ def _trace_windows(
     path = resolve_path(trace.path, resolved.base_dir)
     if trace.format == "mooncake":
         times = read_mooncake(path).arrival_s
+    elif trace.format in MEASURED_FORMATS:
+        fmt = None if trace.format == "measured" else trace.format
+        times = read_measured(path, fmt, benchmark=trace.benchmark).arrival_s
     else:
-        times = read_trace(path, trace.format).arrival_s
+        times = read_trace(path, cast(TraceFileFormat, trace.format)).arrival_s
     end = math.inf if trace.end_s is None else trace.end_s
     rows = times[(times >= trace.start_s) & (times < end)]
     windows = []

@@ -62,3 +62,13 @@ def build_content(
     owner = np.arange(len(prompt_tokens), dtype=np.int64)
     ids, offsets = content_ids(prefix, prefix_tokens, owner, prompt_tokens)
     return Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt_tokens.copy())
+
+
+def shared_prompt_prefix(prompt_tokens: np.ndarray, prefix_tokens: int, groups: int) -> Content:
+    """Content of a trace whose prompts start with a shared prefix: request i's first
+    `prefix_tokens` tokens (at most all but its last) are prefix i mod `groups`'s, the rest its
+    own (a benchmark client's `prefix_tokens` or `--random-prefix-len`)."""
+    n = len(prompt_tokens)
+    prefix = np.arange(n, dtype=np.int64) % groups
+    shared = np.minimum(prefix_tokens, prompt_tokens - 1).astype(np.int64)
+    return build_content(prefix, shared, prompt_tokens)

@@ -18,20 +18,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from sim.errors import ScenarioError
+from sim.measured import read_measured
 from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.arrivals import sample_arrivals
 from sim.workload.clients import generate_clients
-from sim.workload.content import build_content, draw_prefixes
+from sim.workload.content import build_content, draw_prefixes, shared_prompt_prefix
 from sim.workload.lengths import TraceCache, sample_lengths
 from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
 from sim.workload.sessions import generate_sessions
-from sim.workload.spec import TraceSpec, WorkloadSpec
-from sim.workload.traces import read_trace, resolve_path
+from sim.workload.spec import MEASURED_FORMATS, TraceSpec, WorkloadSpec
+from sim.workload.traces import TraceFileFormat, read_trace, resolve_path
 
 
 def generate_requests(
@@ -137,8 +139,16 @@ def _from_trace(
             )
         moon = read_mooncake(path)
         times, prompts, outputs = moon.arrival_s, moon.prompt_tokens, moon.output_tokens
+    elif trace.format in MEASURED_FORMATS:
+        for key in columns:
+            raise ScenarioError(
+                f"a measured run has no columns: {key} does not apply", path=f"workload.trace.{key}"
+            )
+        fmt = None if trace.format == "measured" else trace.format
+        run = read_measured(path, fmt, benchmark=trace.benchmark)
+        times, prompts, outputs = run.arrival_s, run.prompt_tokens, run.output_tokens
     else:
-        data = read_trace(path, trace.format, tuple(columns.values()))
+        data = read_trace(path, cast(TraceFileFormat, trace.format), tuple(columns.values()))
         times, prompts, outputs = data.arrival_s, data.prompt_tokens, data.output_tokens
     end_s = np.inf if trace.end_s is None else trace.end_s
     keep = np.flatnonzero((times >= trace.start_s) & (times < end_s))
@@ -177,6 +187,8 @@ def _from_trace(
         kept = ~too_long
         keep, arrival_s, prompt, output = keep[kept], arrival_s[kept], prompt[kept], output[kept]
         count = len(keep)
+    if trace.prefix_tokens and trace.format != "mooncake":
+        content = shared_prompt_prefix(prompt, trace.prefix_tokens, trace.prefix_groups)
     if trace.format == "mooncake":
         starts, ends = moon.offsets[keep], moon.offsets[keep + 1]
         pieces = [moon.hash_ids[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
@@ -186,7 +198,9 @@ def _from_trace(
         content = Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt.copy())
         sessions = Sessions(session=moon.session[keep])  # conversation labels (see mooncake)
     source_id: np.ndarray | None = None
-    if trace.format != "mooncake":
+    if trace.format in MEASURED_FORMATS:
+        source_id = run.request_id[keep].astype(object)
+    elif trace.format != "mooncake":
         if trace.tier_column:
             codes, uniques = pd.factorize(data.extra[trace.tier_column][keep])
             tier_index, tier_names = codes.astype(np.int64), tuple(str(u) for u in uniques)

@@ -23,6 +23,9 @@ from pydantic import Field, model_validator
 from sim.inputs.strict_model import StrictModel
 
 TraceFormat = Literal["azure", "csv", "mooncake"]
+# measured runs of real engines replayed as traces (sim.measured reads them)
+MeasuredFormat = Literal["vllm_otlp", "vllm_bench", "guidellm", "aiperf", "batchsim", "measured"]
+MEASURED_FORMATS = ("vllm_otlp", "vllm_bench", "guidellm", "aiperf", "batchsim", "measured")
 # Longest prompt or output a length may ask for: far beyond any model's context, yet small enough
 # that token sums stay exact in int64 and float64 arithmetic.
 MAX_TOKENS = 2**31 - 1
@@ -220,7 +223,8 @@ class TraceSpec(_Strict):
     """Replay a trace file. Window bounds are in trace seconds, before `rate_scale` applies."""
 
     path: str = Field(min_length=1)
-    format: TraceFormat = "csv"
+    # a trace format, or a measured run's (`measured`: detected from the file's content)
+    format: TraceFormat | MeasuredFormat = "csv"
     rate_scale: float = Field(default=1.0, gt=0)
     start_s: float = Field(default=0.0, ge=0)
     end_s: float | None = Field(default=None, gt=0)
@@ -239,6 +243,14 @@ class TraceSpec(_Strict):
     # rejected by the policy, counted), dropped from the workload, or their prompt clipped;
     # dropped and clipped requests are counted in the summary
     long_prompts: Literal["keep", "drop", "clip"] = "keep"
+    # measured runs: which benchmark of a file holding several (a GuideLLM sweep; a batchsim
+    # results folder's variant), 0-based (None: all, in time order)
+    benchmark: int | None = Field(default=None, ge=0, le=100_000)
+    # a prompt prefix the requests share (a benchmark client's `prefix_tokens`,
+    # `--random-prefix-len`): every prompt starts with the same `prefix_tokens` tokens, or with
+    # one of `prefix_groups` such prefixes (request i has prefix i mod prefix_groups)
+    prefix_tokens: int = Field(default=0, ge=0, le=10_000_000)
+    prefix_groups: int = Field(default=1, ge=1, le=1_000_000)
 
     @model_validator(mode="after")
     def _window(self) -> TraceSpec:

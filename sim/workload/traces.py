@@ -63,8 +63,11 @@ def resolve_path(path: str, base_dir: Path) -> Path:
     return candidate if candidate.is_absolute() else base_dir / candidate
 
 
+TraceFileFormat = Literal["azure", "csv"]  # the formats `read_trace` reads
+
+
 def read_trace(
-    path: Path, fmt: Literal["azure", "csv"], extra_columns: tuple[str, ...] = ()
+    path: Path, fmt: TraceFileFormat, extra_columns: tuple[str, ...] = ()
 ) -> TraceData:
     """Read and validate a trace file; raise `ScenarioError` (file, 'line N') on bad input.
 

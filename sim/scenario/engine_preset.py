@@ -1,0 +1,87 @@
+"""Engine presets: engine terms fitted to measured runs, named by a scenario (`engine.preset`).
+
+A preset file (`batchsim calibrate-engine` writes them) holds an `engine:` mapping, the same
+fields a scenario's `engine:` takes (`frontend_s`, `pricing`: CPU overhead, GPU-time scale,
+CUDA-graph sizes), and its provenance: the measured runs it was fitted to, the engine version,
+the GPU, the model, the profile it was fitted on top of, and the errors before and after.
+
+A scenario names one by name (a file shipped in `sim/scenario/presets/`, e.g.
+`vllm-0.11_h100-sxm`) or by path (relative to the scenario file). The preset's fields come
+first and the scenario's own `engine:` fields win over them, key by key (`pricing` and
+`cpu_overhead` merge too), so a scenario can pin one term and keep the others.
+
+The terms are fitted on top of one step-cost profile: a GPU-time scale means "this much faster
+or slower than that profile". The preset names that profile (`provenance.setup.profile`); use it
+with the same one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.inputs.strict_yaml import load_yaml
+from sim.inputs.text import check_regular_file, read_text
+
+PRESETS_DIR = Path(__file__).parent / "presets"
+
+
+def shipped_presets() -> list[str]:
+    """Names of the presets that come with batchsim."""
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def preset_path(name: str, base_dir: Path) -> Path:
+    """The file a preset name or path means."""
+    if name in shipped_presets():
+        return PRESETS_DIR / f"{name}.yaml"
+    candidate = Path(name).expanduser()
+    if candidate.suffix.lower() not in (".yaml", ".yml"):
+        raise ScenarioError(
+            f"no engine preset {name!r}; shipped: {', '.join(shipped_presets()) or 'none'} "
+            "(or give a .yaml file)",
+            path="engine.preset",
+        )
+    return candidate if candidate.is_absolute() else base_dir / candidate
+
+
+def read_preset(path: Path) -> dict[str, Any]:
+    """The `engine:` mapping of a preset file, checked for shape (the scenario schema checks
+    the values)."""
+    check_regular_file(path, "engine preset")
+    file = str(path)
+    doc = load_yaml(read_text(path, "engine preset"), file)
+    if not isinstance(doc, dict) or doc.get("kind") != "engine_preset":
+        raise ScenarioError("not an engine preset (kind: engine_preset)", file=file, path="kind")
+    engine = doc.get("engine")
+    if not isinstance(engine, dict):
+        raise ScenarioError("must be a mapping of engine fields", file=file, path="engine")
+    if "preset" in engine:
+        raise ScenarioError("a preset cannot name another preset", file=file, path="engine.preset")
+    return engine
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def apply_engine_preset(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """`raw` (a scenario mapping) with its `engine.preset` expanded: the preset's fields under
+    the scenario's own. The preset's name stays in `engine.preset`, so the resolved scenario
+    says where its terms came from."""
+    engine = raw.get("engine")
+    if not isinstance(engine, dict) or engine.get("preset") is None:
+        return raw
+    name = engine["preset"]
+    if not isinstance(name, str) or not name:
+        raise ScenarioError("must be a preset name or a .yaml path", path="engine.preset")
+    preset = read_preset(preset_path(name, base_dir))
+    own = {k: v for k, v in engine.items() if k != "preset"}
+    return {**raw, "engine": {**_merge(preset, own), "preset": name}}
