@@ -256,12 +256,12 @@ def _calibrate(args: argparse.Namespace) -> int:
             (runs_doc if role == "fit" else holdout_doc).append(entry)
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     fit = fit_engine(cases, holdout, terms, progress=progress)
-    engine = fit.engine_fields(cases[0].raw.get("engine") or {})
-    engine.pop("preset", None)
+    engine = fit.engine_fields(_preset_base(cases[0].raw))
     name = args.name or args.out.stem
     doc = preset_document(fit, name=name, engine=engine, runs=runs_doc, holdout=holdout_doc,
                           setup=setup)
-    write_atomically(args.out, yaml.safe_dump(doc, sort_keys=False))
+    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None, width=96)
+    write_atomically(args.out, text)
     if not args.quiet:
         _print_fit(fit)
         print(f"\npreset written to {args.out} (name it in a scenario: engine: {{preset: "
@@ -319,3 +319,17 @@ def _is_preset(path: Path) -> bool:
     except OSError:
         return False
     return head.startswith("schema_version: 1\nkind: engine_preset\n")
+
+
+def _preset_base(raw: dict[str, Any]) -> dict[str, Any]:
+    """What a preset carries besides the fitted terms: the CUDA-graph sizes the fit ran with
+    (`vllm` when they are vLLM's default list)."""
+    from sim.costs.knobs import VLLM_CAPTURE_SIZES
+
+    pricing = (raw.get("engine") or {}).get("pricing") or {}
+    sizes = pricing.get("cuda_graph_capture_sizes")
+    if sizes is None:
+        return {}
+    if isinstance(sizes, list) and tuple(sizes) == VLLM_CAPTURE_SIZES:
+        sizes = "vllm"
+    return {"pricing": {"cuda_graph_capture_sizes": sizes}}
