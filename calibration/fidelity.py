@@ -1,0 +1,64 @@
+"""The fidelity check: batchsim against a real measured run, in CI.
+
+`calibration/measured/vllm-0.11-h100-llama-2-7b/` holds a real vLLM 0.11 run (Llama-2-7B on an
+H100; its README has the source and licence). This module replays it through
+`scenarios/measured/vllm-0.11_h100_llama-2-7b.yaml` (both variants: the step-cost profile alone,
+and with the fitted engine preset `vllm-0.11_h100-sxm`) with the engine's log, and returns the
+signed errors of p50 and p90 of TTFT, TPOT and E2E and the median per-request E2E error, in
+percent. `expected_errors.json` beside the run records them; `tests/test_fidelity.py` fails when
+any moves by more than one percentage point. After an intended change:
+
+    python -m calibration.fidelity --write     # rerun and record the errors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "calibration" / "measured" / "vllm-0.11-h100-llama-2-7b"
+SCENARIO = ROOT / "scenarios" / "measured" / "vllm-0.11_h100_llama-2-7b.yaml"
+EXPECTED = RUN / "expected_errors.json"
+TOLERANCE_PP = 1.0  # percentage points an error may move before the check fails
+
+
+def fidelity_errors() -> dict[str, dict[str, float | None]]:
+    """Per variant: the headline errors of the replay of the committed run, in percent."""
+    from sim.measured import read_measured, read_vllm_log
+    from sim.scenario.load import read_scenario
+    from sim.whatif.calibrate_engine import headline
+    from sim.whatif.replay import load_replay, replay, replay_raw
+
+    run = read_measured(RUN / "traces.json")
+    engine = read_vllm_log(RUN / "vllm.log")
+    raw, notes = replay_raw(
+        read_scenario(SCENARIO), RUN / "traces.json", engine=engine, log_file=str(RUN / "vllm.log")
+    )
+    scenario = load_replay(raw, str(SCENARIO), SCENARIO.parent)
+    result = replay(scenario, run, notes)
+    return {name: headline(c) for name, c in result.comparisons.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="record the errors as expected")
+    args = parser.parse_args(argv)
+    errors = fidelity_errors()
+    doc: dict[str, Any] = {
+        "run": "calibration/measured/vllm-0.11-h100-llama-2-7b",
+        "scenario": "scenarios/measured/vllm-0.11_h100_llama-2-7b.yaml",
+        "tolerance_pp": TOLERANCE_PP,
+        "errors_pct": errors,
+    }
+    text = json.dumps(doc, indent=2) + "\n"
+    if args.write:
+        EXPECTED.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
