@@ -20,6 +20,7 @@ from fuzz_corpus_clients import client_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_measured import measured_cases
+from fuzz_corpus_replay import replay_cases
 from fuzz_corpus_search import search_cases
 
 from sim.cli.main import main
@@ -36,6 +37,7 @@ CORPUS: list[Case] = [
     *measured_cases(),
     *export_cases(),
     *client_cases(),
+    *replay_cases(),
 ]
 
 

@@ -20,9 +20,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sim.errors import ScenarioError
+from sim.inputs.messages import as_error, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
+from sim.scenario.schema import EngineSpec
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 
@@ -47,8 +51,8 @@ def preset_path(name: str, base_dir: Path) -> Path:
 
 
 def read_preset(path: Path) -> dict[str, Any]:
-    """The `engine:` mapping of a preset file, checked for shape (the scenario schema checks
-    the values)."""
+    """The `engine:` mapping of a preset file, checked against the scenario's engine schema (so
+    that a bad value is blamed on the preset, not on the scenario that names it)."""
     check_regular_file(path, "engine preset")
     file = str(path)
     doc = load_yaml(read_text(path, "engine preset"), file)
@@ -59,6 +63,11 @@ def read_preset(path: Path) -> dict[str, Any]:
         raise ScenarioError("must be a mapping of engine fields", file=file, path="engine")
     if "preset" in engine:
         raise ScenarioError("a preset cannot name another preset", file=file, path="engine.preset")
+    try:
+        EngineSpec.model_validate(engine)
+    except ValidationError as exc:
+        found = problems(exc, EngineSpec)
+        raise as_error([(f"engine.{key}".rstrip("."), why) for key, why in found], file) from None
     return engine
 
 
