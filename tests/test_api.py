@@ -111,7 +111,11 @@ def test_version_license_and_typing_marker(capsys: pytest.CaptureFixture[str]) -
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
-    assert project["tool"]["setuptools"]["package-data"]["sim"] == ["py.typed"]
+    # the typing marker and the shipped engine presets travel with the package
+    assert project["tool"]["setuptools"]["package-data"]["sim"] == [
+        "py.typed",
+        "scenario/presets/*.yaml",
+    ]
     assert (ROOT / "sim" / "py.typed").is_file()
     notebooks = project["project"]["optional-dependencies"]["notebooks"]
     assert any(dep.startswith("jupyterlab") for dep in notebooks)
