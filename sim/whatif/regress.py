@@ -13,6 +13,11 @@ match exactly; every other metric within a relative 1e-6 (with an absolute floor
 values near zero). Anything beyond that is a change in behaviour, in either direction, and fails:
 a faster scheduler is still a change someone must look at and accept with `--update`.
 
+A scenario whose file name ends in `.stream.yaml` runs as `batchsim run --stream` does: no
+tables, its records folded chunk by chunk into the summary (`sim.metrics.streaming`; samples
+past 65,536 rows go to sketches, so such a baseline pins the streamed figures, not the exact
+ones). Its baseline is `<name>.stream.json`.
+
 Per-metric overrides live in the baseline file itself: the `tolerances` it records are the ones
 used to compare, so loosening one metric is an edit reviewed with the baseline, and `--update`
 keeps it. Metrics new in the code get the default tolerance; a metric that disappeared fails.
@@ -72,9 +77,18 @@ def baseline_path(scenario: Path, baselines: Path) -> Path:
     return baselines / f"{scenario.stem}.json"
 
 
+STREAMED_SUFFIX = ".stream.yaml"
+
+
+def streamed(scenario: Path) -> bool:
+    """Whether the scenario runs with its summary streamed (no tables, sketch percentiles)."""
+    return scenario.name.endswith(STREAMED_SUFFIX)
+
+
 def run_ci_scenario(path: Path) -> dict[str, Any]:
-    """The scenario's summary document (variants -> metrics, NaN as None)."""
-    results = simulate(path)
+    """The scenario's summary document (variants -> metrics, NaN as None); streamed when the
+    file name ends in `.stream.yaml`."""
+    results = simulate(path, tables=not streamed(path))
     document = summary_document(results.scenario_name, results.summary())
     parsed: dict[str, Any] = json.loads(json.dumps(document, allow_nan=False))
     return parsed
