@@ -1,14 +1,25 @@
 """Published serving measurements against the default roofline: measured vs simulated
-throughput per GPU and TPOT for every row of calibration/published/*.csv (columns in its README).
+throughput, TPOT and TTFT for every row of calibration/published/*.csv (columns in its README).
 
     python benchmarks/bench_published.py          # the defaults
     python benchmarks/bench_published.py --old    # the roofline before measured all-reduce
                                                   # latency and host time (5 us, no host step)
+    python benchmarks/bench_published.py --assume-kv fp8   # KV dtype where a row gives none
 
-A row runs as a fixed concurrency C: a saturating arrival stream with `max_num_seqs = C`, so C
-requests are always in flight, chunked prefill with 8,192 tokens per step (vLLM V1's default
-engine), fixed prompt and output lengths; 10 x C requests (at least 50). Only TPOT and
-throughput are compared: queueing in front of the engine differs from a closed-loop client's.
+A row is a fixed-concurrency benchmark: `concurrency` closed-loop clients (`workload.clients`,
+as `vllm bench serve --max-concurrency`, AIPerf and GuideLLM run them), each sending its next
+request as soon as the previous one ended; `max_num_seqs` is the concurrency (the published
+runs set it so, or leave the engine's limit above it), chunked prefill with
+`max_num_batched_tokens` tokens per step (8,192 when the row gives none: vLLM V1's default).
+Prompt and output lengths are fixed at `isl`/`osl`, or uniform integers in `isl_min..isl`
+(`osl_min..osl`) where the benchmark drew them so (InferenceX: random range ratio 0.8). The
+run sends `num_requests` requests (10 x concurrency, at least 50, when not given).
+
+Throughput is compared as the row publishes it: total (input + output) tokens per second per
+GPU, or else the instance's output tokens per second. TPOT and TTFT are compared with the
+simulated median or mean, after the row's `statistic`. Errors are simulated / measured - 1;
+the medians of their absolute values are printed overall and per engine (vLLM rows check the
+defaults; the TensorRT-LLM and NIM rows are other engines, shown apart).
 """
 
 from __future__ import annotations
@@ -28,60 +39,137 @@ sys.path.insert(0, str(ROOT))
 from sim.costs import profile as profile_module  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
 
+DEFAULT_BATCHED_TOKENS = 8192
+METRICS = ("tput", "tpot", "ttft")
+
+
+def _given(value: Any) -> bool:
+    """True for a number the CSV gives (pandas reads an empty cell as NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _lengths(high: Any, low: Any) -> dict[str, Any]:
+    if _given(low) and int(low) < int(high):
+        return {"dist": "uniform", "low": int(low), "high": int(high)}
+    return {"dist": "fixed", "value": int(high)}
+
 
 def scenario(row: Any) -> dict[str, Any]:
+    """The scenario that reproduces one published point (a pandas row)."""
     conc = int(row.concurrency)
+    requests = int(row.num_requests) if _given(row.num_requests) else max(50, 10 * conc)
+    batched = (
+        int(row.max_num_batched_tokens)
+        if _given(row.max_num_batched_tokens)
+        else DEFAULT_BATCHED_TOKENS
+    )
+    model: dict[str, Any] = {"name": row.model, "weight_dtype": row.weight_dtype}
+    if isinstance(row.kv_dtype, str):
+        model["kv_dtype"] = row.kv_dtype
+    if _given(row.max_model_len):  # the served context (the catalog's is the model's first)
+        model["max_model_len"] = int(row.max_model_len)
     return {
         "name": "published",
         "seed": 1,
         "workload": {
-            "num_requests": max(50, 10 * conc),
-            "arrival": {"process": "constant", "rate": 1000.0},
-            "prompt_tokens": {"dist": "fixed", "value": int(row.isl)},
-            "output_tokens": {"dist": "fixed", "value": int(row.osl)},
+            "num_requests": requests,
+            "clients": {
+                "num_clients": conc,
+                "prompt_tokens": _lengths(row.isl, row.isl_min),
+                "output_tokens": _lengths(row.osl, row.osl_min),
+            },
         },
-        "model": {"name": row.model, "weight_dtype": row.weight_dtype},
+        "model": model,
         "hardware": {"name": row.gpu, "tensor_parallel": int(row.tensor_parallel)},
         "profile": "roofline",
-        "policy": {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": 8192},
+        "policy": {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": batched},
     }
 
 
-def run(rows: pd.DataFrame, old: bool) -> pd.DataFrame:
-    if old:  # the constants before this change
-        profile_module.HOST_STEP_S = 0.0
-        profile_module.ALLREDUCE_NODE = {}
-        defaults = profile_module.roofline_profile.__kwdefaults__
-        assert defaults is not None
-        defaults["host_step_s"] = 0.0
-    out = []
-    for row in rows.itertuples():
-        s = simulate(scenario(row)).variants
-        summary = next(iter(s.values())).summary()
-        tput = summary["total_tokens_per_s"] / int(row.tensor_parallel)
-        tpot = summary["tpot_p50_s"] * 1e3
-        out.append({"point": f"{row.gpu} tp{row.tensor_parallel} {row.model} "
-                             f"{row.isl}/{row.osl} c{row.concurrency}",
-                    "tput_meas": row.throughput_per_gpu_tok_s, "tput_sim": tput,
-                    "tpot_meas": row.tpot_ms, "tpot_sim": tpot})  # fmt: skip
-    table = pd.DataFrame(out)
-    table["tput_err_%"] = (table.tput_sim / table.tput_meas - 1) * 100
-    table["tpot_err_%"] = (table.tpot_sim / table.tpot_meas - 1) * 100
+def use_old_constants() -> None:
+    """The roofline's constants before measured all-reduce latency and host time per step."""
+    profile_module.HOST_STEP_S = 0.0
+    profile_module.ALLREDUCE_NODE = {}
+    defaults = profile_module.roofline_profile.__kwdefaults__
+    assert defaults is not None
+    defaults["host_step_s"] = 0.0
+
+
+def compare(row: Any) -> dict[str, Any]:
+    """Measured and simulated throughput, TPOT and TTFT of one row."""
+    summary = next(iter(simulate(scenario(row)).variants.values())).summary()
+    tp = int(row.tensor_parallel)
+    stat = "mean" if row.statistic == "mean" else "p50"
+    if _given(row.throughput_per_gpu_tok_s):
+        kind, tput_meas = "total/gpu", float(row.throughput_per_gpu_tok_s)
+        tput_sim = summary["total_tokens_per_s"] / tp
+    else:  # the instance's output tokens per second (NaN where the row publishes neither)
+        kind, tput_meas = "output", float(row.output_throughput_tok_s)
+        tput_sim = summary["output_tokens_per_s"]
+    lengths = f"{int(row.isl)}/{int(row.osl)}"
+    return {
+        "engine": row.engine,
+        "point": f"{row.engine} {row.gpu} tp{tp} {row.model} {lengths} c{int(row.concurrency)}",
+        "tput": kind,
+        "tput_meas": tput_meas,
+        "tput_sim": tput_sim,
+        "tpot_meas": float(row.tpot_ms),
+        "tpot_sim": summary[f"tpot_{stat}_s"] * 1e3,
+        "ttft_meas": float(row.ttft_ms),
+        "ttft_sim": summary[f"ttft_{stat}_s"] * 1e3,
+    }
+
+
+def run(rows: pd.DataFrame, old: bool, assume_kv: str | None = None) -> pd.DataFrame:
+    if old:
+        use_old_constants()
+    if assume_kv is not None:  # a row that does not publish its KV dtype gets this one
+        rows = rows.assign(kv_dtype=rows["kv_dtype"].where(rows["kv_dtype"].notna(), assume_kv))
+    table = pd.DataFrame([compare(row) for row in rows.itertuples()])
+    for metric in METRICS:
+        table[f"{metric}_err_%"] = (table[f"{metric}_sim"] / table[f"{metric}_meas"] - 1) * 100
     return table
+
+
+def median_errors(table: pd.DataFrame) -> list[str]:
+    """One line per group (all rows, then each engine): median |error| of each metric."""
+    groups = [("all", table)] + [(str(e), g) for e, g in table.groupby("engine", sort=True)]
+    lines = []
+    for name, group in groups:
+        parts = []
+        for metric in METRICS:
+            errors = [abs(v) for v in group[f"{metric}_err_%"] if not math.isnan(v)]
+            value = f"{statistics.median(errors):5.1f} %" if errors else "    -  "
+            parts.append(f"{metric} {value} (n={len(errors)})")
+        lines.append(f"median |error| {name:8s}: " + ", ".join(parts))
+    return lines
+
+
+def read_rows(folder: Path) -> pd.DataFrame:
+    frames = [pd.read_csv(p) for p in sorted(folder.glob("*.csv"))]
+    rows = pd.concat(frames, ignore_index=True)
+    # columns a file may leave out (older files predate them)
+    for column in ("kv_dtype", "isl_min", "osl_min", "num_requests", "max_num_batched_tokens",
+                   "max_model_len", "throughput_per_gpu_tok_s", "output_throughput_tok_s",
+                   "statistic"):
+        if column not in rows:
+            rows[column] = float("nan")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="the roofline's old constants")
     parser.add_argument("--data", type=Path, default=ROOT / "calibration/published")
+    parser.add_argument("--assume-kv", choices=("bf16", "fp16", "fp8"), default=None,
+                        help="KV dtype for rows that publish none (default: the catalog's bf16)")
     args = parser.parse_args(argv)
-    rows = pd.concat([pd.read_csv(p) for p in sorted(args.data.glob("*.csv"))], ignore_index=True)
-    table = run(rows, args.old)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    for col in ("tput_err_%", "tpot_err_%"):
-        errors = [abs(v) for v in table[col] if not math.isnan(v)]
-        median = f"{statistics.median(errors):.1f} %" if errors else "no published values"
-        print(f"median |{col[:-2]}|: {median} over {len(errors)} point(s)")
+    table = run(read_rows(args.data), args.old, args.assume_kv)
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        shown = table.drop(columns="engine")
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    for line in median_errors(table):
+        print(line)
     return 0
 
 
