@@ -7,6 +7,10 @@ function per capture group computing the number that group quotes from fresh run
 shipped scenario run once, cached). A quoted number holds when it is within half a unit of its
 last digit or `REL_TOL` (1 %) of the computed value, whichever is larger.
 
+A quote whose run reads a file outside the repository (a public trace) names it in `needs`.
+Where the file is absent its text is still matched but its values are not computed, and
+`coverage()` counts them per missing file, so no figure goes unchecked without saying so.
+
     python tests/quoted_figures.py           # list the figures that drifted
     python tests/quoted_figures.py --write   # rewrite them in place (same number of decimals)
 
@@ -254,22 +258,63 @@ def tolerance(quoted: str, computed: float) -> float:
     return max(0.5 * 10.0**-decimals, REL_TOL * abs(computed))
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """How many quoted values a check computes here, and how many it cannot (their run reads a
+    file that is not on this machine), per missing file."""
+
+    checked: int
+    skipped: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return self.checked + sum(self.skipped.values())
+
+    def __str__(self) -> str:
+        text = f"{self.checked} of {self.total} quoted values checked"
+        for needs, count in sorted(self.skipped.items()):
+            text += f"; {count} skipped: they need {needs}, absent here"
+        return text
+
+
+def coverage(quotes: list[Quote] = QUOTES) -> Coverage:
+    skipped: dict[str, int] = {}
+    for quote in quotes:
+        if not quote.available:
+            skipped[str(quote.needs)] = skipped.get(str(quote.needs), 0) + len(quote.values)
+    checked = sum(len(q.values) for q in quotes if q.available)
+    return Coverage(checked, skipped)
+
+
+def _match(quote: Quote, root: Path) -> re.Match[str]:
+    """The quote's one place in its document (its text is checked even when its values cannot
+    be computed here); a pattern that matches zero or several times, or whose groups and values
+    differ in number, is an error (the text and this list went apart)."""
+    text = (root / quote.doc).read_text(encoding="utf-8")
+    # a space in a pattern also matches a line break inside a comment ("\n#   ")
+    found = list(re.finditer(quote.pattern.replace(" ", r"[\s#]+"), text))
+    if len(found) != 1:
+        raise AssertionError(f"{quote.doc}: {quote.pattern!r} matches {len(found)} times")
+    if found[0].re.groups != len(quote.values):
+        raise AssertionError(
+            f"{quote.doc}: {quote.pattern!r} has {found[0].re.groups} numbers for "
+            f"{len(quote.values)} values"
+        )
+    return found[0]
+
+
 def check(quotes: list[Quote] = QUOTES, root: Path = ROOT) -> list[Drift]:
-    """Every quoted number outside its tolerance; a pattern that does not match exactly once in
-    its document is an error (the text and this list went apart)."""
+    """Every quoted number outside its tolerance. The values of a quote whose input is absent
+    are not computed (`coverage` counts them), but its text must still match."""
     drifts = []
     for quote in quotes:
-        if not quote.available:  # its input is not on this machine (see test_quoted_figures)
+        match = _match(quote, root)
+        if not quote.available:  # counted by coverage(); see test_quoted_figures
             continue
-        text = (root / quote.doc).read_text(encoding="utf-8")
-        # a space in a pattern also matches a line break inside a comment ("\n#   ")
-        found = list(re.finditer(quote.pattern.replace(" ", r"[\s#]+"), text))
-        if len(found) != 1:
-            raise AssertionError(f"{quote.doc}: {quote.pattern!r} matches {len(found)} times")
         for group, value in enumerate(quote.values, start=1):
-            quoted, computed = found[0].group(group), value()
+            quoted, computed = match.group(group), value()
             if abs(float(quoted) - computed) > tolerance(quoted, computed):
-                drifts.append(Drift(quote.doc, quoted, computed, found[0].span(group)))
+                drifts.append(Drift(quote.doc, quoted, computed, match.span(group)))
     return drifts
 
 
@@ -288,6 +333,7 @@ if __name__ == "__main__":
     found = check()
     for drift in found:
         print(drift)
+    print(coverage())
     if "--write" in sys.argv[1:]:
         rewrite(found)
         print(f"rewrote {len(found)} figures")
