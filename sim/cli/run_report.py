@@ -4,14 +4,15 @@
   on them ("3000 requests x 2 variants"), and how long it took;
 * `rejection_check`: a variant in which every request was rejected measured nothing, so the run
   fails like any bad input, saying why the requests were rejected (counts by cause); rejections
-  in a run that otherwise worked become a note under the table.
+  in a run that otherwise worked become a note under the table. A variant with no requests at
+  all (a trace whose every request `long_prompts: drop` dropped) is refused the same way.
 """
 
 from __future__ import annotations
 
 from sim.errors import ScenarioError
 from sim.metrics.rejections import describe
-from sim.metrics.results import Results
+from sim.metrics.results import Results, VariantResult
 
 
 def simulated_line(results: Results, elapsed_s: float) -> str:
@@ -28,6 +29,8 @@ def rejection_check(results: Results, file: str | None = None) -> list[str]:
     """Notes on rejected requests; a ScenarioError when a variant served none at all."""
     notes = []
     for name, variant in results.variants.items():
+        if variant.num_requests == 0:
+            _nothing_simulated(name, variant, file)
         causes = variant.rejections()
         if not causes:
             continue
@@ -41,3 +44,27 @@ def rejection_check(results: Results, file: str | None = None) -> list[str]:
             )
         notes.append(f"{name}: {rejected} of {total} requests rejected ({describe(causes)})")
     return notes
+
+
+def _nothing_simulated(name: str, variant: VariantResult, file: str | None) -> None:
+    """A variant whose workload ended up empty (a trace whose every request `long_prompts:
+    drop` dropped, a window the caps cut to nothing) measured nothing either: refused, naming
+    what emptied it."""
+    dropped = int(variant.counters.get("workload_dropped_requests", 0))
+    if dropped:
+        model = variant.scenario.get("model")
+        context = model.get("max_model_len") if isinstance(model, dict) else None
+        limit = f" (max_model_len {context})" if context is not None else ""
+        raise ScenarioError(
+            f"variant {name!r}: long_prompts: drop dropped every one of its {dropped} requests "
+            f"(prompt + output longer than the model's context{limit}); nothing was measured, "
+            "so no results were written (use clip, or a model with a longer context)",
+            file=file,
+            path="workload.trace.long_prompts",
+        )
+    raise ScenarioError(
+        f"variant {name!r}: its workload has no requests (num_requests, duration_s or the "
+        "trace window left none); nothing was measured, so no results were written",
+        file=file,
+        path="workload",
+    )

@@ -37,6 +37,13 @@ from sim.inputs.strict_model import StrictModel
 
 VLLM_CAPTURE_SIZES: tuple[int, ...] = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
 BIG = 1 << 62  # "no limit" for linear_steps
+# Upper bounds of the knobs, as the profile's coefficients have theirs: far beyond any real
+# engine (vLLM captures at most 512 sizes by default; a host step of 10 s is already absurd),
+# yet small enough that the per-size table stays small and a step's time stays finite.
+MAX_CAPTURE_SIZE = 65_536
+MAX_PAD_TOKENS = 65_536
+MAX_CPU_STEP_S = 10.0
+MAX_CPU_SEQ_S = 1.0
 
 
 class _Strict(StrictModel):  # unknown keys, booleans as numbers, inf and NaN refused
@@ -47,8 +54,9 @@ CaptureSizes = Literal["vllm"] | list[int] | None
 
 
 class CpuOverheadSpec(_Strict):
-    per_step_s: float = Field(default=0.0, ge=0)  # fixed host time per step
-    per_seq_s: float = Field(default=0.0, ge=0)  # host time per sequence in the step
+    per_step_s: float = Field(default=0.0, ge=0, le=MAX_CPU_STEP_S)  # fixed host time per step
+    # host time per sequence in the step
+    per_seq_s: float = Field(default=0.0, ge=0, le=MAX_CPU_SEQ_S)
     overlap: bool = False  # asynchronous scheduling: step = max(gpu, cpu), else gpu + cpu
 
 
@@ -57,7 +65,8 @@ class PricingSpec(_Strict):
 
     # decode-only steps run at the next captured batch size: "vllm" or a list of sizes
     cuda_graph_capture_sizes: CaptureSizes = None
-    pad_tokens_to: int | None = Field(default=None, gt=0)  # other steps: round tokens up
+    # other steps: round tokens up to a multiple of this
+    pad_tokens_to: int | None = Field(default=None, gt=0, le=MAX_PAD_TOKENS)
     cpu_overhead: CpuOverheadSpec | None = None
     # the profile's GPU time times this (kernels faster or slower than where it was measured)
     gpu_time_scale: float = Field(default=1.0, ge=0.1, le=10.0)
@@ -68,6 +77,11 @@ class PricingSpec(_Strict):
         if isinstance(value, list):
             if not value or min(value) < 1:
                 raise ValueError("capture sizes must be a non-empty list of sizes >= 1")
+            if max(value) > MAX_CAPTURE_SIZE:
+                # the pricer keeps a table with one entry per batch size up to the largest
+                raise ValueError(
+                    f"capture size {max(value)} is above {MAX_CAPTURE_SIZE} (a batch size)"
+                )
             return sorted(set(value))
         return value
 

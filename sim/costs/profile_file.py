@@ -103,6 +103,29 @@ def check_form(form: str, c: Coefficients) -> None:
                 raise _KeyedError(f"coefficients.{key}", "only allowed in the split model form")
     elif c.t_decode_s_per_token is None:
         raise _KeyedError("coefficients.t_decode_s_per_token", "required in the split model form")
+    check_positive(form, c)
+
+
+def check_positive(form: str, c: Coefficients) -> None:
+    """Every step the coefficients price takes time: a step computes at least one token (a
+    prompt or a decode token) of at least one sequence, so the fixed terms or the per-token
+    slopes of both kinds of token must be > 0. A step of no time would never let the clock
+    move."""
+    if c.t_mem_s > 0:
+        return
+    if form == "split":
+        both = c.t_flop_s_per_token > 0 and (c.t_decode_s_per_token or 0) > 0
+        if c.t_seq_s_per_seq > 0 or both:
+            return
+        reason = (
+            "t_mem_s, t_seq_s_per_seq, or both t_flop_s_per_token and t_decode_s_per_token must "
+            "be > 0 (else a step takes no time)"
+        )
+    elif c.t_flop_s_per_token > 0:  # two_regime: up to the ridge (> 0) at this slope
+        return
+    else:
+        reason = "t_mem_s or t_flop_s_per_token must be > 0 (else a step takes no time)"
+    raise _KeyedError("coefficients", reason)
 
 
 class FitSummary(StrictModel):

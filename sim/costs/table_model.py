@@ -14,6 +14,9 @@ whole by the profile's analytic form (`coefficients` in `table.fallback_form`, f
 data), and counted: `num_extrapolated` is the number of priced runs that were extrapolated, and
 `last_extrapolated` says whether the run just priced was.
 
+A step the tables price at or below zero (possible only between grid points of a table whose
+attention cells are negative: `sim.costs.tables`) is a `ScenarioError`: the clock must move.
+
 Runs of repeated steps stay exact: in a run B, c and the token count are fixed while L grows by one
 per step and a repeated chunk's prefix by c, and the price is linear in both between grid points.
 `linear_steps` returns how many steps stay on the same linear piece: up to the next grid point of L
@@ -30,6 +33,7 @@ from sim.costs.knobs import BIG
 from sim.costs.priced_runs import PricedRuns
 from sim.costs.profile import Profile
 from sim.costs.tables import INF, GridLookup, dense_linear
+from sim.errors import ScenarioError
 
 
 class TableCostModel(PricedRuns):
@@ -121,6 +125,15 @@ class TableCostModel(PricedRuns):
                         steps = min(steps, int(((bound + 1) * slots - context) // growth) + 1)
         if outside:
             return self._outside(features, num_tokens, num_seqs, max(come_back, 1))
+        if first <= 0.0:
+            # the load-time check holds at grid points; a table whose linear part dips between
+            # them can still price a step at no time, which would stop the clock
+            raise ScenarioError(
+                f"profile {self.profile.name!r}: its table prices a step of {num_tokens} tokens "
+                f"over {num_seqs} sequences at {first:g} s; a step must take time (check the "
+                "negative attention cells)",
+                path="profile.table",
+            )
         return first, increment, steps, False
 
     def _outside(

@@ -16,6 +16,13 @@ first along the first axis, then along the second), so every grid point is repro
 A grid cell may be null (not measured, e.g. chunk + prefix beyond the model's context); a point
 needing a null value is outside the table, like a point beyond either end of an axis.
 
+Cells are seconds, finite. The linear part is >= 0, and > 0 at every token count >= 1; an
+attention cell may be slightly negative (a step's measured time minus a fitted linear part) but
+the step it prices at its grid point, linear(batch or chunk) + cell, must take time: a table
+that prices a step at or below zero is refused at load, and the table cost model refuses any step
+it would still price so (between grid points), so the clock always moves. The fallback form is
+held to the same rule by the profile.
+
 Axes are token or sequence counts: non-negative integers, strictly increasing; the linear axis
 has at least two points, a grid axis at least one (a grid measured at one prefix only, say,
 covers that prefix and nothing else).
@@ -65,6 +72,15 @@ class LinearTable(_Strict):
             raise ValueError("seconds: one value per entry of tokens")
         if not all(np.isfinite(self.seconds)) or min(self.seconds) < 0:
             raise ValueError("seconds: must be finite and >= 0")
+        # every step computes a token, so it must take time: values interpolate linearly, so
+        # positive points at tokens >= 1 (and any value >= 0 at 0) keep every such step positive
+        pairs = zip(self.tokens, self.seconds, strict=True)
+        zero = next((t for t, v in pairs if t >= 1 and v <= 0), None)
+        if zero is not None:
+            raise ValueError(
+                f"seconds: must be > 0 wherever tokens >= 1 (0 at {zero} tokens: a step of "
+                "that size would take no time)"
+            )
         return self
 
 
@@ -92,6 +108,7 @@ class _Grid(_Strict):
         values = [v for row in cells for v in row if v is not None]
         if not values or not all(np.isfinite(values)):
             raise ValueError("seconds: must be finite (null where not measured)")
+
         return self
 
 
@@ -139,6 +156,31 @@ class TableSpec(_Strict):
     prefill_attention: PrefillAttentionTable | None = None
     # what each part holds and where it came from, in words (the profile's provenance has more)
     notes: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _steps_take_time(self) -> TableSpec:
+        """A step at a grid point costs linear(a) + cell (a: its batch or chunk): that must be
+        > 0. A cell may be slightly negative (an attention time measured as a step's time minus
+        a fitted linear part), never so negative that the step it prices takes no time."""
+        lin = self.linear
+        for name, grid in (("decode_attention", self.decode_attention),
+                           ("prefill_attention", self.prefill_attention)):  # fmt: skip
+            if grid is None:
+                continue
+            first, second = grid.axes()
+            for i, row in enumerate(grid.cells()):
+                a = first[i]
+                inside = lin.tokens[0] <= a <= lin.tokens[-1]
+                base = interpolate(lin.tokens, lin.seconds, a) if inside else 0.0
+                for j, cell in enumerate(row):
+                    if cell is not None and base + cell <= 0:
+                        axis_a, axis_b = grid.axis_names()
+                        raise ValueError(
+                            f"{name}.seconds: the cell at {axis_a} {a}, {axis_b} {second[j]} is "
+                            f"{cell:g} s, so a step there would take {base + cell:g} s "
+                            f"(linear {base:g} s + the cell): a step must take time"
+                        )
+        return self
 
 
 def interpolate(axis: list[int], values: list[float], x: float) -> float:

@@ -8,9 +8,21 @@ streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: 
 `benchmarks/bench_sim.py`, 0.9 GB peak for a million requests, 0.2 GB streamed), so a workload
 that cannot fit in this machine's memory is refused up front with the estimate, instead of
 trying to allocate terabytes or swapping for an hour: at load time what no run could hold, and
-when a run with tables starts, what its tables could not. Traces are bounded by their file and
-are not estimated here; closed-loop `clients` send `num_requests`, or `num_clients x
-requests_per_client` if smaller, a count known from the spec.
+when a run with tables starts, what its tables could not. Closed-loop `clients` send
+`num_requests`, or `num_clients x requests_per_client` if smaller, a count known from the spec;
+`sessions` send their sessions' turns (sessions by `num_sessions` or the session arrival rate
+times `duration_s`, times the mean of `turns`).
+
+Content ids (prefix caching: one int64 per `UNIT_TOKENS` tokens of each request, and the
+temporaries that build them) are counted too: for a `shared_prefix` every prompt grows by its
+system prompt, and a session's turns each hold the whole history so far (quadratic in the
+turns). Estimates use each length distribution's mean (an empirical one counts as 1 token: its
+file is read only when the workload is generated).
+
+Traces and measured runs are bounded by their file, so they are not estimated from the spec;
+what a file could still blow up (content ids over its prompts, a session's turns drawn from an
+empirical `turns` column) is checked where it is built, from the real counts, by
+`content_problem` and `requests_problem`, before the arrays are allocated.
 """
 
 from __future__ import annotations
@@ -18,14 +30,64 @@ from __future__ import annotations
 import math
 import os
 
-from sim.workload.spec import WorkloadSpec
+from sim.workload.spec import (
+    MAX_TOKENS,
+    EmpiricalLength,
+    FixedLength,
+    LengthDist,
+    LognormalLength,
+    UniformLength,
+    WorkloadSpec,
+)
 
 STREAMED_BYTES_PER_REQUEST = 150  # the workload's columns and the run's per-request state
 TABLE_BYTES_PER_REQUEST = 1_200  # with the request, step and gap tables
+# A content id is one int64; building them takes the positions, three repeated columns and
+# the result at once (`content.content_ids`): about five int64 per unit at the peak.
+CONTENT_BYTES_PER_UNIT = 40
+CONTENT_UNIT_TOKENS = 16  # `content.UNIT_TOKENS` (content imports this module)
+
+
+def mean_length(dist: LengthDist) -> float:
+    """The mean of a length distribution (an empirical one: 1, its least possible value)."""
+    if isinstance(dist, FixedLength):
+        return float(dist.value)
+    if isinstance(dist, UniformLength):
+        return (dist.low + dist.high) / 2
+    if isinstance(dist, LognormalLength):
+        # exp(sigma^2 / 2) overflows past sigma ~ 37; the schema stops sigma at 20
+        mean = dist.median * math.exp(dist.sigma**2 / 2)
+        return max(float(dist.min), min(mean, float(dist.max or MAX_TOKENS)))
+    assert isinstance(dist, EmpiricalLength)
+    return 1.0
+
+
+def _by_rate(count: float, key: str, rate: float, duration_s: float | None) -> tuple[float, str]:
+    """A count capped by an arrival rate over `duration_s` (plus a margin: it is random)."""
+    if duration_s is not None:
+        by_time = rate * duration_s
+        by_time += 6 * math.sqrt(by_time)  # a few standard deviations more
+        if by_time < count:
+            return by_time, "workload.duration_s"
+    return count, key
+
+
+def expected_sessions(spec: WorkloadSpec) -> tuple[float, str] | None:
+    """(sessions a sessions workload starts, the key that bounds it); None for other kinds."""
+    if spec.sessions is None:
+        return None
+    s = spec.sessions
+    count = math.inf if s.num_sessions is None else float(s.num_sessions)
+    return _by_rate(count, "workload.sessions.num_sessions", s.arrival.rate, spec.duration_s)
 
 
 def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
     """(requests the workload will have, the key that bounds it); None for a trace."""
+    sessions = expected_sessions(spec)
+    if sessions is not None and spec.sessions is not None:  # every turn is a request
+        turns = mean_length(spec.sessions.turns)
+        key = sessions[1] if turns <= sessions[0] else "workload.sessions.turns"
+        return sessions[0] * turns, key
     if spec.clients is not None:  # closed-loop clients: a count known up front
         sent = float(spec.clients.num_requests(spec.num_requests))
         if spec.num_requests is not None and sent == spec.num_requests:
@@ -33,15 +95,44 @@ def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
         return sent, "workload.clients.requests_per_client"
     if spec.trace is not None or spec.arrival is None:
         return None
-    count, key = math.inf, "workload.num_requests"
-    if spec.num_requests is not None:
-        count = float(spec.num_requests)
-    if spec.duration_s is not None:
-        by_time = spec.arrival.rate * spec.duration_s
-        by_time += 6 * math.sqrt(by_time)  # the count is random: a few standard deviations more
-        if by_time < count:
-            count, key = by_time, "workload.duration_s"
-    return count, key
+    count = math.inf if spec.num_requests is None else float(spec.num_requests)
+    return _by_rate(count, "workload.num_requests", spec.arrival.rate, spec.duration_s)
+
+
+def expected_content_units(spec: WorkloadSpec) -> tuple[float, str] | None:
+    """(content ids the workload's requests will have, the key that makes them many); None
+    when its tokens are all unique (no content ids) or it is a trace (see the module)."""
+    requests = expected_requests(spec)
+    if requests is None:
+        return None
+    prefix = 0.0
+    if spec.shared_prefix is not None:
+        prefix = spec.shared_prefix.fraction * mean_length(spec.shared_prefix.length)
+    if spec.sessions is not None:
+        s = spec.sessions
+        sessions = expected_sessions(spec)
+        assert sessions is not None
+        turns = mean_length(s.turns)
+        lengths = (s.first_prompt, s.user_tokens, s.output_tokens)
+        first, user, output = (mean_length(d) for d in lengths)
+        # turn k holds the history: prefix + first + k (user + output), and its own output
+        tokens = turns * (prefix + first + output) + (user + output) * turns * (turns - 1) / 2
+        units = sessions[0] * (tokens / CONTENT_UNIT_TOKENS + turns)
+        if turns * prefix > tokens / 2:  # mostly system prompt
+            return units, "workload.shared_prefix.length"
+        return units, requests[1]
+    if spec.shared_prefix is None:
+        return None
+    if spec.clients is not None:
+        prompt = mean_length(spec.clients.prompt_tokens)
+    elif spec.mix is not None:
+        weights = sum(cls.weight for cls in spec.mix)
+        prompt = sum(cls.weight * mean_length(cls.prompt_tokens) for cls in spec.mix) / weights
+    else:
+        assert spec.prompt_tokens is not None
+        prompt = mean_length(spec.prompt_tokens)
+    units = requests[0] * ((prompt + prefix) / CONTENT_UNIT_TOKENS + 1)
+    return units, "workload.shared_prefix.length"
 
 
 def physical_memory_bytes() -> int | None:
@@ -69,15 +160,27 @@ def memory_problem(
     known = [s for s in sized if s is not None]
     if not known:
         return None
-    total = sum(count for count, _ in known)
-    needed = total * per_request
+    contents = [c for w in workloads if (c := expected_content_units(w)) is not None]
+    requests_bytes = sum(count for count, _ in known) * per_request
+    content_bytes = sum(units for units, _ in contents) * CONTENT_BYTES_PER_UNIT
+    needed = requests_bytes + content_bytes
     memory = physical_memory_bytes()
     if memory is None or needed <= memory:
         return None
-    count, key = max(known)
     variants = f" x {len(known)} variants" if len(known) > 1 else ""
+    if content_bytes > requests_bytes:  # the content ids are what does not fit
+        units, key = max(contents)
+        return key, (
+            f"the requests' content ids (prefix caching: one per {CONTENT_UNIT_TOKENS} tokens "
+            f"of each prompt; about {units:.3g}{variants}) need an estimated {_size(needed)} "
+            f"of memory; this machine has {_size(memory)}: shorten the prompts, system prompts "
+            "or sessions, or send fewer requests"
+        )
+    count, key = max(known)
     what = f"about {count:.3g} requests" if key.endswith("duration_s") else f"{count:.0f} requests"
     advice = "lower num_requests or duration_s"
+    if key.startswith("workload.sessions"):
+        advice = "lower sessions.num_sessions, sessions.turns or duration_s"
     if tables:
         advice += ", or stream the summary (batchsim run --stream, simulate(tables=False))"
     return key, (
@@ -86,3 +189,23 @@ def memory_problem(
         f"{' with tables' if tables else ', streamed'}); this machine has "
         f"{_size(memory)}: {advice}"
     )
+
+
+def _refusal(what: str, needed: float) -> str | None:
+    memory = physical_memory_bytes()
+    if memory is None or needed <= memory:
+        return None
+    return f"{what} need an estimated {_size(needed)} of memory; this machine has {_size(memory)}"
+
+
+def requests_problem(count: int) -> str | None:
+    """The reason `count` requests, now known (a session's turns drawn), cannot be held even
+    streamed; None when they can."""
+    return _refusal(f"{count} requests", float(count) * STREAMED_BYTES_PER_REQUEST)
+
+
+def content_problem(units: int) -> str | None:
+    """The reason `units` content ids, now known (a trace's prompts), cannot be built; None
+    when they can."""
+    what = f"the requests' {units} content ids (one per {CONTENT_UNIT_TOKENS} prompt tokens)"
+    return _refusal(what, float(units) * CONTENT_BYTES_PER_UNIT)

@@ -9,17 +9,22 @@ Shared prefixes: a pool of `num_prefixes` system prompts with lengths from a dis
 Zipf popularity (rank k drawn with weight 1 / k**zipf) is put in front of a `fraction` of the
 prompts, which grow by the prefix's length. Everything is drawn from the generator given, so the
 rest of the workload does not move when prefixes are added.
+
+The ids' memory is estimated from the spec before anything is generated (`sim.workload.budget`)
+and checked again here from the real token counts before the ids are built.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sim.errors import ScenarioError
 from sim.workload.arrays import Content
+from sim.workload.budget import CONTENT_UNIT_TOKENS, content_problem
 from sim.workload.lengths import TraceCache, sample_lengths
 from sim.workload.spec import SharedPrefixSpec
 
-UNIT_TOKENS = 16
+UNIT_TOKENS = CONTENT_UNIT_TOKENS
 _PREFIX_BASE = 1 << 40  # prefix k's unit j: _PREFIX_BASE + k * 2**24 + j
 _OWN_BASE = 1 << 50  # owner o's unit j: _OWN_BASE + o * 2**24 + j
 
@@ -46,6 +51,11 @@ def content_ids(
     count = -(-total_tokens // UNIT_TOKENS)
     offsets = np.zeros(len(count) + 1, dtype=np.int64)
     np.cumsum(count, out=offsets[1:])
+    # the ids are known to be too many only now for a trace's prompts or drawn lengths: refused
+    # with the estimate before the arrays are built, not by the allocator
+    too_many = content_problem(int(offsets[-1]))
+    if too_many is not None:
+        raise ScenarioError(too_many, path="workload")
     position = np.arange(offsets[-1], dtype=np.int64) - np.repeat(offsets[:-1], count)
     ids = np.where(
         position < np.repeat(shared, count),

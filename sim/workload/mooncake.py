@@ -13,12 +13,14 @@ routing keeps together. It is an approximation: two conversations that open with
 message after the system prompt share a label.
 
 Any bad line raises a `ScenarioError` naming the line: not JSON, a missing or non-integer field,
-a time earlier than the line before, or fewer hash ids than the prompt's blocks.
+a length above `MAX_TOKENS` or a hash id outside int64 (both checked before the int64 arrays are
+built), a time earlier than the line before, or fewer hash ids than the prompt's blocks.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +28,11 @@ import numpy as np
 
 from sim.errors import ScenarioError
 from sim.inputs.text import read_text
+from sim.workload.spec import MAX_TOKENS
 
 UNIT_TOKENS = 512  # tokens per hash id
+MAX_HASH_ID = 2**63 - 1  # ids are stored as int64 (and -1 means "no block")
+MAX_TIMESTAMP_MS = 1e15  # 30,000 years: unix milliseconds fit, float seconds stay exact to us
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,44 @@ def session_labels(hash_ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.where(lengths > 0, hash_ids[np.maximum(at, 0)], -1).astype(np.int64)
 
 
+def _short(value: object) -> str:
+    """A value as the error shows it: a 400-digit integer is cut, not printed whole."""
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
+
+
 def _integer(row: dict[str, object], key: str, file: str, line: int, low: int) -> int:
+    """A token count in [low, MAX_TOKENS], checked before it becomes an int64."""
     value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise ScenarioError(f"{key} {value!r} is not an integer", file=file, path=f"line {line}")
-    if int(value) < low:
-        raise ScenarioError(f"{key} {value!r} is below {low}", file=file, path=f"line {line}")
+    at = f"line {line}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(f"{key} {_short(value)} is not an integer", file=file, path=at)
+    # compared as Python numbers (exact for any int), converted only once in range
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ScenarioError(f"{key} {_short(value)} is not an integer", file=file, path=at)
+    if value < low:
+        raise ScenarioError(f"{key} {_short(value)} is below {low}", file=file, path=at)
+    if value > MAX_TOKENS:
+        reason = f"{key} {_short(value)} is above {MAX_TOKENS} tokens"
+        raise ScenarioError(reason, file=file, path=at)
     return int(value)
+
+
+def _timestamp(value: object, file: str, line: int) -> float:
+    """Milliseconds, finite and within `MAX_TIMESTAMP_MS` (a huge JSON integer is refused, not
+    converted: float() of it would overflow)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ScenarioError(f"timestamp {value!r} is not a number", file=file, path=f"line {line}")
+    if not (isinstance(value, float) and not math.isfinite(value)) and (
+        -MAX_TIMESTAMP_MS <= value <= MAX_TIMESTAMP_MS
+    ):
+        return float(value)
+    raise ScenarioError(
+        f"timestamp {_short(value)} is not a finite number of milliseconds within "
+        f"+-{MAX_TIMESTAMP_MS:g}",
+        file=file,
+        path=f"line {line}",
+    )
 
 
 def read_mooncake(path: Path) -> MooncakeData:
@@ -79,9 +115,7 @@ def read_mooncake(path: Path) -> MooncakeData:
             raise ScenarioError(f"not JSON ({exc.msg})", file=file, path=f"line {line}") from None
         if not isinstance(row, dict):
             raise ScenarioError("not a JSON object", file=file, path=f"line {line}")
-        ms = row.get("timestamp")
-        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not np.isfinite(ms):
-            raise ScenarioError(f"timestamp {ms!r} is not a number", file=file, path=f"line {line}")
+        ms = _timestamp(row.get("timestamp"), file, line)
         if times and ms / 1000.0 < times[-1]:
             raise ScenarioError(
                 f"timestamp {ms!r} is earlier than the line before (out of order)",
@@ -97,6 +131,10 @@ def read_mooncake(path: Path) -> MooncakeData:
             raise ScenarioError(
                 "hash_ids is not a list of integers", file=file, path=f"line {line}"
             )
+        out_of_range = next((h for h in hashes if not 0 <= h <= MAX_HASH_ID), None)
+        if out_of_range is not None:
+            reason = f"hash id {_short(out_of_range)} is outside 0..2^63-1"
+            raise ScenarioError(reason, file=file, path=f"line {line}")
         if len(hashes) < -(-prompt // UNIT_TOKENS):
             raise ScenarioError(
                 f"{len(hashes)} hash_ids for {prompt} prompt tokens (one per {UNIT_TOKENS})",

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from sim.errors import ScenarioError
 from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.arrivals import sample_arrivals
+from sim.workload.budget import requests_problem
 from sim.workload.content import UNIT_TOKENS, content_ids, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
 from sim.workload.spec import SessionSpec, SharedPrefixSpec, WorkloadSpec
@@ -45,6 +47,10 @@ def generate_sessions(
     turns = sample_lengths(s.turns, num, turns_rng, traces)
     first = sample_lengths(s.first_prompt, num, first_rng, traces)
     total = int(turns.sum())
+    # the spec's estimate used the mean of `turns`; the draws (an empirical column) may be more
+    too_many = requests_problem(total)
+    if too_many is not None:
+        raise ScenarioError(too_many, path="workload.sessions.turns")
     user = sample_lengths(s.user_tokens, total, user_rng, traces)
     output = sample_lengths(s.output_tokens, total, output_rng, traces)
     think = _delays(s, total, think_rng)

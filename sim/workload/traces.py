@@ -12,8 +12,10 @@ pandas parses everything as strings first so that each check can be vectorized a
 at the offending line: data row ``i`` (0-based) sits on file line ``i + 2`` because the header is
 line 1 and blank lines are kept as rows (then dropped) rather than skipped, which would shift the
 numbering. Any bad row raises a `ScenarioError` naming the first bad line and the number of bad
-rows. A row with zero output tokens is kept with output 1: the model emitted end-of-sequence as
-its first token, which still costs a prefill and one emitted token.
+rows. Token counts above `MAX_TOKENS` (2^31 - 1, as a scenario's lengths) are refused before
+any int64 conversion, as are times beyond `MAX_TIME_S`. A row with zero output tokens is kept
+with output 1: the model emitted end-of-sequence as its first token, which still costs a
+prefill and one emitted token.
 
 Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
 """
@@ -31,6 +33,7 @@ import pandas as pd
 
 from sim.errors import ScenarioError
 from sim.inputs.text import read_text
+from sim.workload.spec import MAX_TOKENS
 
 # Per format: (time column, prompt column, output column).
 COLUMNS: dict[str, tuple[str, str, str]] = {
@@ -42,6 +45,7 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
 # Azure timestamps must fall in [first, last) of these years: wider than any real trace, narrow
 # enough that nanosecond arithmetic cannot overflow.
 TIMESTAMP_YEARS = (1970, 2200)
+MAX_TIME_S = 1e12  # a csv trace's arrival_s, either sign: 30,000 years
 _OFFSET = r"(?:Z|[+-]\d{2}:?\d{2})$"
 
 
@@ -106,7 +110,8 @@ def read_trace(
         seconds, valid_time = _azure_seconds(times_raw, lines, time_col, file)
     else:
         seconds = pd.to_numeric(times_raw, errors="coerce").to_numpy(dtype=np.float64)
-        valid_time = np.isfinite(seconds)
+        # beyond MAX_TIME_S a difference of two times could overflow (and no trace spans it)
+        valid_time = np.isfinite(seconds) & (np.abs(seconds) <= MAX_TIME_S)
         seconds = seconds - (seconds[0] if valid_time[0] else 0.0)
     seconds = np.where(valid_time, seconds, np.nan)
 
@@ -125,12 +130,14 @@ def read_trace(
             times_raw,
         ),
         (~prompt_ok, f"{prompt_col} {{!r}} is not a non-negative integer", frame[prompt_col]),
+        (prompt > MAX_TOKENS, f"{prompt_col} {{!r}} is above {MAX_TOKENS}", frame[prompt_col]),
         (
             prompt_ok & (prompt == 0),
             f"{prompt_col} is 0 (a request needs >= 1 prompt token)",
             frame[prompt_col],
         ),
         (~output_ok, f"{output_col} {{!r}} is not a non-negative integer", frame[output_col]),
+        (output > MAX_TOKENS, f"{output_col} {{!r}} is above {MAX_TOKENS}", frame[output_col]),
     ]
     for name in extra_columns:
         values = frame[name].str.strip()
@@ -221,5 +228,8 @@ def _tokens(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Parse a token column: int64 values (0 where bad) and a mask of valid entries."""
     values = pd.to_numeric(raw.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
     # Accept "12.0" (some exporters write floats) but not 12.5, negatives, NaN or infinity.
-    ok = np.isfinite(values) & (values >= 0) & (values < 2.0**53) & (np.floor(values) == values)
-    return np.where(ok, values, 0).astype(np.int64), ok
+    ok = np.isfinite(values) & (values >= 0) & (np.floor(values) == values)
+    # checked as floats before the int64 conversion: anything above MAX_TOKENS is kept as
+    # MAX_TOKENS + 1 (exact in both), for the caller to refuse by name
+    capped = np.minimum(np.where(ok, values, 0), MAX_TOKENS + 1)
+    return capped.astype(np.int64), ok
