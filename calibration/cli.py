@@ -19,6 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from sim.cli.args import positive_int
 from sim.errors import ScenarioError
 
 TORCH_MISSING = "torch is not installed: pip install 'batchsim[calibration]'"
@@ -36,8 +37,10 @@ def register(sub: Any) -> None:
     cal.add_argument(
         "--grid", choices=("full", "cpu", "tiny"), help="grid preset (default full, cpu on cpu)"
     )
-    cal.add_argument("--layers", type=int, help="layers to build and time (scaled to full depth)")
-    cal.add_argument("--repeats", type=int, help="timed repeats per point")
+    cal.add_argument(
+        "--layers", type=positive_int, help="layers to build and time (scaled to full depth)"
+    )
+    cal.add_argument("--repeats", type=positive_int, help="timed repeats per point")
     cal.add_argument("--no-cuda-graphs", action="store_true", help="time decode eagerly")
     cal.add_argument("--name", help="profile name (default: the output folder's name)")
     cal.set_defaults(handler=_calibrate)
@@ -77,7 +80,9 @@ def register(sub: Any) -> None:
     imp.add_argument("--out", type=Path, required=True, help="folder of the profile files")
     imp.add_argument("--model", help="catalog model (default: every model found)")
     imp.add_argument("--hardware", help="catalog GPU (default: every GPU found)")
-    imp.add_argument("--tensor-parallel", type=int, help="degree (default: the smallest that fits)")
+    imp.add_argument(
+        "--tensor-parallel", type=positive_int, help="degree (default: the smallest that fits)"
+    )
     imp.set_defaults(handler=_import)
     tab = verbs.add_parser("table", help="a table profile straight from a raw timings CSV")
     tab.add_argument("csv", type=Path, help="raw CSV of `calibrate` (or external step timings)")
@@ -133,8 +138,20 @@ def _table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_out(out: Path, *files: str) -> None:
+    """`--out` before any work: a real, writable folder, and each file the command writes there
+    absent or written by batchsim (a profile it replaces; never someone's file)."""
+    from sim.io.destination import check_file_destination, check_out_folder
+
+    check_out_folder(out)
+    for name in files:
+        check_file_destination(out / name)
+
+
 def _fit(args: argparse.Namespace) -> int:
-    from calibration.report import fit_timings, format_outcome
+    from calibration.report import PROFILE_FILE, fit_timings, format_outcome
+
+    _check_out(args.out, PROFILE_FILE)
 
     extra: dict[str, Any] = {}
     if args.device_name:
@@ -166,6 +183,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from calibration.grid import preset
     from calibration.report import format_outcome
 
+    _check_out(args.out, "profile.yaml")
     cpu = args.device == "cpu"
     grid = preset(
         args.grid or ("cpu" if cpu else "full"),

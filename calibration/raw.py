@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,10 +153,48 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+MAX_META_BYTES = 1 << 20  # the benchmark writes a few KB
+MAX_META_DEPTH = 20  # it nests three levels; the profile's YAML must stay writable
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_meta(csv_path: Path) -> dict[str, Any]:
-    """The sidecar metadata of a raw CSV, or {} for timings measured elsewhere."""
+    """The sidecar metadata of a raw CSV, or {} for timings measured elsewhere (no sidecar).
+
+    A sidecar that is there but unusable (not a file, not UTF-8, not JSON, not an object, NaN or
+    Infinity, absurdly deep) is a `ScenarioError` naming it: its content goes into the profile's
+    provenance, so it is never silently dropped nor trusted blindly."""
     path = meta_path(csv_path)
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not os.path.lexists(path):
+        return {}
+    file = str(path)
+    text = read_text(path, "metadata sidecar", max_bytes=MAX_META_BYTES)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(
+            f"not JSON: {exc.msg} (column {exc.colno})", file=file, path=f"line {exc.lineno}"
+        ) from None
+    except ValueError as exc:
+        raise ScenarioError(f"not JSON: {exc}", file=file) from None
+    except RecursionError:
+        raise ScenarioError(f"nested deeper than {MAX_META_DEPTH} levels", file=file) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"expected a JSON object, got {type(data).__name__}", file=file)
+    if _depth(data) > MAX_META_DEPTH:
+        raise ScenarioError(f"nested deeper than {MAX_META_DEPTH} levels", file=file)
+    return data
 
 
 def _number(text: str, file: str, line: int, column: str) -> float:

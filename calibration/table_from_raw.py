@@ -12,6 +12,8 @@ The measured step times become the tables, not the input of a fit:
   minus the linear layers at its chunk.
 
 So every measured decode and one-prompt prefill step is reproduced exactly, whatever the fit.
+`--out` is checked before anything is read (`sim.io.destination`), and `profile.yaml` there is
+replaced, atomically, only when batchsim wrote it.
 Mixed steps and prefills of several prompts are composed from the parts (linear layers once,
 attention per part) and serve as a check: the profile's `fit` block reports the error on them
 apart. The fitted form of the same rows (every form, by held-out error) prices steps outside
@@ -43,6 +45,7 @@ from sim.costs.catalog import MODELS
 from sim.costs.profile import FitSummary, Profile, save_profile
 from sim.costs.table_model import TableCostModel
 from sim.errors import ScenarioError
+from sim.io.destination import check_file_destination, check_out_folder
 
 PROFILE_FILE = "profile.yaml"
 Source = Literal["measured", "imported"]
@@ -82,7 +85,12 @@ def table_from_raw(
     (this imports neither torch nor matplotlib)."""
     if model is not None and model not in MODELS:
         raise ScenarioError(f"unknown model {model!r}", path="--model")
+    # before any work: a real, writable folder, and a profile file there only when batchsim
+    # wrote it (save_profile then replaces it atomically)
+    check_out_folder(out_dir)
+    check_file_destination(out_dir / file_name)
     everything = read_steps(csv_path, filters, keep_linear=True)
+    meta = read_meta(csv_path)  # a corrupt sidecar is refused before the fit, not after
     kinds = np.asarray(everything.kind)
     steps = everything.select(kinds != "linear")
     if len(steps) < 2:
@@ -117,7 +125,6 @@ def table_from_raw(
             prefill.append(((n, int(steps.prefix[i])), float(steps.step_s[i]) - linear[n]))
     notes["decode_attention"] = "decode step time - linear(batch), at each measured point"
     notes["prefill_attention"] = "one-prompt prefill step time - linear(chunk), at each point"
-    meta = read_meta(csv_path)
     provenance: dict[str, Any] = {
         "generator": "batchsim profile table (calibration/table_from_raw.py)",
         **{k: v for k, v in meta.items() if k != "generator"},

@@ -20,6 +20,12 @@ tensor-parallel degree takes:
 
 Nothing needs torch or a GPU. The source's commit and license come from the README next to the
 data and go into each profile's provenance with the files' SHA-256 and what was summed.
+
+Every file is checked as it is read: a file that is not gzip, not UTF-8 CSV, lacks a column the
+import needs, or holds a count or time out of range is one `ScenarioError` naming the file, the
+line and the column. The output folder and every profile file are checked before anything is
+computed (`sim.io.destination`: a real, writable folder, never the filesystem root; a file is
+replaced only when batchsim wrote it), and each file is written atomically.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +51,14 @@ from calibration.table_build import (
     grid_from_points,
     make_profile,
 )
-from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, min_tensor_parallel
+from sim.costs.catalog import (
+    HARDWARE,
+    MODELS,
+    HardwareSpec,
+    ModelSpec,
+    check_parallelism,
+    min_tensor_parallel,
+)
 from sim.costs.profile import (
     LINK_NOTE,
     Profile,
@@ -53,6 +68,8 @@ from sim.costs.profile import (
     save_profile,
 )
 from sim.errors import ScenarioError
+from sim.inputs.text import decode_utf8
+from sim.io.destination import check_file_destination, check_out_folder
 
 # Vidur's model folders and GPU names -> catalog names (Vidur profiled A100 80GB SXM4 and H100
 # 80GB SXM5 in DGX nodes, and A40 48GB, for which it published no collective timings)
@@ -78,6 +95,30 @@ LINEAR_OPS = (
 )
 ATTENTION_FILES = ("attention.csv.gz", "attention_analytic_standin.csv.gz")
 DIGITS = 6  # significant digits kept (the medians have 3-4)
+# Vidur's files are a few MB uncompressed; more is not a timings file (or a decompression bomb)
+MAX_TEXT_BYTES = 256 << 20
+MAX_COUNT = 10**9  # tokens, batch sizes, cached tokens, message bytes, workers
+MAX_MEDIAN_MS = 1e7  # a few hours: no single operation takes longer
+MLP_COLUMNS = (
+    "num_tokens",
+    "num_tensor_parallel_workers",
+    *(f"time_stats.{op}.median" for op in ("emb", *LINEAR_OPS)),
+)
+NETWORK_COLUMNS = ("num_workers", "devices_per_node", "size", "time_stats.all_reduce.median")
+ATTENTION_COLUMNS = (
+    "num_tensor_parallel_workers",
+    "is_prefill",
+    "batch_size",
+    "prefill_chunk_size",
+    "kv_cache_size",
+    "time_stats.attn_kv_cache_save.median",
+)
+
+
+class Row(dict[str, str]):
+    """One CSV record, with the line it was read from (for error messages)."""
+
+    line: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,47 +159,126 @@ def discover(root: Path) -> list[Source]:
     return found
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with gzip.open(path, "rt", newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def _median(row: dict[str, str], op: str, path: Path) -> float:
-    text = row.get(f"time_stats.{op}.median", "")
+def read_rows(path: Path, required: tuple[str, ...] = ()) -> list[Row]:
+    """The records of a gzip-compressed CSV that has every `required` column, each complete."""
+    file = str(path)
     try:
-        return float(text)
+        with gzip.open(path, "rb") as f:
+            data = f.read(MAX_TEXT_BYTES + 1)
+    except gzip.BadGzipFile:
+        raise ScenarioError("not a gzip file (expected a gzip-compressed CSV)", file=file) from None
+    except (EOFError, zlib.error):
+        raise ScenarioError("corrupt or truncated gzip data", file=file) from None
+    except OSError as exc:
+        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=file) from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise ScenarioError(f"more than {MAX_TEXT_BYTES >> 20} MiB of CSV text", file=file)
+    text = decode_utf8(data, file)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows: list[Row] = []
+    try:
+        header = reader.fieldnames or []
+        if not header:
+            raise ScenarioError("empty file: expected a CSV header and rows", file=file)
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise ScenarioError(
+                f"header lacks column {missing[0]!r}"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                file=file,
+                path="line 1",
+            )
+        for record in reader:
+            row = Row(record)
+            row.line = reader.line_num
+            if None in record or any(record.get(c) is None for c in header):
+                raise ScenarioError(
+                    f"a record of {len(header)} fields expected", file=file, path=f"line {row.line}"
+                )
+            rows.append(row)
+    except csv.Error as exc:
+        raise ScenarioError(f"not CSV: {exc}", file=file, path=f"line {reader.line_num}") from None
+    return rows
+
+
+def _int(row: Row, column: str, path: Path, low: int = 1, high: int = MAX_COUNT) -> int:
+    """An integer column of a record (`4096` or `4096.0`), between `low` and `high`."""
+    text = (row.get(column) or "").strip()
+    try:
+        value = int(text)
     except ValueError:
-        raise ScenarioError(f"no median time of {op} ({text!r})", file=str(path)) from None
+        try:
+            number = float(text)
+        except ValueError:
+            number = float("nan")
+        if not number.is_integer():  # nan, inf and fractions alike
+            raise ScenarioError(
+                f"{column} must be an integer, got {text!r}",
+                file=str(path),
+                path=f"line {row.line}",
+            ) from None
+        value = int(number)
+    if not low <= value <= high:
+        raise ScenarioError(
+            f"{column} must be in [{low}, {high}], got {text}", file=str(path),
+            path=f"line {row.line}",
+        )  # fmt: skip
+    return value
+
+
+def _median(row: Row, op: str, path: Path) -> float:
+    column = f"time_stats.{op}.median"
+    text = row.get(column, "")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ScenarioError(
+            f"no median time of {op} ({text!r})", file=str(path), path=f"line {row.line}"
+        ) from None
+    if not 0 <= value <= MAX_MEDIAN_MS:  # also refuses nan
+        raise ScenarioError(
+            f"{column} must be a time in [0, {MAX_MEDIAN_MS:g}] ms, got {text}",
+            file=str(path),
+            path=f"line {row.line}",
+        )
+    return value
 
 
 def _round(x: float) -> float:
     return float(f"{x:.{DIGITS}g}")
 
 
-def _check_model(row: dict[str, str], model: ModelSpec, path: Path) -> None:
+def _check_model(row: Row, model: ModelSpec, path: Path) -> None:
     dims = {
         "n_embd": model.hidden_size,
         "n_head": model.num_attention_heads,
         "n_kv_head": model.num_kv_heads,
     }
     for column, want in dims.items():
-        if column in row and int(float(row[column])) != want:
+        if column in row and _int(row, column, path) != want:
             raise ScenarioError(
-                f"{column} is {row[column]}, catalog {model.name} has {want}", file=str(path)
+                f"{column} is {row[column]}, catalog {model.name} has {want}",
+                file=str(path),
+                path=f"line {row.line}",
             )
 
 
 def linear_layers(source: Source, model: ModelSpec, tp: int) -> tuple[list[int], list[float]]:
     """Seconds of one step's linear layers at each measured token count (without all-reduce)."""
-    rows = [r for r in read_rows(source.mlp) if int(r["num_tensor_parallel_workers"]) == tp]
+    path = source.mlp
+    rows = [
+        r
+        for r in read_rows(path, MLP_COLUMNS)
+        if _int(r, "num_tensor_parallel_workers", path) == tp
+    ]
     if not rows:
-        raise ScenarioError(f"no rows for {tp} tensor-parallel workers", file=str(source.mlp))
-    _check_model(rows[0], model, source.mlp)
+        raise ScenarioError(f"no rows for {tp} tensor-parallel workers", file=str(path))
+    _check_model(rows[0], model, path)
     per_layer = average(
-        ((int(r["num_tokens"]), 0), sum(_median(r, op, source.mlp) for op in LINEAR_OPS))
+        ((_int(r, "num_tokens", path), 0), sum(_median(r, op, path) for op in LINEAR_OPS))
         for r in rows
     )
-    emb = average(((int(r["num_tokens"]), 0), _median(r, "emb", source.mlp)) for r in rows)
+    emb = average(((_int(r, "num_tokens", path), 0), _median(r, "emb", path)) for r in rows)
     tokens = sorted(n for n, _ in per_layer)
     seconds = [(model.num_layers * per_layer[(n, 0)] + emb[(n, 0)]) * 1e-3 for n in tokens]
     return tokens, seconds
@@ -177,14 +297,14 @@ def allreduce_seconds(
         raise ScenarioError(f"no all-reduce timings for {gpu} (needed at tp {tp})", file=str(path))
     rows = [
         r
-        for r in read_rows(path)
-        if int(r["num_workers"]) == tp
-        and int(r["devices_per_node"]) == tp
+        for r in read_rows(path, NETWORK_COLUMNS)
+        if _int(r, "num_workers", path) == tp
+        and _int(r, "devices_per_node", path) == tp
         and r.get("rank", "0") == "0"
     ]
     if not rows:
         raise ScenarioError(f"no all-reduce rows for {tp} GPUs in one node", file=str(path))
-    by_size = average(((int(r["size"]), 0), _median(r, "all_reduce", path)) for r in rows)
+    by_size = average(((_int(r, "size", path), 0), _median(r, "all_reduce", path)) for r in rows)
     xs = np.asarray(sorted(s for s, _ in by_size), dtype=np.float64)
     ys = np.asarray([by_size[(int(s), 0)] for s in xs]) * 1e-3
     info = {
@@ -201,21 +321,31 @@ def attention_grids(
 ) -> tuple[Grid | None, Grid | None, list[str]]:
     """Decode (batch x cached tokens) and prefill (chunk x prefix) attention grids, seconds for
     all layers, and the attention backends the file names."""
-    rows = [r for r in read_rows(path) if int(r["num_tensor_parallel_workers"]) == tp]
+    rows = [
+        r
+        for r in read_rows(path, ATTENTION_COLUMNS)
+        if _int(r, "num_tensor_parallel_workers", path) == tp
+    ]
     if not rows:
         return None, None, []
     decode, prefill = [], []
     for r in rows:
         save = _median(r, "attn_kv_cache_save", path)
+        if r["is_prefill"] not in ("True", "False"):
+            raise ScenarioError(
+                f"is_prefill must be True or False, got {r['is_prefill']!r}",
+                file=str(path),
+                path=f"line {r.line}",
+            )
         if r["is_prefill"] == "True":
-            if int(r["batch_size"]) != 1:
+            if _int(r, "batch_size", path) != 1:
                 continue
-            key = (int(r["prefill_chunk_size"]), int(r["kv_cache_size"]))
+            key = (_int(r, "prefill_chunk_size", path), _int(r, "kv_cache_size", path, low=0))
             prefill.append(
                 (key, (_median(r, "attn_prefill", path) + save) * model.num_layers * 1e-3)
             )
         else:
-            key = (int(r["batch_size"]), int(r["kv_cache_size"]))
+            key = (_int(r, "batch_size", path), _int(r, "kv_cache_size", path, low=0))
             decode.append((key, (_median(r, "attn_decode", path) + save) * model.num_layers * 1e-3))
     backends = sorted({r.get("attention_backend", "") for r in rows} - {""})
     return (
@@ -237,7 +367,8 @@ def _sha256(path: Path) -> str:
 def source_info(root: Path) -> dict[str, Any]:
     """Repository, commit, license and copyright as the tree's README states them."""
     readme = root / "README.md"
-    text = readme.read_text() if readme.is_file() else ""
+    # only searched for a few phrases: a stray byte must not stop the import
+    text = readme.read_bytes()[:1 << 20].decode("utf-8", "replace") if readme.is_file() else ""
 
     def find(pattern: str) -> str:
         match = re.search(pattern, text)
@@ -354,10 +485,21 @@ def resolve(source: Source, tp: int | None) -> tuple[ModelSpec, HardwareSpec]:
     if names is None:
         raise ScenarioError(f"{source.gpu}/{source.model_dir} has no catalog model and GPU")
     model, base = MODELS[names[0]], HARDWARE[names[1]]
+    if tp is not None and tp < 1:  # 0 or -2 would otherwise quietly become the default
+        raise ScenarioError(f"{tp} must be at least 1", path="--tensor-parallel")
     tp = tp or min_tensor_parallel(model, base)
     if tp is None:
         raise ScenarioError(f"{model.name} does not fit on {base.name} at any degree")
-    return model, base.with_tensor_parallel(tp) if tp > 1 else base
+    hardware = base.with_tensor_parallel(tp) if tp > 1 else base
+    try:
+        check_parallelism(model, hardware)
+    except ValueError as exc:
+        raise ScenarioError(
+            f"{tp} cannot shard {model.name} on {base.name}: "
+            + str(exc).replace(f"hardware.tensor_parallel ({tp}) ", ""),
+            path="--tensor-parallel",
+        ) from None
+    return model, hardware
 
 
 def import_tree(
@@ -370,7 +512,9 @@ def import_tree(
 ) -> tuple[list[Path], list[str]]:
     """Import every catalog (model, GPU) of the tree, or the one named; returns the files
     written and the sources left out (with why)."""
-    written, skipped = [], []
+    check_out_folder(out_dir)
+    skipped: list[str] = []
+    chosen: list[tuple[Source, ModelSpec, HardwareSpec, Path]] = []
     for source in discover(root):
         names = source.catalog
         if names is None:
@@ -380,10 +524,14 @@ def import_tree(
             continue
         spec, hw = resolve(source, tensor_parallel)
         path = out_dir / roofline_file_name(spec, hw)
-        save_profile(import_profile(source, hw, spec), path)
-        written.append(path)
-    if not written and (model or hardware):
+        check_file_destination(path)  # before any work, and before any file is written
+        chosen.append((source, spec, hw, path))
+    if not chosen and (model or hardware):
         raise ScenarioError(
             f"no Vidur timings of {model or 'any model'} on {hardware or 'any GPU'}"
         )
-    return written, skipped
+    # every profile is built before the first is written: a bad file leaves the folder as it was
+    profiles = [(import_profile(source, hw, spec), path) for source, spec, hw, path in chosen]
+    for profile, path in profiles:
+        save_profile(profile, path)
+    return [path for _, path in profiles], skipped

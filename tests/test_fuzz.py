@@ -21,6 +21,7 @@ from fuzz_corpus_clients import client_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_measured import measured_cases
+from fuzz_corpus_profile_cmds import profile_cmd_cases
 from fuzz_corpus_replay import replay_cases
 from fuzz_corpus_search import search_cases
 
@@ -39,6 +40,7 @@ CORPUS: list[Case] = [
     *export_cases(),
     *client_cases(),
     *replay_cases(),
+    *profile_cmd_cases(),
     *bounds_cases(),
 ]
 

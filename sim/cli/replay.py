@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from sim.cli.args import positive_int
+from sim.cli.args import nonnegative_int, positive_int
 from sim.errors import ScenarioError
 from sim.inputs.strict_model import StrictModel
 
@@ -49,13 +49,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", type=Path, required=True, help="base scenario YAML")
     parser.add_argument("--format", choices=FORMATS, help="the run's format (default: detected)")
     parser.add_argument(
-        "--benchmark", type=int, metavar="I", help="which benchmark of a file with several (from 0)"
+        "--benchmark", type=nonnegative_int, metavar="I",
+        help="which benchmark of a file with several (from 0)",
     )
     parser.add_argument("--vllm-log", type=Path, help="the engine's startup log: limits, KV blocks")
     parser.add_argument("--model", help="catalog model (default: from the log, or the scenario)")
     parser.add_argument("--hardware", help="catalog GPU (default: the scenario's)")
     parser.add_argument(
-        "--prefix-tokens", type=int, metavar="N", help="tokens every prompt shares at its start"
+        "--prefix-tokens", type=nonnegative_int, metavar="N",
+        help="tokens every prompt shares at its start",
     )
     parser.add_argument(
         "--prefix-groups", type=positive_int, metavar="K", help="distinct shared prefixes"

@@ -15,6 +15,13 @@ markers existed are recognised by their content (nothing but the files a run wri
 killed outright (SIGKILL, power loss) leaves them behind, and the next run in the same `<out>`
 removes those whose process is gone, or puts previous results back when the swap was cut
 between its two renames. A folder that merely looks similar but lacks the marker is left alone.
+
+A sweep or search folder (`--out` of `sweep`, `search`) is adopted only when its marker names
+that kind; a sweep folder written before markers existed only when it holds exactly what a sweep
+writes (`points/` of `<id>.json` files, `sweep.csv`, `sweep.parquet`). Commands that write single
+files into a folder (`profile import`, `profile table`, `fit`) check the folder the same way and
+replace a file only when batchsim wrote it (`check_file_destination`). The filesystem root is
+never an output folder.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sim.errors import ScenarioError
@@ -41,6 +48,10 @@ _RESULT_FILES = re.compile(
     r"^(summary\.(json|csv)|scenario\.yaml|report\.html|trace\.json|"
     r"(requests|steps|itl)\.(csv|parquet)|[a-z_]+\.(png|svg))$"
 )
+# what a sweep writes (for sweep folders written before the marker existed)
+_SWEEP_FILES = frozenset({"points", "sweep.csv", "sweep.parquet"})
+_POINT_FILE = re.compile(r"^[0-9a-f]{12}\.json$")
+MAX_MARKER_BYTES = 4096
 MAX_FOLDER_NAME = 255
 MAX_SUFFIX = 80
 _SAFE = re.compile(r"[^A-Za-z0-9_.+-]+")
@@ -106,6 +117,8 @@ def check_out_folder(out: Path, flag: str = "--out") -> None:
     """`out` is, or can be created as, a writable folder on a real filesystem."""
     out = Path(os.path.abspath(out))
     where = f"{flag} {out}"
+    if out == out.parent:  # a run there would scatter its files at the top of the filesystem
+        raise ScenarioError(f"{where}: is the filesystem root; choose a folder inside it")
     base = _existing_ancestor(out)
     try:
         mode = os.stat(base).st_mode
@@ -150,15 +163,86 @@ def check_destination(out: Path, name: str, flag: str = "--out") -> Path:
     return dest
 
 
+def marker_kind(folder: Path) -> str | None:
+    """The kind a folder's marker names (`results`, `sweep`, `search`), "" for a marker that
+    does not say, or None when the folder carries no marker."""
+    marker = folder / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return None
+    try:
+        with marker.open("rb") as f:
+            data = json.loads(f.read(MAX_MARKER_BYTES))
+    except (OSError, ValueError):
+        return ""
+    kind = data.get("batchsim") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def _is_legacy_sweep(out: Path) -> bool:
+    """A sweep folder from before markers: nothing but what a sweep writes, points included."""
+    try:
+        names = {p.name for p in out.iterdir()}
+        points = out / "points"
+        if not names <= _SWEEP_FILES or points.is_symlink() or not points.is_dir():
+            return False
+        return all(
+            _POINT_FILE.match(p.name) and p.is_file() and not p.is_symlink()
+            for p in points.iterdir()
+        )
+    except OSError:
+        return False
+
+
 def check_sweep_folder(out: Path, kind: str = "sweep") -> None:
     """A sweep (or search) folder (`--out`) is created, or is one batchsim wrote, or is empty: a
     sweep adds its files there and rewrites its own table, so it must not land in someone's
-    folder."""
+    folder. Only a marker of the same kind (or, for a sweep, a pre-marker sweep's exact files)
+    makes a folder one batchsim wrote."""
     check_out_folder(out)
-    ours = (out / MARKER).is_file() or (out / "points").is_dir()
-    if out.is_dir() and any(out.iterdir()) and not ours:
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    found = marker_kind(out)
+    if found is None and not (kind == "sweep" and _is_legacy_sweep(out)):
         raise ScenarioError(
-            f"--out {out}: exists and is not a batchsim {kind} folder; choose another --out"
+            f"--out {out}: exists and is not a batchsim {kind} folder (no {MARKER} marker); "
+            "choose another --out"
+        )
+    if found and found != kind:
+        raise ScenarioError(
+            f"--out {out}: is a batchsim {found} folder, not a {kind} folder; choose another --out"
+        )
+
+
+def written_by_batchsim(path: Path, max_bytes: int = 64 << 20) -> bool:
+    """Whether the YAML file `path` is one batchsim wrote: its `provenance.generator` names
+    batchsim (every profile file batchsim writes says so)."""
+    import yaml  # only the commands that write profiles need it
+
+    try:
+        if path.stat().st_size > max_bytes:
+            return False
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    provenance = data.get("provenance") if isinstance(data, dict) else None
+    generator = provenance.get("generator") if isinstance(provenance, dict) else None
+    return isinstance(generator, str) and "batchsim" in generator
+
+
+def check_file_destination(
+    path: Path, ours: Callable[[Path], bool] = written_by_batchsim, flag: str = "--out"
+) -> None:
+    """`path` may be written (atomically, by a rename): it is absent, or a regular file that
+    `ours` recognises; never a folder, a link or someone else's file."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_file():
+        kind = "a link" if path.is_symlink() else "not a file"
+        raise ScenarioError(f"{flag}: {path} exists and is {kind}; batchsim will not replace it")
+    if not ours(path):
+        raise ScenarioError(
+            f"{flag}: {path} exists and was not written by batchsim; move it away or choose "
+            "another --out"
         )
 
 

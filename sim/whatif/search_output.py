@@ -8,7 +8,8 @@ Next to `configs/` (each configuration's phase results, kept for resuming) a sea
 * `pareto.png` and `pareto.svg`: cost against TTFT p99 (`sim.io.plots_search`);
 * `report.html`: the page (`sim.io.report_search`).
 
-Each file is written to a temporary name and renamed into place.
+Each file is written to a temporary name and renamed into place. The folder is new, empty or
+marked as a search folder (`sim.io.destination.check_sweep_folder`); nothing else is adopted.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sim.io.destination import mark_sweep_folder
+from sim.io.destination import check_sweep_folder, mark_sweep_folder
 from sim.io.plots_search import pareto_figure
 from sim.io.report_search import render_search_report
 from sim.whatif.search_result import SearchResult
@@ -37,6 +38,7 @@ def _plain(value: Any) -> Any:
 
 
 def write_search(result: SearchResult, out: Path) -> None:
+    check_sweep_folder(out, "search")  # from Python too: only a search folder is adopted
     out.mkdir(parents=True, exist_ok=True)
     mark_sweep_folder(out, "search")
     table = result.table.copy()
