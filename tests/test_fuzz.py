@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
+from fuzz_corpus_audit import audit_cases
 from fuzz_corpus_bounds import bounds_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_clients import client_cases
@@ -40,6 +41,7 @@ CORPUS: list[Case] = [
     *export_cases(),
     *client_cases(),
     *replay_cases(),
+    *audit_cases(),
     *profile_cmd_cases(),
     *bounds_cases(),
 ]

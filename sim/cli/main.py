@@ -155,8 +155,13 @@ def _run(args: argparse.Namespace) -> int:
     folder = results_folder_name(scenario.name, args.overrides)
     dest = check_destination(args.out, folder)  # before minutes of simulation, not after
     started = time.perf_counter()
-    if args.stream and (args.trace or args.tables != "requests"):
-        raise ScenarioError("--stream keeps no tables: it writes the summary only", path="--stream")
+    # `--tables summary` is what --stream writes anyway; `requests` is the default
+    if args.stream and (args.trace or args.tables == "all"):
+        what = "--trace" if args.trace else "--tables all"
+        raise ScenarioError(
+            f"keeps no tables: it writes the summary only, so {what} cannot be given with it",
+            path="--stream",
+        )
     results = simulate(scenario, progress=_progress(args.quiet), tables=not args.stream)
     elapsed = time.perf_counter() - started
     # a variant whose every request was rejected measured nothing: a ScenarioError saying why

@@ -188,10 +188,23 @@ def problems(exc: ValidationError, root: type[BaseModel]) -> list[tuple[str, str
     return [(path, _merge(reasons)) for path, reasons in found.items()]
 
 
+class Problems(ScenarioError):
+    """Several problems in one line, each after its own full key path: a caller that blames
+    errors without a key on a key of its own must not put that key in front of this one."""
+
+
+def blamed_on(exc: ScenarioError, key: str | None) -> str | None:
+    """The key path to report `exc` under when the caller's own key is `key`: the error's own
+    path if it has one, none for a list of problems (they name their keys), else `key`."""
+    if exc.path or isinstance(exc, Problems):
+        return exc.path
+    return key
+
+
 def as_error(found: list[tuple[str, str]], file: str | None) -> ScenarioError:
     """One ScenarioError (one line) listing every problem."""
     if len(found) == 1:
         path, reason = found[0]
         return ScenarioError(reason, file=file, path=path or None)
     listed = "; ".join(f"{path}: {reason}" if path else reason for path, reason in found)
-    return ScenarioError(f"{len(found)} problems: {listed}", file=file)
+    return Problems(f"{len(found)} problems: {listed}", file=file)

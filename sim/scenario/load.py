@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from sim.costs.catalog import HardwareSpec, check_draft_fits, check_fits
 from sim.costs.profile import Profile, resolve_profile
 from sim.errors import ScenarioError
-from sim.inputs.messages import as_error, problems
+from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.engine_preset import apply_engine_preset
@@ -130,6 +130,9 @@ def _where(path: str, variant: str | None, override: dict[str, Any]) -> tuple[st
         return path, ""
     node: Any = override
     for depth, key in enumerate(path.split(".")):
+        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]  # a list the variant gives replaces the base's whole list
+            continue
         if not isinstance(node, dict) or key not in node:
             return path, f" (in variant {variant!r})" if depth else ""
         node = node[key]
@@ -262,7 +265,8 @@ def _resolve(
         raw = apply_engine_preset(raw, base_dir)
     except ScenarioError as exc:
         if exc.file is None:
-            raise ScenarioError(exc.reason, file=file, path=exc.path) from None
+            where, note = _where(exc.path, variant, override) if exc.path else (None, "")
+            raise ScenarioError(exc.reason + note, file=file, path=where) from None
         raise
     spec = _validate(raw, file, variant, override)
     try:
@@ -281,7 +285,7 @@ def _resolve(
         profile = resolve_profile(spec.profile, spec.model, spec.hardware, base_dir, key=path)
     except ScenarioError as exc:
         if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=exc.path or path) from None
+            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, path)) from None
         raise
     groups = []
     for i, (role, group_name, g) in enumerate(spec.groups()):
@@ -346,5 +350,5 @@ def _draft_profile(
         return resolve_profile(raw, draft, hw, base_dir, key=where)
     except ScenarioError as exc:
         if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=exc.path or where) from None
+            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, where)) from None
         raise
