@@ -1,12 +1,16 @@
 """The fuzz corpus, part 4: `batchsim search`: bad space files, bad flags, scenarios a search
 cannot take, and bad prices or board power in a scenario's hardware.
 
-A space case names the space file and the key at fault; a flag case names the flag.
+A space case names the space file and the key at fault; a flag case names the flag. Spaces too
+large to expand are generated along every axis (each refused with its size before anything is
+expanded). `record_mutations` generates damaged saved results (`configs/<task id>.json`) for
+tests/test_search.py: a search recomputes those instead of failing, so they are no CLI cases.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from fuzz_corpus import BAD, BASE, Case, dump, edited, scenario_case
@@ -191,5 +195,119 @@ def scenario_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+# a space of just over 10 million configurations along each axis (YAML lists of that length
+# would be files of megabytes: the policy axis multiplies, the others are long flat lists)
+HUGE_POLICY = {"name": "continuous", "max_num_seqs": list(range(1, 101)),
+               "max_num_batched_tokens": list(range(512, 612)), "watermark": [0.01] * 100,
+               "block_size": [16] * 10}  # fmt: skip
+
+
+def size_cases() -> list[Case]:
+    axes = {
+        "policies": ({"policies": [HUGE_POLICY]}, "10000000 configurations"),
+        "policies-summed": ({"policies": [HUGE_POLICY, {"name": "chunked"}]},
+                            "10000001 configurations"),
+        "gpus": ({"gpus": ["a100-80g"] * 5001}, "5001 configurations"),
+        "tensor-parallel": ({"tensor_parallel": list(range(1, 65)),
+                             "policies": [{"name": "continuous", "max_num_seqs": [8] * 100}]},
+                            "6400 configurations"),
+        "layouts": ({"layouts": ["colocated"] + [f"{x}p{y}d" for x in range(1, 17)
+                                                  for y in range(1, 17)],
+                     "policies": [{"name": "continuous", "max_num_seqs": [8] * 20}]},
+                    "5140 configurations"),
+    }  # fmt: skip
+    cases = [
+        _search(f"search-size-{axis}", space={**SPACE, **edit},
+                expect=("space.yaml", size, "at most 5000"))
+        for axis, (edit, size) in axes.items()
+    ]  # fmt: skip
+    empty = {"name": "continuous", "max_num_seqs": [], "max_num_batched_tokens": [512, 1024]}
+    expect = ("space.yaml", "policies.0.max_num_seqs", "empty list")
+    cases.append(_search("search-size-empty-list", space={**SPACE, "policies": [empty]},
+                         expect=expect))  # fmt: skip
+    return cases
+
+
+def closed_loop_cases() -> list[Case]:
+    """Workloads without a request rate of their own: `--rate` cannot apply, and the error
+    says why."""
+    sessions = {
+        "sessions": {
+            "arrival": {"process": "poisson", "rate": 0.5},
+            "num_sessions": 10,
+            "turns": {"dist": "fixed", "value": 3},
+            "first_prompt": {"dist": "fixed", "value": 100},
+            "user_tokens": {"dist": "fixed", "value": 10},
+            "output_tokens": {"dist": "fixed", "value": 10},
+            "think_time": {"dist": "exponential", "mean_s": 3},
+        }
+    }
+    clients = {
+        "num_requests": 20,
+        "clients": {
+            "num_clients": 4,
+            "prompt_tokens": {"dist": "fixed", "value": 100},
+            "output_tokens": {"dist": "fixed", "value": 10},
+        },
+    }
+    cases = []
+    for kind, workload in (("sessions", sessions), ("clients", clients)):
+        scenario = {**SCENARIO, "workload": workload}
+        for label, args, flag in (("", (), "--rate cannot give it one"),
+                                  ("-rate", ("--rate", "3"), "--rate 3 does not apply")):
+            cases.append(_search(f"search-{kind}{label}", *args, scenario=scenario,
+                                 expect=("s.yaml", f"workload.{kind}", "closed loop", flag)))
+    # nothing in the space fits, nor does the scenario's own hardware: said, not a traceback
+    big = {**SCENARIO, "model": "llama-3-70b"}
+    cases.append(_search("search-all-set-aside", scenario=big,
+                         expect=("space.yaml", "every one of the 1 configurations",
+                                 "1 does not fit")))  # fmt: skip
+    return cases
+
+
+def record_mutations(record: dict[str, Any]) -> dict[str, bytes | None]:
+    """Damaged versions of a valid saved record (`{"id", "phase", "configuration", "result"}`),
+    by name: file contents, or None for a folder in the file's place. Every one is invalid."""
+    out: dict[str, bytes | None] = {
+        "folder": None,
+        "empty": b"",
+        "not-json": b"{\"id\": ",
+        "latin1": b"\xe9\xe9",
+        "deep": b"[" * 100_000 + b"]" * 100_000,
+        "list": json.dumps([record]).encode(),
+        "number": b"42",
+    }
+
+    def put(name: str, edit: dict[str, Any]) -> None:
+        out[name] = json.dumps(edit).encode()
+
+    for key in record:
+        put(f"no-{key}", {k: v for k, v in record.items() if k != key})
+    put("extra-key", {**record, "more": 1})
+    put("other-id", {**record, "id": "0" * 16})
+    put("other-phase", {**record, "phase": "fleet" if record["phase"] == "unit" else "unit"})
+    put("result-list", {**record, "result": [record["result"]]})
+    result = record["result"]
+    for key, value in result.items():
+        put(f"result-no-{key}", {**record, "result": {k: v for k, v in result.items() if k != key}})
+        if isinstance(value, bool):
+            wrong: list[Any] = [1, "true", None]
+        elif isinstance(value, (int, float)):
+            wrong = [str(value), True, -1, [value]]
+        elif isinstance(value, dict):
+            wrong = ["summary", [1], {**value, "ttft_p99_s": "fast"},
+                    {k: v for k, v in value.items() if k != "fleet_usd_per_hour"}]
+        else:
+            wrong = [{"a": 1}]
+        for i, bad in enumerate(wrong):
+            put(f"result-{key}-{i}", {**record, "result": {**result, key: bad}})
+    if "units" in result:
+        for label, edit in {"units-zero": {"units": 0}, "units-huge": {"units": 10**6},
+                            "instances-off": {"instances": result["instances"] + 1},
+                            "not-found-summary": {"found": False}}.items():  # fmt: skip
+            put(f"result-{label}", {**record, "result": {**result, **edit}})
+    return out
+
+
 def search_cases() -> list[Case]:
-    return [*space_cases(), *flag_cases(), *scenario_cases()]
+    return [*space_cases(), *flag_cases(), *scenario_cases(), *size_cases(), *closed_loop_cases()]

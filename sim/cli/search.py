@@ -14,6 +14,7 @@ line and exit code 2, before anything runs.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,13 @@ def _search(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         saved = len(list((out / "configs").glob("*.json")))
         return report_resumable(exc, f"{saved} configuration results", f"{out}/configs/")
+    recomputed = result.counts.get("recomputed", 0)
+    if recomputed:  # saved results that did not validate: said even with -q
+        print(
+            f"batchsim: note: {recomputed} saved result(s) in {out}/configs/ did not validate and "
+            f"were recomputed (first: {result.counts['first_recomputed']})",
+            file=sys.stderr,
+        )
     if args.quiet:
         return 0
     q = result.question
@@ -181,7 +189,7 @@ def _search(args: argparse.Namespace) -> int:
     print(f"\n{result.describe()}")
     best = result.best
     if best is None:
-        print("Answer: no configuration of the space meets the SLOs at this rate")
+        print(f"Answer: none: {result.no_answer()}")
     else:
         print(
             f"Answer: {best['configuration']}, {fleet_text(best)} instances "

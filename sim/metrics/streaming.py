@@ -6,35 +6,48 @@ counts, sums, maxima, per-instance step totals (`sim.metrics.steps.StepTotals`) 
 sketches, so memory stays flat whatever the number of requests, and the summary has the same keys
 as the tables' (`sim.metrics.summary.summarize`).
 
-Counts, sums, means, rates, utilizations and maxima are exact. Percentiles come from DDSketch
-(Masson et al., VLDB 2019; the `ddsketch` package), which guarantees a relative error: a reported
-percentile `p` of a sample lies within `RELATIVE_ACCURACY` of the sample's order statistic at rank
-`floor(q * (n - 1))`, i.e. `|p - x| <= RELATIVE_ACCURACY * x` (the exact tables interpolate
-between that order statistic and the next). Values are binned with numpy a chunk at a time and
-added to the sketch once per occupied bin, so a sketch costs O(bins) per chunk, not O(values).
+Counts, sums, means, rates, utilizations and maxima are exact. Percentiles have one definition
+everywhere, the tables' (numpy's linear interpolation between the order statistics at ranks
+`floor(h)` and `floor(h) + 1`, `h = q * (n - 1)`; `sim.metrics.percentiles`):
+
+* while a sample has at most `EXACT_ROWS` rows (values, or weighted gaps) it is kept whole and
+  its percentiles are the tables' to the bit, so runs of up to about 65,000 requests (every
+  probe of a deployment search at its default size) report exactly what `batchsim run` reports;
+* past that, it is folded into a DDSketch (Masson et al., VLDB 2019: logarithmic bins of
+  relative width `RELATIVE_ACCURACY`, each stood for by a value within that relative error of
+  every value in it), and a percentile interpolates between the bins holding those two order
+  statistics with the tables' weight: a convex combination of two values each within
+  `RELATIVE_ACCURACY` of its order statistic, so `|p - x| <= RELATIVE_ACCURACY * x` against the
+  exact, interpolated percentile `x`, whatever the sample's size.
+
+`StreamSummary.inexact_percentiles` gives, for the percentiles that came from a sketch, the
+interval the exact value lies in, so that a judge (the deployment search) can be sure. Values
+are binned with numpy a chunk at a time, so a sketch costs O(bins) per chunk, not O(values).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from ddsketch import DDSketch
-from ddsketch.mapping import LogarithmicMapping
 
 from sim.metrics.context import SummaryContext
 from sim.metrics.fleet import fleet_summary
 from sim.metrics.instances import INSTANCE_METRICS, instance_identity
-from sim.metrics.percentiles import QUANTILES
+from sim.metrics.percentiles import QUANTILES, FloatArray, weighted_percentiles
 from sim.metrics.steps import StepTotals, summary_of_totals
 from sim.metrics.tiers import meets_slo, slo_targets
 
 RELATIVE_ACCURACY = 0.005  # 0.5 %: about 460 bins cover 1 ms to 10,000 s
+# rows of a sample kept whole (two float64 arrays: 1 MB per sketch at most) before it is sketched
+EXACT_ROWS = 1 << 16
 
 
 def _max(current: float, value: float) -> float:
@@ -43,49 +56,107 @@ def _max(current: float, value: float) -> float:
 
 
 class Sketch:
-    """A quantile sketch of non-negative values (weighted), with exact count, sum and max."""
+    """Percentiles of non-negative values (weighted), exact while the sample is small and within
+    `relative_accuracy` of the exact ones after; exact count, sum and max."""
 
-    def __init__(self, relative_accuracy: float = RELATIVE_ACCURACY) -> None:
-        self.sketch = DDSketch(relative_accuracy)
-        self.mapping = LogarithmicMapping(relative_accuracy)  # the sketch's own binning
-        self.log_gamma = math.log(self.mapping.gamma)
+    def __init__(
+        self, relative_accuracy: float = RELATIVE_ACCURACY, exact_rows: int = EXACT_ROWS
+    ) -> None:
+        self.alpha = relative_accuracy
+        gamma = (1 + relative_accuracy) / (1 - relative_accuracy)
+        self.log_gamma = math.log(gamma)
+        # DDSketch's representative of bin k, gamma^k * 2 / (1 + gamma), lies within alpha of
+        # every value in (gamma^(k-1), gamma^k]
+        self.scale = 2.0 / (1.0 + gamma)
+        self.min_positive = sys.float_info.min * gamma  # smaller values count as zeros
+        self.exact_rows = exact_rows
+        # the sample itself while small: (values, weights or None for ones) per chunk
+        self.kept: list[tuple[FloatArray, npt.NDArray[Any] | None]] | None = []
+        self.kept_rows = 0
+        self.bins: dict[int, float] = {}
+        self.zeros = 0.0
         self.count = 0.0
         self.total = 0.0
         self.max = -math.inf
 
+    @property
+    def exact(self) -> bool:
+        """True while the percentiles are the exact ones (the sample is still kept whole)."""
+        return self.kept is not None
+
     def add(self, values: npt.ArrayLike, weights: npt.ArrayLike | None = None) -> None:
         v = np.asarray(values, dtype=float)
-        w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=float)
-        keep = ~np.isnan(v) & (w > 0)
-        v, w = v[keep], w[keep]
+        w = None if weights is None else np.asarray(weights)
+        if w is not None and w.dtype.kind not in "iu":
+            w = w.astype(float, copy=False)
+        keep = ~np.isnan(v) if w is None else ~np.isnan(v) & (w > 0)
+        v = v[keep]  # boolean indexing copies: the caller's arrays are not held
+        w = None if w is None else w[keep]
         if not v.size:
             return
-        self.count += float(w.sum())
-        self.total += float((v * w).sum())
+        self.count += float(v.size if w is None else w.sum())
+        self.total += float(v.sum() if w is None else (v * w).sum())
         self.max = max(self.max, float(v.max()))
-        positive = v > self.mapping.min_possible
+        if self.kept is None:
+            self._bin(v, w)
+            return
+        self.kept.append((v, w))
+        self.kept_rows += v.size
+        if self.kept_rows > self.exact_rows:  # too large to keep: sketch it from now on
+            for values_kept, weights_kept in self.kept:
+                self._bin(values_kept, weights_kept)
+            self.kept = None
+
+    def _bin(self, v: FloatArray, w: npt.NDArray[Any] | None) -> None:
+        weights = np.ones_like(v) if w is None else w.astype(float)
+        positive = v > self.min_positive
         if not positive.all():
-            self.sketch.add(0.0, float(w[~positive].sum()))
+            self.zeros += float(weights[~positive].sum())
         if positive.any():
-            # the bin of each value, as the sketch's mapping computes it: log base gamma, up
+            # the bin of each value, as DDSketch's logarithmic mapping computes it
             keys = np.ceil(np.log(v[positive]) / self.log_gamma).astype(np.int64)
-            bins, inverse = np.unique(keys, return_inverse=True)
-            weight = np.bincount(inverse, weights=w[positive])
-            for key, total in zip(bins.tolist(), weight.tolist(), strict=True):
-                self.sketch.add(self.mapping.value(key), total)
+            found, inverse = np.unique(keys, return_inverse=True)
+            totals = np.bincount(inverse, weights=weights[positive])
+            for key, total in zip(found.tolist(), totals.tolist(), strict=True):
+                self.bins[key] = self.bins.get(key, 0.0) + total
+
+    def quantiles(self, qs: Sequence[float]) -> list[float]:
+        """The percentiles `qs` (0..100); NaN when empty."""
+        if not self.count:
+            return [math.nan] * len(qs)
+        if self.kept is not None:
+            values = np.concatenate([v for v, _ in self.kept])
+            if all(w is None for _, w in self.kept):  # plain samples: as `latency_stats`
+                return [float(x) for x in np.percentile(values, list(qs))]
+            weights = np.concatenate([np.ones_like(v) if w is None else w for v, w in self.kept])
+            return weighted_percentiles(values, weights, qs)
+        # the bins in ascending order stand for their values: the same rank rule on them
+        keys = np.fromiter(sorted(self.bins), dtype=np.int64, count=len(self.bins))
+        stand_ins = np.exp(keys * self.log_gamma) * self.scale
+        weights = np.fromiter((self.bins[k] for k in keys.tolist()), float, count=keys.size)
+        if self.zeros:
+            stand_ins = np.concatenate([[0.0], stand_ins])
+            weights = np.concatenate([[self.zeros], weights])
+        return weighted_percentiles(stand_ins, weights, qs)
 
     def quantile(self, q: float) -> float:
         """The q-th percentile (0..100); NaN when empty."""
-        if not self.count:
-            return math.nan
-        value = self.sketch.get_quantile_value(q / 100.0)
-        return math.nan if value is None else float(value)
+        return self.quantiles([q])[0]
+
+    def bounds(self, q: float) -> tuple[float, float]:
+        """The least and the most the exact q-th percentile can be (the same when exact)."""
+        value = self.quantile(q)
+        if self.exact or math.isnan(value):
+            return value, value
+        # |value - x| <= alpha * x; a hair wider for the rounding of the logarithms
+        slack = 1e-9
+        return value / (1 + self.alpha) * (1 - slack), value / (1 - self.alpha) * (1 + slack)
 
     def stats(self, prefix: str, quantiles: Sequence[int] = QUANTILES) -> dict[str, float]:
         """`<prefix>_mean_s` (exact) and `<prefix>_p<q>_s`, like `latency_stats`."""
         out = {f"{prefix}_mean_s": self.total / self.count if self.count else math.nan}
-        for q in quantiles:
-            out[f"{prefix}_p{q}_s"] = self.quantile(q)
+        for q, value in zip(quantiles, self.quantiles(quantiles), strict=True):
+            out[f"{prefix}_p{q}_s"] = value
         return out
 
 
@@ -274,6 +345,27 @@ class StreamSummary:
             row.update({key: metrics[key] for key in INSTANCE_METRICS})
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def sketches(self) -> dict[str, Sketch]:
+        """Every percentile's sketch, by the prefix of its summary keys."""
+        out: dict[str, Sketch] = {**self.latency, "itl": self.itl}
+        if self.ctx.speculative:
+            out["spec_emission_gap"] = self.emission_gaps
+        if self.num_links:
+            out.update(self.transfer)
+        for name, tier in self.tiers.items():
+            out[f"tier_{name}_ttft"], out[f"tier_{name}_e2e"] = tier.ttft, tier.e2e
+        return out
+
+    def inexact_percentiles(self) -> dict[str, tuple[float, float]]:
+        """`<prefix>_p<q>_s` -> (least, most) the exact percentile can be, for the percentiles
+        of samples too large to keep whole (empty when every percentile is exact)."""
+        return {
+            f"{prefix}_p{q}_s": sketch.bounds(q)
+            for prefix, sketch in self.sketches().items()
+            if not sketch.exact
+            for q in QUANTILES
+        }
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {k: v for k, v in self.counts.items() if k != "num_kv_transfers"}

@@ -171,7 +171,7 @@ def search(
     }
     result = SearchResult(
         build_table(rows, objective),
-        _counts(every, prepared.aside, pruned, units, fleets),
+        _counts(every, prepared.aside, pruned, units, fleets) | _records(runner.store),
         described,
     )
     if out is not None:
@@ -233,6 +233,14 @@ def _row(
     parts = {"gpu": config.gpu, "tensor_parallel": config.tensor_parallel,
              "layout": config.layout, "policy": config.policy_label}  # fmt: skip
     return row | parts | {"config_id": config.id}
+
+
+def _records(store: Store) -> dict[str, Any]:
+    """What the search made of the results saved before: how many did not validate (and were
+    recomputed), the first of them and why, and how many could not be saved."""
+    first = f"{store.invalid[0][0]}: {store.invalid[0][1]}" if store.invalid else ""
+    return {"recomputed": len(store.invalid), "first_recomputed": first,
+            "unsaved": len(store.unsaved)}  # fmt: skip
 
 
 def _counts(

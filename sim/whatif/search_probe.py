@@ -6,7 +6,10 @@ the base scenario with the configuration's GPU, degree and policy, a fleet of gi
 offered rate and a seed. The rate is the workload's arrival rate, or for a trace its `rate_scale`
 times the own rate of the window that seed replays (`Question.windows`: a trace replays the same
 requests whatever the seed, so each seed replays its own stretch of the trace, and a fleet
-confirmed on every seed holds on several windows of it). A probe passes when every SLO holds.
+confirmed on every seed holds on several windows of it). A probe passes when every SLO holds
+(`meets`: on the exact percentiles, which a probe of up to `sim.metrics.streaming.EXACT_ROWS`
+requests keeps, else at the unfavourable end of the sketch's bound), so a fleet found here meets
+its SLOs when `batchsim run` reruns it.
 
 A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD).
 
@@ -117,6 +120,22 @@ def scenario_of(
     return raw
 
 
+def meets(slos: tuple[SLO, ...], summary: dict[str, float],
+          bounds: dict[str, tuple[float, float]]) -> bool:
+    """Whether every SLO holds for sure: a percentile that came from a sketch (a sample too
+    large to keep whole, `StreamSummary.inexact_percentiles`) is judged at the least favourable
+    end of the interval its exact value lies in, so that a fleet found here meets the SLOs
+    when `batchsim run` computes the exact percentiles."""
+    for slo in slos:
+        value = summary[slo.metric]
+        if slo.metric in bounds:
+            low, high = bounds[slo.metric]
+            value = low if slo.at_least else high
+        if not slo.met({slo.metric: value}):
+            return False
+    return True
+
+
 class Prober:
     """Summaries of probes of one configuration, counted."""
 
@@ -125,14 +144,17 @@ class Prober:
         self.probes = 0
         self.requests = 0
 
-    def summary(self, counts: Counts, rate: float, seed: int) -> dict[str, float]:
+    def probe(self, counts: Counts, rate: float, seed: int) -> tuple[dict[str, float], bool]:
+        """The probe's summary, and whether it meets every SLO (`meets`)."""
         q = self.question
         raw = scenario_of(q, self.config, counts, rate, seed)
         loaded = load_scenario_dict(raw, file=q.file, base_dir=Path(q.base_dir))
-        summary = simulate(loaded, tables=False)[loaded.variants[0].variant].summary()
+        result = simulate(loaded, tables=False)[loaded.variants[0].variant]
+        summary = result.summary()
+        bounds = result.streamed.inexact_percentiles() if result.streamed is not None else {}
         self.probes += 1
         self.requests += int(summary["num_requests"])
-        return summary
+        return summary, meets(q.slos, summary, bounds)
 
 
 def completed_rps(summary: dict[str, float], instances: int) -> float:
@@ -149,9 +171,9 @@ def unit_probe(question: Question, config: Config) -> dict[str, Any]:
     """One unit at the whole rate on the first seed: whether it meets the SLOs, and the
     requests/s it completed (`completed_rps`), which bounds what any fleet of it needs."""
     prober = Prober(question, config)
-    summary = prober.summary(unit_counts(config), question.rate_rps, question.seeds[0])
+    summary, passes = prober.probe(unit_counts(config), question.rate_rps, question.seeds[0])
     return {
-        "passes": all(slo.met(summary) for slo in question.slos),
+        "passes": passes,
         "completed_rps": _json_ready({"x": completed_rps(summary, config.unit_size)})["x"],
         "probes": prober.probes,
         "requests": prober.requests,
@@ -173,8 +195,7 @@ def fleet_search(question: Question, config: Config, start: int) -> dict[str, An
     def passes(counts: Counts, seed_list: list[int]) -> bool:
         for seed in seed_list:
             if (counts, seed) not in memo:
-                summary = prober.summary(counts, question.rate_rps, seed)
-                memo[counts, seed] = all(slo.met(summary) for slo in question.slos)
+                summary, memo[counts, seed] = prober.probe(counts, question.rate_rps, seed)
                 summaries[counts, seed] = summary
             if not memo[counts, seed]:
                 return False

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,30 @@ def _trace_windows(
     return tuple(windows), size
 
 
+def _closed_loop(workload: Any, rate: float | None) -> ScenarioError:
+    """Why a workload without an arrival rate cannot be searched (and `--rate` cannot give it
+    one): a closed loop sends its next request when an answer comes back, so the request rate is
+    the fleet's, not the workload's."""
+    flag = f"--rate {rate:g} does not apply" if rate is not None else "--rate cannot give it one"
+    if workload.sessions is not None:
+        return ScenarioError(
+            "a search serves a rate of requests, and a sessions workload has none: each later "
+            "turn arrives a think time after the previous answer (a closed loop), so the request "
+            f"rate depends on the fleet; {flag}. Search an open-loop workload (arrival and "
+            "lengths, or a trace)",
+            path="workload.sessions",
+        )
+    if workload.clients is not None:
+        return ScenarioError(
+            "a search serves a rate of requests, and a clients workload has none: each client "
+            "sends its next request when its previous answer arrives (a closed loop), so the "
+            f"request rate depends on the fleet; {flag}. Search an open-loop workload (arrival "
+            "and lengths, or a trace)",
+            path="workload.clients",
+        )
+    return ScenarioError("the workload has no arrival rate", path="workload.arrival")
+
+
 def _rates(
     resolved: ResolvedScenario, rate: float | None, seeds: int
 ) -> tuple[float, tuple[tuple[float, float], ...]]:
@@ -106,7 +131,7 @@ def _rates(
         target = rate if rate is not None else own
         span = (size - 1) / target
     elif workload.arrival is None:
-        raise ScenarioError("the workload has no arrival rate", path="workload.arrival")
+        raise _closed_loop(workload, rate)
     else:
         target = rate if rate is not None else workload.arrival.rate
         span = (workload.num_requests or math.inf) / target
@@ -177,14 +202,27 @@ def prepare(
     model = validated(ModelSpec, raw.get("model"), file, "model")
     spec, space_file = read_space(space)
     policy = raw.get("policy")
-    found = policies(spec, policy if isinstance(policy, dict) else {})
+    found = policies(spec, policy if isinstance(policy, dict) else {}, space_file)
     expanded = expand(spec, space_file, model, found)
     base = {k: v for k, v in raw.items() if k not in REPLACED}
     if expanded.configs:
         base["hardware"] = expanded.configs[0].hardware
     elif "hardware" in raw:
         base["hardware"] = raw["hardware"]
-    resolved = load_scenario_dict(base, file=file, base_dir=base_dir).variants[0]
+    try:
+        resolved = load_scenario_dict(base, file=file, base_dir=base_dir).variants[0]
+    except ScenarioError as exc:
+        if expanded.configs:
+            raise
+        # nothing in the space can run, and the scenario's own hardware cannot check the rest
+        why = Counter(category for _, category, _ in expanded.set_aside)
+        reasons = ", ".join(f"{n} {category}" for category, n in why.items())
+        raise ScenarioError(
+            f"every one of the {len(expanded.every)} configurations of the space is set aside "
+            f"before simulating ({reasons}), and the scenario cannot be checked on its own "
+            f"hardware either: {exc.message()}",
+            file=space_file,
+        ) from None
     if spec.policies is not None:
         for label, policy, index in found:
             try:

@@ -83,6 +83,20 @@ def build_table(rows: list[dict[str, Any]], objective: str) -> pd.DataFrame:
     return frame[[*first, *SUMMARY_COLUMNS, *tail, *rest]]
 
 
+def _records_note(counts: dict[str, Any]) -> str:
+    """The results saved before that were not reused, if any."""
+    note = ""
+    if counts.get("recomputed"):
+        n = counts["recomputed"]
+        note += (
+            f"; {n} saved result{'s' if n > 1 else ''} did not validate and "
+            f"{'were' if n > 1 else 'was'} recomputed (first: configs/{counts['first_recomputed']})"
+        )
+    if counts.get("unsaved"):
+        note += f"; {counts['unsaved']} result(s) not saved: a folder holds their configs/ file"
+    return note
+
+
 @dataclass(repr=False)
 class SearchResult:
     """A deployment search's table (see the module docstring), its counts and its question."""
@@ -125,12 +139,25 @@ class SearchResult:
             f"{c['probes']} probes, {c['requests']:,} simulated requests, "
             f"{self.question['wall_s']:.1f} s on {self.question['workers']} worker(s) "
             f"({self.question['backend']})"
+            f"{_records_note(c)}"
         )
+
+    def no_answer(self) -> str:
+        """Why no configuration is ranked: every one was set aside before simulating (none could
+        run, so none was tried against the SLOs), or none of those tried meets them."""
+        c = self.counts
+        if c["configurations"] and c["set_aside"] == c["configurations"]:
+            why = ", ".join(f"{n} {reason}" for reason, n in c["set_aside_by_reason"].items())
+            return (
+                f"every one of the {c['configurations']} configurations was set aside before "
+                f"simulating ({why}): none could run, so none was tried against the SLOs"
+            )
+        return "no configuration of the space meets the SLOs at this rate"
 
     def __repr__(self) -> str:
         best = self.best
         answer = (
-            "no configuration meets the SLOs"
+            self.no_answer()
             if best is None
             else (f"best {best['configuration']} x {best['instances']}")
         )

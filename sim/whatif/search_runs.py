@@ -3,7 +3,8 @@
 A phase is a list of `Task`s (one per configuration) run by `search_probe.run_task` on the local
 process pool or on Ray (`sim.whatif.sweep_backends`, the sweep's backends). As each finishes its
 result is saved to `<out>/configs/<task id>.json` (a temporary file renamed into place, so a file
-that exists is whole); a rerun reads those back and runs only the others. A task's id hashes the
+that exists is whole); a rerun reads those back, checked (`sim.whatif.search_records`: one that
+does not validate is recomputed and counted), and runs only the others. A task's id hashes the
 whole question (scenario mapping, rate, SLOs, seeds, limits), the configuration, the
 phase and the starting estimate, so a saved result is reused only for the very same work, and a
 changed question recomputes instead of mixing old and new. Like a sweep's fingerprint, the id
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import Any
 
 from sim.io.destination import mark_sweep_folder
 from sim.whatif.search_probe import Task, run_task
+from sim.whatif.search_records import check_record
 from sim.whatif.sweep_backends import Progress, ray_session, run_local, run_ray
 from sim.whatif.sweep_store import write_atomic
 
@@ -34,27 +37,51 @@ def digest(obj: Any) -> str:
 
 
 class Store:
-    """Phase results saved as they finish (`configs/<task id>.json`), read back on a rerun."""
+    """Phase results saved as they finish (`configs/<task id>.json`), read back on a rerun.
+
+    A saved record is checked (`search_records.check_record`) before it is reused: one that does
+    not validate is recomputed, and `invalid` keeps `(file name, why)` of each, so the search can
+    say how many were; `unsaved` names the results that could not be saved because something
+    other than a file (a folder) holds their place, which is left as it is."""
 
     def __init__(self, out: Path | None, resume: bool) -> None:
         self.folder = out / "configs" if out is not None else None
         self.resume = resume
+        self.invalid: list[tuple[str, str]] = []
+        self.unsaved: list[str] = []
 
     def load(self, task: Task) -> Result | None:
         if self.folder is None or not self.resume:
             return None
+        path = self.folder / f"{task.id}.json"
+        if not os.path.lexists(path):
+            return None  # never saved: run it
         try:
-            record = json.loads((self.folder / f"{task.id}.json").read_text())
-        except (OSError, ValueError):
-            return None  # absent or unreadable: run it again
-        result = record.get("result") if record.get("id") == task.id else None
-        return result if isinstance(result, dict) else None
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            # unreadable, not UTF-8 or not JSON (a folder, a damaged file): run it again
+            why = "a folder, not a file" if path.is_dir() else f"not readable JSON ({exc})"
+            self.invalid.append((path.name, why[:200]))
+            return None
+        problem = check_record(record, task)
+        if problem is not None:
+            self.invalid.append((path.name, problem[:200]))
+            return None
+        result: Result = record["result"]
+        return result
 
     def save(self, task: Task, result: Result) -> None:
         if self.folder is None:
             return
+        path = self.folder / f"{task.id}.json"
+        if os.path.lexists(self.folder) and not self.folder.is_dir():
+            self.unsaved.append(path.name)  # `configs` is a file: nowhere to save
+            return
         self.folder.mkdir(parents=True, exist_ok=True)
         mark_sweep_folder(self.folder.parent, "search")
+        if path.is_dir() and not path.is_symlink():
+            self.unsaved.append(path.name)  # not ours to remove: the result is used unsaved
+            return
         record = {
             "id": task.id,
             "phase": task.phase,
@@ -62,7 +89,7 @@ class Store:
             "result": result,
         }
         text = json.dumps(record, indent=1, allow_nan=False)
-        write_atomic(self.folder / f"{task.id}.json", lambda p: p.write_text(text))
+        write_atomic(path, lambda p: p.write_text(text))
 
 
 class Runner:

@@ -26,6 +26,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -172,14 +173,43 @@ def _gpus(space: SpaceSpec, file: str) -> list[tuple[str, dict[str, Any]]]:
     return list(out.items())
 
 
+def _entries(space: SpaceSpec, base_policy: dict[str, Any]) -> list[dict[str, Any]]:
+    return space.policies if space.policies is not None else [base_policy]
+
+
+def check_size(space: SpaceSpec, file: str, base_policy: dict[str, Any]) -> int:
+    """The number of configurations of the space, counted from the lengths of its lists before
+    anything is expanded (a product of policy lists can reach millions), refused past
+    `MAX_CONFIGS`; a policy value list that is empty is refused too (it would expand to none)."""
+    counts = []
+    for i, entry in enumerate(_entries(space, base_policy)):
+        lengths = []
+        for key, value in entry.items():
+            if isinstance(value, list) and not value:
+                where = f"policies.{i}.{key}"
+                raise ScenarioError("an empty list of values: give one", file=file, path=where)
+            lengths.append(len(value) if isinstance(value, list) else 1)
+        counts.append(math.prod(lengths))
+    num_policies = sum(counts)
+    size = len(space.gpus) * len(space.tensor_parallel) * len(space.layouts) * num_policies
+    if size > MAX_CONFIGS:
+        raise ScenarioError(
+            f"{size} configurations ({len(space.gpus)} GPUs x {len(space.tensor_parallel)} "
+            f"degrees x {len(space.layouts)} layouts x {num_policies} policies); at most "
+            f"{MAX_CONFIGS}",
+            file=file,
+        )
+    return size
+
+
 def policies(
-    space: SpaceSpec, base_policy: dict[str, Any]
+    space: SpaceSpec, base_policy: dict[str, Any], file: str = "<space>"
 ) -> list[tuple[str, dict[str, Any], int]]:
     """(label, mapping, index of its entry) for every policy the entries expand to (the
-    scenario's own policy when the space lists none)."""
-    entries = space.policies if space.policies is not None else [base_policy]
+    scenario's own policy when the space lists none), once `check_size` has counted them."""
+    check_size(space, file, base_policy)
     out = []
-    for i, entry in enumerate(entries):
+    for i, entry in enumerate(_entries(space, base_policy)):
         keys = list(entry)
         values = [v if isinstance(v, list) else [v] for v in entry.values()]
         for combo in itertools.product(*values):
@@ -192,20 +222,13 @@ def policies(
 def expand(
     space: SpaceSpec, file: str, model: ModelSpec, expanded: list[tuple[str, dict[str, Any], int]]
 ) -> Expanded:
-    """Every configuration of the space (its policies `expanded` by `policies` and checked by the
-    caller); those that cannot run set aside with the reason."""
+    """Every configuration of the space (its policies `expanded` by `policies`, which counted
+    them first, and checked by the caller); those that cannot run set aside with the reason."""
     gpus = _gpus(space, file)
     for key in ("tensor_parallel", "layouts"):
         values = getattr(space, key)
         if len(set(values)) < len(values):
             raise ScenarioError("a value is listed twice", file=file, path=key)
-    size = len(gpus) * len(space.tensor_parallel) * len(space.layouts) * len(expanded)
-    if size > MAX_CONFIGS:
-        raise ScenarioError(
-            f"{size} configurations ({len(gpus)} GPUs x {len(space.tensor_parallel)} degrees x "
-            f"{len(space.layouts)} layouts x {len(expanded)} policies); at most {MAX_CONFIGS}",
-            file=file,
-        )
     configs: list[Config] = []
     aside: list[tuple[Config, str, str]] = []
     every: list[Config] = []
