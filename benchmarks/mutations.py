@@ -10,6 +10,7 @@ coalesced runs of decode steps are cut.
     python benchmarks/mutations.py              # every mutation: a table of who kills it
     python benchmarks/mutations.py --list       # the mutations and their tests
     python benchmarks/mutations.py --only lru-evicts-most-recent --only victim-most-kv-tie
+    python benchmarks/mutations.py --ref HEAD   # the last commit, not the working tree
 
 The working tree is never touched: its tracked and unignored files are copied to a temporary
 folder, the tests run there (on the plain Python sources, whatever build is installed), and each
@@ -186,8 +187,16 @@ MUTATIONS: list[Mutation] = [
 ]
 
 
-def copy_tree(dest: Path) -> None:
-    """The working tree's tracked and unignored files (others' uncommitted edits included)."""
+def copy_tree(dest: Path, ref: str | None = None) -> None:
+    """The working tree's tracked and unignored files (uncommitted edits included), or the
+    tree of commit `ref`."""
+    if ref is not None:
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", ref], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        return
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=ROOT,
@@ -268,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], help="a mutation's name")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--ref", help="test a commit's tree instead of the working tree")
     args = parser.parse_args(argv)
     chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
     unknown = set(args.only) - {m.name for m in MUTATIONS}
@@ -277,14 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         for m in chosen:
             print(f"{m.name}: {m.file}: {m.why}\n    tests: {' '.join(m.tests)}")
         return 0
-    moved = [m.name for m in chosen if occurrences(m) != 1]
+    moved = [m.name for m in chosen if args.ref is None and occurrences(m) != 1]
     if moved:
         print(f"the code moved under: {', '.join(moved)} (old text not found exactly once)")
         return 1
     with tempfile.TemporaryDirectory(prefix="batchsim-mutations-") as tmp:
         root = Path(tmp) / "tree"
-        copy_tree(root)
+        copy_tree(root, args.ref)
         check_imports_copy(root)
+        moved = [m.name for m in chosen if occurrences(m, root) != 1]
+        if moved:
+            print(f"the code moved under: {', '.join(moved)} (old text not found exactly once)")
+            return 1
         report = Path(tmp) / "report.xml"
         files = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
         started = time.perf_counter()
