@@ -265,11 +265,13 @@ def closed_loop_cases() -> list[Case]:
     return cases
 
 
-def record_mutations(record: dict[str, Any]) -> dict[str, bytes | None]:
+def record_mutations(record: dict[str, Any]) -> dict[str, bytes | str | None]:
     """Damaged versions of a valid saved record (`{"id", "phase", "configuration", "result"}`),
-    by name: file contents, or None for a folder in the file's place. Every one is invalid."""
-    out: dict[str, bytes | None] = {
+    by name: file contents, None for a folder in the file's place, "fifo" for a named pipe.
+    Every one is invalid."""
+    out: dict[str, bytes | str | None] = {
         "folder": None,
+        "fifo": "fifo",  # a named pipe: reading it would wait forever
         "empty": b"",
         "not-json": b"{\"id\": ",
         "latin1": b"\xe9\xe9",

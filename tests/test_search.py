@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -469,7 +470,10 @@ def test_every_damaged_saved_result_is_recomputed_not_trusted(tmp_path: Path, ph
             path.unlink()
         if content is None:
             path.mkdir()
+        elif content == "fifo":
+            os.mkfifo(path)
         else:
+            assert isinstance(content, bytes)
             path.write_bytes(content)
         before = len(store.invalid)
         assert store.load(task) is None, name

@@ -56,12 +56,14 @@ class Store:
         path = self.folder / f"{task.id}.json"
         if not os.path.lexists(path):
             return None  # never saved: run it
+        if not path.is_file():  # a folder, or a pipe that reading would wait on forever
+            self.invalid.append((path.name, "a folder or special file, not a file"))
+            return None
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as exc:
-            # unreadable, not UTF-8 or not JSON (a folder, a damaged file): run it again
-            why = "a folder, not a file" if path.is_dir() else f"not readable JSON ({exc})"
-            self.invalid.append((path.name, why[:200]))
+            # unreadable, not UTF-8 or not JSON (a damaged file): run it again
+            self.invalid.append((path.name, f"not readable JSON ({exc})"[:200]))
             return None
         problem = check_record(record, task)
         if problem is not None:
