@@ -7,8 +7,10 @@ ties included), which the synthetic workload generator cannot produce.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -26,6 +28,45 @@ from sim.workload import RequestArrays
 instruments_engine = pytest.mark.skipif(
     build() == "compiled", reason="wraps engine methods; a compiled class bypasses wrappers"
 )
+
+
+
+class StepCalls:
+    """How often an `observed_steps` hook was called: at runs' starts, and after applied pieces
+    (one per row of the steps table, so a test can check that the hook saw every step)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+        self.ended = 0
+
+
+@contextlib.contextmanager
+def observed_steps(hook: Callable[[Any, Any, bool], Any]) -> Iterator[StepCalls]:
+    """Runs inside see every step through the engine's own observer, `Instance.on_step`
+    (`hook(instance, run, ended)`: once a run's start is applied, again after each applied piece
+    of it), which both builds call: each instance `sim.simulate.build_cluster` makes gets `hook`.
+    Yields the call counts: a test compares `ended` with its steps table, so a check that
+    silently stopped running (the hook not called) fails."""
+    module = importlib.import_module("sim.simulate")
+    build = module.build_cluster
+    calls = StepCalls()
+
+    def counted(instance: Any, run: Any, ended: bool) -> None:
+        if ended:
+            calls.ended += 1
+        else:
+            calls.started += 1
+        hook(instance, run, ended)
+
+    def attach(*args: Any, **kwargs: Any) -> Any:
+        cluster = build(*args, **kwargs)
+        for instance in cluster.instances:
+            instance.on_step = counted
+        return cluster
+
+    with mock.patch.object(module, "build_cluster", attach):
+        yield calls
+
 
 # step time = t_mem + t_flop * tokens + t_kv * context + t_attn * prefill attention term
 COEFFS: dict[str, float] = {

@@ -1,14 +1,25 @@
 """Preemption victims and modes (sim/policies/preemption.py): hand-computed swap vs recompute
-accounting, victim choice, host-memory fallback, and block conservation under random runs
-(hypothesis)."""
+accounting, victim choice (ties, several victims in one step, blocks planned this step),
+host-memory fallback, and block conservation under random runs (hypothesis) on workloads of two
+tiers, where every eviction is checked against the victim rule through the engine's step
+observer and the runs must reach several-victim steps, host-memory fallbacks and evictions
+among mixed tiers (counted over the examples, so a strategy that stops reaching one fails)."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 import pytest
 from factories import make_continuous, make_requests, step, tokens
-from helpers_sim import run_arrays, run_arrays_with_instance, tiny_scenario
-from hypothesis import HealthCheck, given, settings
+from helpers_sim import (
+    TINY_KV_BYTES_PER_TOKEN,
+    observed_steps,
+    run_arrays,
+    run_arrays_with_instance,
+    tiny_scenario,
+)
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from sim.core.engine import KVSpec
@@ -82,6 +93,87 @@ def test_victim_choice(victim, expected):
     assert pre.pick(running, lambda r: r.kv_blocks) == expected
 
 
+@pytest.mark.parametrize(
+    ("victim", "tiers", "expected"),
+    [
+        # equal ranks and equal holdings: every rule falls back to the most recently admitted
+        ("lowest_priority", ["paid", "paid", "paid"], 2),
+        ("lowest_priority", ["free", "paid", "free"], 2),  # a tie for the lowest: the later
+        ("lowest_priority", ["free", "paid", "paid"], 0),
+        ("lowest_priority", ["gold", "paid", "gold"], 2),  # unknown tiers rank 0, like paid
+        ("most_kv", ["paid", "paid", "paid"], 2),
+    ],
+)
+def test_victim_ties_go_to_the_most_recently_admitted(victim, tiers, expected):
+    pre = Preemptor(victim=victim, tier_ranks={"paid": 0, "free": 1})
+    running = make_requests((4, 1), (4, 1), (4, 1))
+    for r, tier in zip(running, tiers, strict=True):
+        r.tier = tier
+    assert pre.pick(running, lambda r: 2) == expected
+
+
+def test_most_kv_counts_the_blocks_planned_this_step_and_breaks_ties_late():
+    pre = Preemptor(victim="most_kv")
+    running = make_requests((4, 1), (4, 1), (4, 1), (4, 1))
+    held = {0: 3, 1: 5, 2: 5, 3: 4}
+    assert pre.pick(running, lambda r: held[r.id]) == 2  # 1 and 2 hold 5: the later one
+    held[1] = 6  # a block planned for request 1 this step counts
+    assert pre.pick(running, lambda r: held[r.id]) == 1
+
+
+def _four_full(victim, mode="recompute", host_bytes=1e9):
+    """Four 2-token prompts (tiers free, paid, free, paid) fill 4 blocks of 2 tokens; at the
+    next step every one of them needs a block and none is free."""
+    bench = make_continuous(
+        num_blocks=4,
+        block_size=2,
+        max_model_len=1000,
+        preemption=Preemptor(mode=mode, victim=victim, tier_ranks={"paid": 0, "free": 1}),
+        kv=KVSpec(10.0, swap_bandwidth_bytes_per_s=100.0, host_memory_bytes=host_bytes),
+    )
+    reqs = make_requests(*[(2, 5)] * 4)
+    for r, tier in zip(reqs, ["free", "paid", "free", "paid"], strict=True):
+        r.tier = tier
+        bench.add_request(r, 0.0)
+    assert tokens(step(bench, 0.0)) == {0: 2, 1: 2, 2: 2, 3: 2}
+    return bench, reqs
+
+
+@pytest.mark.parametrize(
+    ("victim", "victims", "decoded"),
+    [
+        # request 0 needs a block: 3 goes; request 1 needs one: 2 goes; 0 and 1 decode
+        ("last_admitted", [3, 2], {0: 1, 1: 1}),
+        # the free tier goes first, the later of a tie first: 2 (for request 0's block), then 0
+        # itself (it now holds 2 blocks with the one planned for it, both freed), so 1 and 3 fit
+        ("lowest_priority", [2, 0], {1: 1, 3: 1}),
+        # all hold 1 block: the latest, 3, goes; then request 0 holds 2 counting its planned
+        # block and is the largest: it goes too, and 1 and 2 decode
+        ("most_kv", [3, 0], {1: 1, 2: 1}),
+    ],
+)
+def test_several_victims_in_one_step_in_the_order_each_rule_gives(victim, victims, decoded):
+    bench, reqs = _four_full(victim)
+    s = step(bench, 1.0)
+    assert [r.id for r in s.preempted] == victims and tokens(s) == decoded
+    assert [p.swap for p in s.plan.preempt] == [False, False]
+    # recomputed victims wait at the front, the last evicted first
+    assert [r.id for r in bench.waiting][:2] == victims[::-1]
+    assert all(reqs[i].num_computed_tokens == 0 for i in victims)
+
+
+def test_host_memory_running_out_mid_step_swaps_the_first_victim_and_recomputes_the_next():
+    # each victim's KV: 1 block of 2 tokens at 10 bytes = 20 bytes; host memory takes one
+    bench, reqs = _four_full("last_admitted", mode="swap", host_bytes=30.0)
+    s = step(bench, 1.0)
+    assert [(p.request.id, p.swap) for p in s.plan.preempt] == [(3, True), (2, False)]
+    assert s.swap_s == pytest.approx(20 / 100)  # only the swapped victim's bytes are copied
+    assert list(bench.swapped) == [reqs[3]] and bench.instance.host_used_bytes == 20
+    assert (reqs[3].num_swaps, reqs[3].num_computed_tokens) == (1, 2)
+    assert (reqs[2].num_swaps, reqs[2].num_recomputed_tokens) == (0, 2)
+    assert [r.id for r in bench.waiting][:1] == [2]
+
+
 def test_swap_time_lengthens_steps_and_matches_the_bytes():
     policy = {
         "name": "continuous",
@@ -114,6 +206,10 @@ def test_the_string_form_still_names_the_mode():
     assert load_scenario_dict(raw).variants[0].spec.policy.preemption.mode == "swap"
 
 
+TIERS = ("paid", "free")
+RANKS = {"paid": 0, "free": 1}
+QUEUE_TIERS = {"default": {"rank": 0}, "paid": {"rank": 0}, "free": {"rank": 1}}
+
 policies = st.fixed_dictionaries(
     {
         "name": st.sampled_from(["continuous", "chunked"]),
@@ -123,10 +219,22 @@ policies = st.fixed_dictionaries(
         "watermark": st.sampled_from([0.0, 0.1]),
         "preemption": st.fixed_dictionaries(
             {
-                "mode": st.sampled_from(["recompute", "swap"]),
-                "victim": st.sampled_from(["last_admitted", "lowest_priority", "most_kv"]),
+                # swap twice as often: only it can run out of host memory
+                "mode": st.sampled_from(["recompute", "swap", "swap"]),
+                "victim": st.sampled_from(
+                    ["last_admitted", "lowest_priority", "lowest_priority", "most_kv"]
+                ),
                 "swap_bandwidth_gb_per_s": st.sampled_from([1e-6, 1.0]),
-                "host_memory_gb": st.sampled_from([1e-7, 64.0]),
+                # 30 or 100 bytes (15 or 50 tokens of the tiny model: runs out), or plenty
+                "host_memory_gb": st.sampled_from([3e-8, 3e-8, 1e-7, 64.0]),
+            }
+        ),
+        # tiers matter to `lowest_priority` (and to the priority queue's admission order)
+        "queue": st.fixed_dictionaries(
+            {
+                "order": st.sampled_from(["fcfs", "priority"]),
+                # `default`: the scenario's own workload, replaced by the drawn requests
+                "tiers": st.just(QUEUE_TIERS),
             }
         ),
     }
@@ -140,15 +248,119 @@ def workloads(draw):
     arrival = np.cumsum(draw(st.lists(gaps, min_size=n, max_size=n))).tolist()
     prompt = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
     output = draw(st.lists(st.integers(1, 40), min_size=n, max_size=n))
-    return arrival, prompt, output
+    tier = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    return arrival, prompt, output, tier
 
 
+@st.composite
+def cases(draw):
+    """(policy, workload, KV pool tokens): random ones, and one in three a burst of equal
+    requests on a pool of one to two blocks per seat, whose blocks fill at the same steps, so
+    that when the pool runs dry they all need one at once and each victim frees little: several
+    victims in one step (random workloads on larger pools almost never give one)."""
+    policy = draw(policies)
+    if draw(st.integers(0, 2)):
+        return policy, draw(workloads()), draw(st.integers(40, 200))
+    block = policy["block_size"]
+    seats = policy["max_num_seqs"] = draw(st.integers(3, 6))
+    policy["watermark"] = 0.0
+    if policy["preemption"]["mode"] == "swap":  # host memory for one and a half blocks' KV
+        policy["preemption"] = {
+            **policy["preemption"],
+            "host_memory_gb": 1.5 * block * TINY_KV_BYTES_PER_TOKEN / 1e9,
+        }
+    kv_tokens = block * draw(st.integers(seats, 2 * seats))
+    n = draw(st.integers(seats, 12))
+    prompt = draw(st.integers(1, block))
+    output = draw(st.integers(min(block + 1, kv_tokens - prompt), kv_tokens - prompt))
+    # alternating tiers: hypothesis favours all-equal lists, where the tiers cannot matter
+    tier = [(i + draw(st.integers(0, 1))) % 2 for i in range(n)]
+    return policy, ([0.0] * n, [prompt] * n, [output] * n, tier), kv_tokens
+
+
+class VictimRule:
+    """Checks every eviction against the policy's victim rule, at each step's start (the
+    engine's `on_step` observer, on either build): a victim is chosen among the requests running
+    before the step, so it must come after every survivor in the rule's order (the last admitted:
+    admission order; the lowest priority: tier rank, then admission order). Notes which cases
+    the run reached."""
+
+    def __init__(self, preemption: dict) -> None:
+        self.victim = preemption["victim"]
+        self.swap = preemption["mode"] == "swap"
+        self.reached: set[str] = set()
+        self.before: list = []
+
+    def __call__(self, instance, run, ended) -> None:
+        preempt = () if ended else run.plan.preempt
+        if preempt:
+            victims = [p.request for p in preempt]
+            survivors = [r for r in self.before if r in instance.running]
+            position = {id(r): k for k, r in enumerate(self.before)}
+
+            def key(r):
+                rank = RANKS[r.tier] if self.victim == "lowest_priority" else 0
+                return (rank, position[id(r)])
+
+            if self.victim != "most_kv" and survivors:
+                assert min(map(key, victims)) > max(map(key, survivors)), (victims, survivors)
+            self.reached.add("preemptions")
+            if len(victims) > 1:
+                self.reached.add("a step with several victims")
+            if any(p.swap for p in preempt):
+                self.reached.add("swaps")
+            if self.swap and not all(p.swap for p in preempt):
+                self.reached.add("a host-memory fallback")
+            if len({r.tier for r in self.before}) > 1:
+                self.reached.add(f"{self.victim} among mixed tiers")
+        self.before = list(instance.running)
+
+
+COVERAGE: Counter = Counter()  # how many of the examples below reached each case
+
+
+def _tiered(policy, kv_tokens, tier, coalesce=True):
+    raw = tiny_scenario(policy, kv_tokens, coalesce=coalesce)
+    return raw, {"tier_index": np.asarray(tier, dtype=np.int64), "tier_names": TIERS}
+
+
+# a step that evicts two requests and a swap that no longer fits in host memory, on a workload
+# of two tiers (found by exploring bursts of equal requests): kept so that every run has them
+@example(
+    case=(
+        {
+            "name": "continuous",
+            "max_num_seqs": 6,
+            "max_num_batched_tokens": 64,
+            "block_size": 8,
+            "watermark": 0.0,
+            "preemption": {
+                "mode": "swap",
+                "victim": "lowest_priority",
+                "swap_bandwidth_gb_per_s": 1.0,
+                "host_memory_gb": 1e-7,
+            },
+            "queue": {"order": "fcfs", "tiers": QUEUE_TIERS},
+        },
+        ([0.0] * 6, [8] * 6, [30] * 6, [1, 0] * 3),
+        64,
+    )
+)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(policy=policies, work=workloads(), kv_tokens=st.integers(40, 200))
-def test_blocks_and_tokens_are_conserved_under_swap_and_recompute(policy, work, kv_tokens):
-    arrival, prompt, output = work
-    res, pol = run_arrays_with_instance(tiny_scenario(policy, kv_tokens), arrival, prompt, output)
-    stepwise = run_arrays(tiny_scenario(policy, kv_tokens, coalesce=False), arrival, prompt, output)
+@given(case=cases())
+def _conserved_under_swap_and_recompute(case):
+    policy, work, kv_tokens = case
+    arrival, prompt, output, tier = work
+    raw, columns = _tiered(policy, kv_tokens, tier)
+    rule = VictimRule(policy["preemption"])
+    with observed_steps(rule) as calls:
+        res, pol = run_arrays_with_instance(raw, arrival, prompt, output, **columns)
+    assert calls.ended == len(res.steps)
+    COVERAGE.update(rule.reached)
+    for case in rule.reached:
+        event(case)
+    raw, columns = _tiered(policy, kv_tokens, tier, coalesce=False)
+    stepwise = run_arrays_with_instance(raw, arrival, prompt, output, **columns)[0]
     req, steps = res.requests, res.steps
     # the pool and host memory are whole again (a double free raises in BlockManager.free)
     assert pol.kv.num_free == pol.kv.num_total and pol.host_used_bytes == 0
@@ -171,3 +383,19 @@ def test_blocks_and_tokens_are_conserved_under_swap_and_recompute(policy, work, 
     a = res.requests[cols].to_numpy(float)
     b = stepwise.requests[cols].to_numpy(float)
     assert np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+def test_blocks_and_tokens_are_conserved_under_swap_and_recompute():
+    """The hypothesis runs above, then what they reached: a strategy that stops producing a
+    multi-victim step, a host-memory fallback or an eviction among mixed tiers fails here."""
+    COVERAGE.clear()
+    _conserved_under_swap_and_recompute()
+    # the explicit example reaches each case once: drawn examples must reach them too
+    for case, least in (
+        ("preemptions", 6),
+        ("a step with several victims", 4),
+        ("swaps", 4),
+        ("a host-memory fallback", 3),
+        ("lowest_priority among mixed tiers", 3),
+    ):
+        assert COVERAGE[case] >= least, (case, dict(COVERAGE))

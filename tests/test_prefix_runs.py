@@ -12,10 +12,15 @@ is itself a check that the policy's free-block arithmetic matches the pool's.
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 import numpy as np
-from helpers_sim import run_arrays_with_instance, scenario, tiny_hardware, tiny_model
+from helpers_sim import (
+    observed_steps,
+    run_arrays_with_instance,
+    scenario,
+    tiny_hardware,
+    tiny_model,
+)
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -60,16 +65,12 @@ def run_checked(
     content: Content,
     check: Any = check_pool,
 ) -> tuple[Any, Instance]:
-    """Run `raw` on these requests, checking the instance with `check` before every step and
-    at the end; the results and the instance."""
-    begin = Instance._begin
-
-    def checked(self: Instance, plan: Any) -> Any:
-        check(self)
-        return begin(self, plan)
-
-    with mock.patch.object(Instance, "_begin", checked):
+    """Run `raw` on these requests, checking the instance with `check` at every step boundary
+    (the end of each applied step; mid-step a decode batch's holdings are settled lazily) and at
+    the end of the run; the results and the instance."""
+    with observed_steps(lambda instance, run, ended: ended and check(instance)) as calls:
         res, instance = run_arrays_with_instance(raw, arrival, prompt, output, content=content)
+    assert calls.ended == len(res.steps)  # every step was checked, on either build
     check(instance)
     return res, instance
 
@@ -215,14 +216,9 @@ def test_caching_with_speculation_and_preemption_keeps_the_pool_balanced() -> No
             "output_tokens": {"dist": "uniform", "low": 2, "high": 30},
             "think_time": {"dist": "fixed", "value_s": 0.01}}},
     )  # fmt: skip
-    begin = Instance._begin
-
-    def checked(self: Instance, plan: Any) -> Any:
-        check_pool(self)
-        return begin(self, plan)
-
-    with mock.patch.object(Instance, "_begin", checked):
+    with observed_steps(lambda instance, run, ended: ended and check_pool(instance)) as calls:
         res = simulate(load_scenario_dict(raw))["default"]
+    assert calls.ended == len(res.steps) > 0
     req = res.requests
     assert req["finish_s"].notna().all()
     assert (req["num_output_tokens"] == req["max_output_tokens"]).all()

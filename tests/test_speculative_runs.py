@@ -9,22 +9,26 @@ lookahead's blocks went back), a reserved one covers them; the KV-usage tallies 
 tokens and the held-beyond-the-sequence tokens of the holders. During a speculative step every
 speculating request holds room for its next token and its lookahead. At the end the pool is
 whole, and tokens are conserved: the target computed every emitted token plus the rejected ones.
+The checks run through the engine's step observer (`Instance.on_step`), so they run on the
+compiled build too, and every step is seen (the observer's calls are counted against the steps
+table); the examples must reach speculation, preemptions, coalesced runs and a `max_length`
+reservation that serves requests.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
-from unittest import mock
 
 import numpy as np
 from helpers_sim import (
-    instruments_engine,
+    observed_steps,
     run_arrays_with_instance,
     scenario,
     tiny_hardware,
     tiny_model,
 )
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_prefix_runs import run_checked, shared_workloads
 
@@ -95,49 +99,99 @@ def workloads(draw: Any) -> tuple[list[float], list[int], list[int]]:
     return np.cumsum(gaps).tolist(), prompt, output
 
 
-@instruments_engine
+COVERAGE: Counter = Counter()  # how many examples of the test below reached each case
+LAST: set[str] = set()  # the cases the last example reached
+# `max_length` reserves the model's whole length for each request: with the 200-token model
+# and the pools drawn (hypothesis favours small ones) it once rejected every request in every
+# example. A shorter model (the longest request, 30 + 60 tokens and a lookahead of 5, fits) on a
+# pool of at least 120 tokens serves them, one or two at a time
+MAX_LENGTH_MODEL_LEN = 100
+MAX_LENGTH_MIN_POOL = 120
+
+
+# the `max_length` arm serving requests (a whole-length reservation each) while speculating
+@example(
+    policy={
+        "name": "continuous",
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "block_size": 4,
+        "watermark": 0.0,
+        "preemption": "recompute",
+        "kv_reservation": "max_length",
+        "speculative": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "acceptance": {"rate": 0.7},
+            "ngram_s": 0.0,
+        },
+    },
+    kv_tokens=240,
+    coalesce=True,
+    workload=([0.0, 0.0, 0.02, 0.3], [10, 30, 5, 20], [40, 12, 60, 3]),
+)
+# preemptions and coalesced runs of plain decode steps (speculation off above one sequence)
+@example(
+    policy={
+        "name": "continuous",
+        "max_num_seqs": 4,
+        "max_num_batched_tokens": 64,
+        "block_size": 4,
+        "watermark": 0.0,
+        "preemption": "swap",
+        "kv_reservation": "paged",
+        "speculative": {
+            "method": "ngram",
+            "num_speculative_tokens": 2,
+            "acceptance": {"rate": 0.7},
+            "ngram_s": 0.0,
+            "disable_by_batch_size": 1,
+        },
+    },
+    kv_tokens=60,
+    coalesce=True,
+    workload=([0.0, 0.0, 0.0, 0.5], [10, 10, 10, 10], [40, 40, 40, 40]),
+)
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=policies, kv_tokens=st.integers(40, 240), coalesce=st.booleans(), workload=workloads()
 )
-def test_runs_with_speculation_conserve_kv_and_tokens(
+def _speculation_conserves_kv_and_tokens(
     policy: dict[str, Any], kv_tokens: int, coalesce: bool, workload: Any
 ) -> None:
     if policy["name"] == "chunked":
         policy.pop("mode", None)
     arrival, prompt, output = workload
+    max_length = policy["kv_reservation"] == "max_length"
+    if max_length:
+        kv_tokens = max(kv_tokens, MAX_LENGTH_MIN_POOL)
     raw = scenario(
         policy=policy,
         coefficients=COEFFS,
-        model=tiny_model(200),
+        model=tiny_model(MAX_LENGTH_MODEL_LEN if max_length else 200),
         hardware=tiny_hardware(kv_tokens),
         engine={"coalesce_decode_steps": coalesce},
     )
-    begin, apply = Instance._begin, Instance._apply
     lookahead_seen = [0]
 
-    def checked_begin(self: Instance, plan: Any) -> Run:
-        check_pool(self)
-        run = begin(self, plan)
+    def observe(instance: Instance, run: Run, ended: bool) -> None:
+        # through the engine's observer (both builds): the pool at every step boundary, and
+        # what a speculative step holds while it runs
+        if ended:
+            check_pool(instance)
+            return
         if run.spec is not None:  # held during the step: next token and lookahead
+            assert run.num_steps == 1
             for req in run.spec.decoders:
-                k = plan.speculate.get(req, 0)
-                room = self.pool.blocks_for(req.num_computed_tokens + 1 + k)
+                k = run.plan.speculate.get(req, 0)
+                room = instance.pool.blocks_for(req.num_computed_tokens + 1 + k)
                 assert req.kv_blocks >= room
                 lookahead_seen[0] += k
-            assert self.pool.num_used == sum(r.kv_blocks for r in self.running)
-        return run
+            assert instance.pool.num_used == sum(r.kv_blocks for r in instance.running)
 
-    def checked_apply(self: Instance, run: Run, num_steps: int) -> float:
-        if run.spec is not None:
-            assert num_steps == 1
-        return apply(self, run, num_steps)
-
-    with (
-        mock.patch.object(Instance, "_begin", checked_begin),
-        mock.patch.object(Instance, "_apply", checked_apply),
-    ):
+    with observed_steps(observe) as calls:
         res, instance = run_arrays_with_instance(raw, arrival, prompt, output)
+    assert calls.ended == len(res.steps)
     check_pool(instance)
     pool = instance.pool
     assert pool.num_used == 0 and pool.num_free == pool.num_total
@@ -172,9 +226,31 @@ def test_runs_with_speculation_conserve_kv_and_tokens(
     alone = (steps["num_seqs"] == 1) & (steps["num_decode_tokens"] == 0)
     assert (~over | alone).all()  # verification tokens stay within the budget
     assert (steps["kv_blocks_used"] <= pool.num_total).all()
-    event(f"speculated {'yes' if proposed else 'no'}")
-    event(f"preemptions {'yes' if preemptions else 'no'}")
-    event(f"coalesced runs {'yes' if (k > 1).any() else 'no'}")
+    reached = {
+        "speculated": proposed > 0,
+        "preemptions": preemptions > 0,
+        "coalesced runs": bool((k > 1).any()),
+        "max_length served": max_length and bool(finished.any()),
+    }
+    for case, yes in reached.items():
+        event(f"{case} {'yes' if yes else 'no'}")
+        COVERAGE[case] += yes
+    LAST.clear()
+    LAST.update(case for case, yes in reached.items() if yes)
+
+
+def test_runs_with_speculation_conserve_kv_and_tokens() -> None:
+    """The hypothesis runs above, then what they reached: a strategy that stops reaching a
+    case (as the `max_length` arm once did, every request rejected) fails here."""
+    COVERAGE.clear()
+    _speculation_conserves_kv_and_tokens()
+    for case, least in (
+        ("speculated", 50),
+        ("preemptions", 3),
+        ("coalesced runs", 3),
+        ("max_length served", 5),
+    ):
+        assert COVERAGE[case] >= least, (case, dict(COVERAGE))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -218,6 +218,10 @@ class Instance:
         self._cut_to: int | None = None
         self.on_change: Callable[[Instance], None] | None = None  # cluster hooks (P/D)
         self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
+        # observers (tests, tools): called with the run once its start is applied (False) and
+        # again after each piece of it is applied (True). An attribute, not a method to wrap:
+        # the compiled build calls its own methods directly, past any wrapper
+        self.on_step: Callable[[Instance, Run, bool], None] | None = None
         # a lone instance's arrivals, pulled by its loop rather than pushed by SimPy events
         self.feed: ArrivalFeed | None = None
         # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
@@ -464,6 +468,12 @@ class Instance:
     # -- the start of a step: evictions, admissions, allocations, price ------------------------
 
     def _begin(self, plan: StepPlan) -> Run:
+        run = self._start(plan)
+        if self.on_step is not None:
+            self.on_step(self, run, False)
+        return run
+
+    def _start(self, plan: StepPlan) -> Run:
         now = self._clock
         usage = self.usage
         usage.step_started(now)
@@ -878,6 +888,8 @@ class Instance:
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()
+        if self.on_step is not None:
+            self.on_step(self, run, True)
         return end
 
     def _continue(self, run: Run, done: int) -> None:
