@@ -18,26 +18,35 @@ import json
 from pathlib import Path
 from typing import Any
 
+# the repository's root: this file's when run from a checkout; an installed copy (the data and
+# scenarios are not installed) is given the checkout's root by its caller
 ROOT = Path(__file__).resolve().parent.parent
-RUN = ROOT / "calibration" / "measured" / "vllm-0.11-h100-llama-2-7b"
-SCENARIO = ROOT / "scenarios" / "measured" / "vllm-0.11_h100_llama-2-7b.yaml"
+RUN_FOLDER = Path("calibration") / "measured" / "vllm-0.11-h100-llama-2-7b"
+SCENARIO_FILE = Path("scenarios") / "measured" / "vllm-0.11_h100_llama-2-7b.yaml"
+RUN = ROOT / RUN_FOLDER
+SCENARIO = ROOT / SCENARIO_FILE
 EXPECTED = RUN / "expected_errors.json"
 TOLERANCE_PP = 1.0  # percentage points an error may move before the check fails
 
 
-def fidelity_errors() -> dict[str, dict[str, float | None]]:
-    """Per variant: the headline errors of the replay of the committed run, in percent."""
+def fidelity_errors(root: Path = ROOT) -> dict[str, dict[str, float | None]]:
+    """Per variant: the headline errors of the replay of the committed run, in percent
+    (`root`: the repository checkout holding the run and its scenario)."""
     from sim.measured import read_measured, read_vllm_log
     from sim.scenario.load import read_scenario
     from sim.whatif.calibrate_engine import headline
     from sim.whatif.replay import load_replay, replay, replay_raw
 
-    run = read_measured(RUN / "traces.json")
-    engine = read_vllm_log(RUN / "vllm.log")
+    folder, scenario_file = root / RUN_FOLDER, root / SCENARIO_FILE
+    run = read_measured(folder / "traces.json")
+    engine = read_vllm_log(folder / "vllm.log")
     raw, notes = replay_raw(
-        read_scenario(SCENARIO), RUN / "traces.json", engine=engine, log_file=str(RUN / "vllm.log")
+        read_scenario(scenario_file),
+        folder / "traces.json",
+        engine=engine,
+        log_file=str(folder / "vllm.log"),
     )
-    scenario = load_replay(raw, str(SCENARIO), SCENARIO.parent)
+    scenario = load_replay(raw, str(scenario_file), scenario_file.parent)
     result = replay(scenario, run, notes)
     return {name: headline(c) for name, c in result.comparisons.items()}
 
