@@ -28,7 +28,8 @@ import numpy as np
 from sim.workload.arrays import RequestArrays, Sessions
 from sim.workload.content import build_content, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
-from sim.workload.spec import DelayDist, WorkloadSpec
+from sim.workload.sessions import sample_delays
+from sim.workload.spec import WorkloadSpec
 
 
 def client_schedule(num_clients: int, total: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -57,14 +58,6 @@ def client_schedule(num_clients: int, total: int) -> tuple[np.ndarray, np.ndarra
     return client, next_request, first
 
 
-def _delays(delay: DelayDist, n: int, rng: np.random.Generator) -> np.ndarray:
-    if delay.dist == "fixed":
-        return np.full(n, delay.value_s)
-    if delay.dist == "exponential":
-        return rng.exponential(delay.mean_s, size=n)
-    return rng.uniform(delay.low_s, delay.high_s, size=n)
-
-
 def generate_clients(
     spec: WorkloadSpec, rng: np.random.Generator, traces: TraceCache
 ) -> RequestArrays:
@@ -79,7 +72,7 @@ def generate_clients(
     arrival = np.full(total, np.nan)
     arrival[:clients] = np.arange(clients) * (c.ramp_up_s / c.num_clients)
     think = np.full(total, np.nan)
-    think[clients:] = _delays(c.delay, total - clients, delay_rng)
+    think[clients:] = sample_delays(c.delay, total - clients, delay_rng)
     content = None
     if spec.shared_prefix is not None:
         prefix, prefix_tokens = draw_prefixes(spec.shared_prefix, total, prefix_rng, traces)

@@ -24,16 +24,16 @@ from sim.workload.arrivals import sample_arrivals
 from sim.workload.budget import requests_problem
 from sim.workload.content import UNIT_TOKENS, content_ids, draw_prefixes
 from sim.workload.lengths import TraceCache, sample_lengths
-from sim.workload.spec import SessionSpec, SharedPrefixSpec, WorkloadSpec
+from sim.workload.spec import DelayDist, SharedPrefixSpec, WorkloadSpec
 
 
-def _delays(spec: SessionSpec, n: int, rng: np.random.Generator) -> np.ndarray:
-    think = spec.think_time
-    if think.dist == "fixed":
-        return np.full(n, think.value_s)
-    if think.dist == "exponential":
-        return rng.exponential(think.mean_s, size=n)
-    return rng.uniform(think.low_s, think.high_s, size=n)
+def sample_delays(delay: DelayDist, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n delays (think times, client round trips) drawn from `delay`."""
+    if delay.dist == "fixed":
+        return np.full(n, delay.value_s)
+    if delay.dist == "exponential":
+        return rng.exponential(delay.mean_s, size=n)
+    return rng.uniform(delay.low_s, delay.high_s, size=n)
 
 
 def generate_sessions(
@@ -53,7 +53,7 @@ def generate_sessions(
         raise ScenarioError(too_many, path="workload.sessions.turns")
     user = sample_lengths(s.user_tokens, total, user_rng, traces)
     output = sample_lengths(s.output_tokens, total, output_rng, traces)
-    think = _delays(s, total, think_rng)
+    think = sample_delays(s.think_time, total, think_rng)
     prefix, prefix_tokens = _prefixes(spec.shared_prefix, num, prefix_rng, traces)
 
     # turn k of session i: request id i for k = 0, then num + (running count of later turns)
