@@ -1,6 +1,6 @@
 """Fit step-cost coefficients to measured step times and pick the model form.
 
-Each form of DESIGN.md "Step cost model" is linear in its coefficients, so a fit is one
+Each form of the step cost model (`docs/profiles.md`) is linear in its coefficients, so a fit is one
 least-squares solve over the columns of `design`:
 
     seed        1, num_tokens
@@ -222,7 +222,7 @@ def heldout_mask(table: StepTable) -> npt.NDArray[np.bool_]:
 
 
 def seed_by_context(table: StepTable) -> list[dict[str, float]]:
-    """The seed model fitted to the decode rows of each context length, as DESIGN.md's seed."""
+    """The seed model (`docs/profiles.md`) fitted to the decode rows of each context length."""
     out = []
     decode = table.num_prefill_tokens == 0
     for context in np.unique(table.context_tokens_per_seq[decode]):

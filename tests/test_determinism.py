@@ -1,5 +1,5 @@
-"""Determinism (DESIGN.md "Determinism"): one seed, one outcome; variants share their requests;
-coalescing identical decode steps is exact.
+"""Determinism (README, "Scenario reference": `seed`): one seed, one outcome; variants share
+their requests; coalescing identical decode steps is exact.
 
 The coalescing checks run on a tiny GPU whose KV pool forces preemptions, with a cost model whose
 decode steps grow longer with context (t_kv > 0), so runs use the closed-form step times.

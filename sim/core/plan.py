@@ -226,7 +226,7 @@ class Policy(Protocol):
 
 
 class StepFeatures(NamedTuple):
-    """What a step costs depends on (DESIGN.md "Step cost model"), as the engine counts it."""
+    """What a step costs depends on (`docs/profiles.md`), as the engine counts it."""
 
     num_seqs: int  # batch slots paid for
     num_tokens: int  # tokens computed: prefill + decode + padding

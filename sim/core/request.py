@@ -1,12 +1,13 @@
 """One request's state, and every transition of its lifecycle, in one place.
 
-The token rule (DESIGN.md): a request knows `num_prompt_tokens + num_output_tokens` tokens and has
-computed the KV of `num_computed_tokens` of them. A step gives it `n <= num_remaining` tokens;
-when the step brings the computed tokens level with the known ones, the request emits one output
-token at the step's end. A fresh request therefore prefills its prompt (whole, or in chunks) and
-emits its first token; a decoding request has exactly one token to compute per step; a request
-preempted by recompute drops to zero computed tokens and prefills prompt and outputs again before
-it emits its next token. It finishes when it has emitted `max_output_tokens`.
+The token rule (README, "Policies"): a request knows `num_prompt_tokens + num_output_tokens`
+tokens and has computed the KV of `num_computed_tokens` of them. A step gives it
+`n <= num_remaining` tokens; when the step brings the computed tokens level with the known ones, the
+request emits one output token at the step's end. A fresh request therefore prefills its prompt
+(whole, or in chunks) and emits its first token; a decoding request has exactly one token to
+compute per step; a request preempted by recompute drops to zero computed tokens and prefills
+prompt and outputs again before it emits its next token. It finishes when it has emitted
+`max_output_tokens`.
 
 Lifecycle (`state`), with the methods that move between states:
 

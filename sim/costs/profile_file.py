@@ -1,7 +1,7 @@
 """Step-cost profile files: the schema, and reading and writing them.
 
-A profile holds the coefficients of the step cost model (see `sim.costs.cost_model` and DESIGN.md
-"Step cost model"), the model form they belong to, and where they came from; a `table` profile
+A profile holds the coefficients of the step cost model (see `sim.costs.cost_model` and
+`docs/profiles.md`), the model form they belong to, and where they came from; a `table` profile
 also holds tabulated step costs (`sim.costs.tables`) and uses its coefficients outside the tables,
 and any profile may carry engine effects to price on top (`pricing`, `sim.costs.knobs`). Every
 problem in a file is a ScenarioError naming the key. Files are written atomically; lists of
