@@ -20,6 +20,7 @@ import importlib.util
 # classes with bases from outside the build wrongly
 MODULES = (
     "sim/core/acceptance.py",
+    "sim/core/arrivals.py",
     "sim/core/block_hash.py",
     "sim/core/decode_batch.py",
     "sim/core/engine.py",
@@ -29,6 +30,7 @@ MODULES = (
     "sim/core/prefix_cache.py",
     "sim/core/recorder.py",
     "sim/core/request.py",
+    "sim/core/run.py",
     "sim/core/speculative_step.py",
     "sim/core/step_times.py",
     "sim/costs/cost_model.py",

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.core.engine import Source
+from sim.core.arrivals import Source
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec
@@ -318,7 +318,7 @@ def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
 
 
 def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:
-    """Whether the lone instance pulls its arrivals itself (`sim.core.engine.ArrivalFeed`): no
+    """Whether the lone instance pulls its arrivals itself (`sim.core.arrivals.ArrivalFeed`): no
     SimPy event per arrival or run; the same schedule as arrivals pushed by the source."""
     return len(cluster.instances) == 1 and cluster.link is None and requests.sessions is None
 

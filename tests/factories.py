@@ -12,12 +12,13 @@ from typing import Any
 
 import simpy
 
-from sim.core.engine import Instance, KVSpec, Run
+from sim.core.engine import Instance, KVSpec
 from sim.core.kv_cache import BlockManager
 from sim.core.plan import StepFeatures, StepPlan
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
+from sim.core.run import Run
 from sim.policies import ChunkedPolicy, ContinuousPolicy, Limits, StaticPolicy
 from sim.policies.preemption import Preemptor
 from sim.policies.queues import FCFSQueue, WaitingQueue

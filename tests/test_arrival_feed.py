@@ -1,4 +1,4 @@
-"""A lone instance pulls its arrivals (`sim.core.engine.ArrivalFeed`) instead of waiting on one
+"""A lone instance pulls its arrivals (`sim.core.arrivals.ArrivalFeed`) instead of waiting on one
 SimPy event per arrival: every request's timestamps and every step are the same as when the
 source pushes them, for every policy, with rejections, prefix content and speculation."""
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from helpers_scenario import run, scenario
 
-from sim.core.engine import steps_before
 from sim.core.recorder import StepTimes
+from sim.core.step_times import steps_before
 
 CONT = {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 64}
 

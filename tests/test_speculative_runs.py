@@ -32,7 +32,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_prefix_runs import run_checked, shared_workloads
 
-from sim.core.engine import Instance, Run
+from sim.core.engine import Instance
+from sim.core.run import Run
 
 COEFFS = {
     "t_mem_s": 0.01,

@@ -40,27 +40,24 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 import simpy
 from simpy.events import Event
 
 from sim.core.acceptance import AcceptanceSampler
+from sim.core.arrivals import FOREVER_S, ArrivalFeed
 from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
 from sim.core.kv_cache import BlockManager
-from sim.core.kv_usage import KVUsage
+from sim.core.kv_usage import KVUsage, PieceUsage
 from sim.core.plan import Policy, StepFeatures, StepPlan
 from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
+from sim.core.run import NO_FEATURES, Run
 from sim.core.speculative_step import ProposalPricer, SpecStart, Speculator
 from sim.core.step_times import StepTimes, steps_before
-from sim.core.urgent import UrgentTimeout
-from sim.workload.arrays import RequestArrays
 
 NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
-FOREVER_S = float("inf")
-ARRIVAL_BLOCK = 1 << 14  # arrivals turned into Python objects at a time
 
 
 class StepPricer(Protocol):
@@ -103,50 +100,6 @@ class KVSpec:
     bytes_per_token: float
     swap_bandwidth_bytes_per_s: float = 25e9
     host_memory_bytes: float = 64e9
-
-
-class Run:
-    """The plan in flight: the steps of it not yet applied."""
-
-    __slots__ = (
-        "cpu_s",
-        "extrapolated",
-        "features",
-        "interruptible",
-        "num_preempted",
-        "num_steps",
-        "plan",
-        "proposal_s",
-        "spec",
-        "swap_s",
-        "times",
-        "verify_s",
-    )
-
-    def __init__(
-        self,
-        plan: StepPlan,
-        features: StepFeatures,
-        times: StepTimes,  # of its first unapplied step onwards
-        num_steps: int,  # steps left (the first is under way)
-        interruptible: bool,
-        num_preempted: int,  # recorded with its first piece
-        swap_s: float,
-        cpu_s: float = 0.0,  # host seconds per step (the pricing's CPU overhead)
-        extrapolated: bool = False,  # priced outside the profile's tables
-    ) -> None:
-        self.plan = plan
-        self.features = features
-        self.times = times
-        self.num_steps = num_steps
-        self.interruptible = interruptible
-        self.num_preempted = num_preempted
-        self.swap_s = swap_s
-        self.cpu_s = cpu_s
-        self.extrapolated = extrapolated
-        self.spec: SpecStart | None = None  # a speculative step's start
-        self.verify_s = 0.0  # its target's seconds
-        self.proposal_s = 0.0  # a single step's proposer seconds (proposals, draft prefill)
 
 
 class Instance:
@@ -298,12 +251,8 @@ class Instance:
     def _cut(self) -> None:
         """End the run in flight at the first step boundary at or after now."""
         run = self._run
-        if run is None or run.num_steps <= 1:
-            return
-        cut = steps_before(run.times, run.num_steps, self.env.now)
-        if cut < run.num_steps:
-            run.num_steps = cut
-            self._cut_to = cut
+        if run is not None and run.cut_at(self.env.now):
+            self._cut_to = run.num_steps
             if self.process is not None:
                 self.process.interrupt()
 
@@ -313,10 +262,11 @@ class Instance:
         run = self._run
         if run is None:
             return
-        done = steps_before(run.times, run.num_steps, self.env.now) - 1
+        done = run.settled_by(self.env.now)
         if done > 0:
             self._apply(run, done)
-            self._continue(run, done)
+            run.advance(done)
+            self._continue(run)
 
     def load(self) -> Load:
         """What routers see now."""
@@ -485,7 +435,7 @@ class Instance:
             self._carried = (num_preempted, swap_s)
             if freed and self.on_change is not None:
                 self.on_change(self)
-            return Run(plan, _NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
+            return Run(plan, NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
         if num_preempted or swap_s:
             self._carried = NO_CARRY
 
@@ -850,41 +800,7 @@ class Instance:
             for req in self.held:
                 self._free(req)
             self.held.clear()
-        f = run.features
-        a = self.steps.append
-        a[0](times.start_s)
-        a[1](end)
-        a[2](num_steps)
-        a[3](times.first_duration_s)
-        a[4](times.increment_s)
-        a[5](f.num_seqs)
-        a[6](f.num_active_seqs)
-        a[7](f.num_tokens)
-        a[8](f.num_prefill_tokens)
-        a[9](f.num_decode_tokens)
-        a[10](f.sum_context_tokens)
-        a[11](f.context_growth_per_step)
-        a[12](piece.blocks_held)
-        a[13](piece.block_seconds)
-        a[14](self.num_waiting)
-        a[15](self.num_running)
-        a[16](run.num_preempted)
-        a[17](piece.stored_token_seconds)
-        a[18](piece.fragment_token_seconds)
-        a[19](run.swap_s)
-        a[20](cached)
-        if spec is None:
-            a[21](0)
-            a[22](0)
-            a[23](0)
-            a[24](run.proposal_s)
-            a[25](0.0)
-        else:
-            a[21](spec.num_spec_seqs)
-            a[22](spec.num_proposed)
-            a[23](accepted)
-            a[24](run.proposal_s)
-            a[25](run.verify_s)
+        self._record(run, num_steps, end, piece, cached, accepted)
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()
@@ -892,18 +808,42 @@ class Instance:
             self.on_step(self, run, True)
         return end
 
-    def _continue(self, run: Run, done: int) -> None:
-        """After applying `done` steps of a run mid-flight: the rest, its first step under way."""
-        f = run.features
-        run.features = f._replace(
-            sum_context_tokens=f.sum_context_tokens + f.context_growth_per_step * done,
-            prefill_attention_term=f.prefill_attention_term + f.attention_growth_per_step * done,
-            chunks=tuple((n, before + n * done) for n, before in f.chunks),
+    def _record(
+        self, run: Run, num_steps: int, end: float, piece: PieceUsage, cached: int, accepted: int
+    ) -> None:
+        """The step group's row (`sim.core.recorder.STEP_SCHEMA`)."""
+        f, times, spec = run.features, run.times, run.spec
+        self.steps.add(
+            start_s=times.start_s,
+            end_s=end,
+            num_steps=num_steps,
+            duration_s=times.first_duration_s,
+            duration_increment_s=times.increment_s,
+            num_seqs=f.num_seqs,
+            num_active_seqs=f.num_active_seqs,
+            num_tokens=f.num_tokens,
+            num_prefill_tokens=f.num_prefill_tokens,
+            num_decode_tokens=f.num_decode_tokens,
+            sum_context_tokens=f.sum_context_tokens,
+            context_growth_per_step=f.context_growth_per_step,
+            kv_blocks_used=piece.blocks_held,
+            kv_block_seconds=piece.block_seconds,
+            num_waiting=self.num_waiting,
+            num_running=self.num_running,
+            num_preempted=run.num_preempted,
+            kv_stored_token_seconds=piece.stored_token_seconds,
+            kv_fragment_token_seconds=piece.fragment_token_seconds,
+            swap_s=run.swap_s,
+            kv_blocks_cached=cached,
+            num_spec_seqs=spec.num_spec_seqs if spec is not None else 0,
+            num_spec_proposed=spec.num_proposed if spec is not None else 0,
+            num_spec_accepted=accepted,
+            spec_proposal_s=run.proposal_s,
+            spec_verify_s=run.verify_s,
         )
-        run.times = run.times.after(done)
-        run.num_steps -= done
-        run.num_preempted = 0
-        run.swap_s = 0.0
+
+    def _continue(self, run: Run) -> None:
+        """After applying some steps of a run mid-flight: start the next one, under way now."""
         if run.plan.decode:
             blocks, tails = self.batch.start_step()
             self.pool.take(blocks)
@@ -914,157 +854,3 @@ class Instance:
             self.usage.stored_tokens += chunk
 
 
-_NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
-
-
-class Source:
-    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT), or,
-    for a lone instance, hands them over as a feed its loop pulls (`pulled`, `ArrivalFeed`).
-
-    Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
-    exists as Python objects all at once. A closed-loop session's later turn has no arrival time
-    in advance: `turn_finished` (the engine's finish hook) schedules it a think time after the
-    previous turn finished.
-
-    `frontend_s` (`engine.frontend_s`) is the serving front end's share of every request: it
-    reaches the scheduler that long after its arrival (tokenization and the hand-off to the engine
-    core), while its latencies still count from the arrival."""
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        requests: RequestArrays,
-        dispatch: Callable[[Request], None],
-        *,
-        push: bool = True,  # False: no SimPy process; a lone instance pulls them (`pulled`)
-        frontend_s: float = 0.0,  # a request reaches the scheduler this long after it arrives
-    ) -> None:
-        self.env = env
-        self.frontend_s = frontend_s
-        self.requests = requests
-        self.dispatch = dispatch
-        assert requests.tier_index is not None
-        # tier names by index; a block's tiers are looked up as it is built (no column of
-        # Python objects as long as the workload)
-        self.tier_names = np.asarray(requests.tier_names, dtype=object)
-        self.tier_index = requests.tier_index
-        self.content = requests.content
-        sessions = requests.sessions
-        self.session = sessions.session if sessions is not None else None
-        self.next_turn = sessions.next_turn if sessions is not None else None
-        self.think_s = sessions.think_s if sessions is not None else None
-        known = requests.arrival_s
-        self.num_known = int((~np.isnan(known)).sum()) if self.next_turn is not None else len(known)
-        self.process = env.process(self._feed()) if push else None
-
-    def make(self, i: int, arrival_s: float | None = None) -> Request:
-        r = self.requests
-        assert r.predicted_output_tokens is not None
-        content = self.content
-        return Request(
-            i,
-            float(r.arrival_s[i]) if arrival_s is None else arrival_s,
-            int(r.prompt_tokens[i]),
-            int(r.output_tokens[i]),
-            self.tier_names[self.tier_index[i]],
-            int(r.predicted_output_tokens[i]),
-            session=int(self.session[i]) if self.session is not None else -1,
-            content=content.of(i) if content is not None else (),
-            content_unit=content.unit if content is not None else 0,
-            content_tokens=int(content.tokens[i]) if content is not None else 0,
-        )
-
-    def block(self, first: int, last: int) -> list[list[Any]]:
-        """Request arguments after the id of arrivals first..last-1, column by column: arrival,
-        prompt, output, tier, predicted output."""
-        r = self.requests
-        assert r.predicted_output_tokens is not None
-        return [
-            r.arrival_s[first:last].tolist(),
-            r.prompt_tokens[first:last].tolist(),
-            r.output_tokens[first:last].tolist(),
-            self.tier_names[self.tier_index[first:last]].tolist(),
-            r.predicted_output_tokens[first:last].tolist(),
-        ]
-
-    def turn_finished(self, req: Request) -> None:
-        """A session's turn finished: its next turn arrives a think time later."""
-        assert self.next_turn is not None and self.think_s is not None
-        nxt = int(self.next_turn[req.id])
-        if nxt < 0:
-            return
-        at = req.finish_s + float(self.think_s[nxt])
-        event = UrgentTimeout(self.env, at + self.frontend_s - self.env.now)
-        event.callbacks.append(lambda _: self.dispatch(self.make(nxt, at)))
-
-    def pulled(self) -> ArrivalFeed:
-        """The arrivals as a feed that one instance's loop pulls (`Instance.feed`), instead of
-        this source's SimPy process: for a lone instance with known arrivals (no closed-loop
-        sessions), where nothing else could see an arrival before that instance's next step."""
-        assert self.process is None and self.session is None
-        return ArrivalFeed(self)
-
-    def _feed(self) -> Generator[Event, Any, None]:
-        env = self.env
-        r = self.requests
-        n = self.num_known
-        delay = self.frontend_s
-        if self.content is not None or self.session is not None:
-            for i in range(n):  # requests with content: built one by one
-                t = float(r.arrival_s[i]) + delay
-                if t > env.now:
-                    yield UrgentTimeout(env, t - env.now)
-                self.dispatch(self.make(i))
-            return
-        for first in range(0, n, ARRIVAL_BLOCK):
-            block = self.block(first, min(n, first + ARRIVAL_BLOCK))
-            for offset, args in enumerate(zip(*block, strict=True)):
-                t = args[0] + delay
-                if t > env.now:
-                    yield UrgentTimeout(env, t - env.now)
-                self.dispatch(Request(first + offset, *args))
-
-
-class ArrivalFeed:
-    """A lone instance's arrivals, pulled by its step loop (`Instance.feed`).
-
-    Same order and times as the `Source` process: at each schedule, and when a run ends, every
-    arrival at or before that instant is queued first (arrivals at t are visible to a schedule at
-    t), and a run an arrival could join ends at the step boundary at or after the next arrival,
-    where a pushed arrival would have cut it. The loop then never waits on SimPy while busy: a
-    run of steps costs no event at all, and an arrival costs none unless the instance is idle."""
-
-    def __init__(self, source: Source) -> None:
-        self.source = source
-        self.one_by_one = source.content is not None  # requests with content: `Source.make`
-        self._next = 0  # index of the next arrival
-        self.delay = source.frontend_s  # when an arrival reaches the scheduler
-        self._block: list[tuple[Any, ...]] = []  # Request arguments after the id, from _first
-        self._first = 0
-        self.next_s = FOREVER_S
-        self._load()
-
-    def _load(self) -> None:
-        """Turn the next block of known arrivals into tuples of Request arguments."""
-        src, first = self.source, self._next
-        last = min(src.num_known, first + ARRIVAL_BLOCK)
-        if self.one_by_one:  # only the arrival times: `Source.make` builds each request
-            columns = [src.requests.arrival_s[first:last].tolist()]
-        else:
-            columns = src.block(first, last)
-        self._block = list(zip(*columns, strict=True))
-        self._first = first
-        self.next_s = self._block[0][0] + self.delay if self._block else FOREVER_S
-
-    def pull(self, until_s: float, submit: Callable[[Request], bool]) -> None:
-        """Queue every arrival at or before `until_s`, in order."""
-        while self.next_s <= until_s:
-            i = self._next
-            args = self._block[i - self._first]
-            submit(self.source.make(i) if self.one_by_one else Request(i, *args))
-            self._next = i + 1
-            k = i + 1 - self._first
-            if k < len(self._block):
-                self.next_s = self._block[k][0] + self.delay
-            else:
-                self._load()

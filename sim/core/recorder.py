@@ -54,6 +54,12 @@ STEP_SCHEMA: tuple[tuple[str, str], ...] = (
     ("num_spec_accepted", "i"),
     ("spec_proposal_s", "d"),
     ("spec_verify_s", "d"),
+    # KV tiers below the GPU (`sim.core.kv.tiers`): the seconds the step waited on loads from
+    # them, and the blocks each tier holds at the step's end (a shared store: all of it)
+    ("kv_load_s", "d"),
+    ("kv_dram_blocks", "q"),
+    ("kv_nvme_blocks", "q"),
+    ("kv_remote_blocks", "q"),
 )
 _DTYPES = {"d": np.float64, "q": np.int64, "i": np.int32}
 STEP_COLUMNS: tuple[str, ...] = ("instance", *(name for name, _ in STEP_SCHEMA))
@@ -70,6 +76,10 @@ SPARSE_COLUMNS = frozenset(
         "num_spec_accepted",
         "spec_proposal_s",
         "spec_verify_s",
+        "kv_load_s",
+        "kv_dram_blocks",
+        "kv_nvme_blocks",
+        "kv_remote_blocks",
     }
 )
 
@@ -96,8 +106,8 @@ class StepLog:
     """Step-group rows of one instance. With `on_full`, the rows are handed over (`columns()`)
     and dropped whenever `capacity` have gathered: a streamed run keeps no table.
 
-    `append` holds one function per column, in schema order, which the engine calls with the
-    row's values, first column first."""
+    The engine writes a row with `add`, a keyword per column (`STEP_SCHEMA`'s names, checked by
+    tests/test_recorder.py); `append` holds the columns' append functions in schema order."""
 
     def __init__(
         self,
@@ -124,6 +134,76 @@ class StepLog:
 
     def __len__(self) -> int:
         return len(self._first)
+
+    def add(
+        self,
+        *,
+        start_s: float,
+        end_s: float,
+        num_steps: int,
+        duration_s: float,
+        duration_increment_s: float,
+        num_seqs: int,
+        num_active_seqs: int,
+        num_tokens: int,
+        num_prefill_tokens: int,
+        num_decode_tokens: int,
+        sum_context_tokens: int,
+        context_growth_per_step: int,
+        kv_blocks_used: int,
+        kv_block_seconds: float,
+        num_waiting: int,
+        num_running: int,
+        num_preempted: int,
+        kv_stored_token_seconds: float,
+        kv_fragment_token_seconds: float,
+        swap_s: float,
+        kv_blocks_cached: int,
+        num_spec_seqs: int = 0,
+        num_spec_proposed: int = 0,
+        num_spec_accepted: int = 0,
+        spec_proposal_s: float = 0.0,
+        spec_verify_s: float = 0.0,
+        kv_load_s: float = 0.0,
+        kv_dram_blocks: int = 0,
+        kv_nvme_blocks: int = 0,
+        kv_remote_blocks: int = 0,
+    ) -> None:
+        """Write one row (a step group), each value by its column's name."""
+        row = (
+            start_s,
+            end_s,
+            num_steps,
+            duration_s,
+            duration_increment_s,
+            num_seqs,
+            num_active_seqs,
+            num_tokens,
+            num_prefill_tokens,
+            num_decode_tokens,
+            sum_context_tokens,
+            context_growth_per_step,
+            kv_blocks_used,
+            kv_block_seconds,
+            num_waiting,
+            num_running,
+            num_preempted,
+            kv_stored_token_seconds,
+            kv_fragment_token_seconds,
+            swap_s,
+            kv_blocks_cached,
+            num_spec_seqs,
+            num_spec_proposed,
+            num_spec_accepted,
+            spec_proposal_s,
+            spec_verify_s,
+            kv_load_s,
+            kv_dram_blocks,
+            kv_nvme_blocks,
+            kv_remote_blocks,
+        )
+        for append, value in zip(self.append, row, strict=True):
+            append(value)
 
     def hand_over(self, *, force: bool = False) -> None:
         """Give the rows to `on_full` when there are `capacity` of them (or any, `force`)."""

@@ -1,0 +1,87 @@
+"""A run in flight: the steps of one plan that the engine has started and not yet applied.
+
+A decode-only plan may repeat as one run of identical steps (`sim.core.engine`). What a run
+knows of itself lives here: how many of its steps ended before an instant (`settled_by`), where
+an arrival cuts it (`cut_at`), and how its features and times move on once some of its steps
+are applied (`advance`). The instance applies the steps' effects on its state.
+"""
+
+from __future__ import annotations
+
+from sim.core.plan import StepFeatures, StepPlan
+from sim.core.speculative_step import SpecStart
+from sim.core.step_times import StepTimes, steps_before
+
+NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
+
+
+class Run:
+    """The plan in flight: the steps of it not yet applied."""
+
+    __slots__ = (
+        "cpu_s",
+        "extrapolated",
+        "features",
+        "interruptible",
+        "num_preempted",
+        "num_steps",
+        "plan",
+        "proposal_s",
+        "spec",
+        "swap_s",
+        "times",
+        "verify_s",
+    )
+
+    def __init__(
+        self,
+        plan: StepPlan,
+        features: StepFeatures,
+        times: StepTimes,  # of its first unapplied step onwards
+        num_steps: int,  # steps left (the first is under way)
+        interruptible: bool,
+        num_preempted: int,  # recorded with its first piece
+        swap_s: float,
+        cpu_s: float = 0.0,  # host seconds per step (the pricing's CPU overhead)
+        extrapolated: bool = False,  # priced outside the profile's tables
+    ) -> None:
+        self.plan = plan
+        self.features = features
+        self.times = times
+        self.num_steps = num_steps
+        self.interruptible = interruptible
+        self.num_preempted = num_preempted
+        self.swap_s = swap_s
+        self.cpu_s = cpu_s
+        self.extrapolated = extrapolated
+        self.spec: SpecStart | None = None  # a speculative step's start
+        self.verify_s = 0.0  # its target's seconds
+        self.proposal_s = 0.0  # a single step's proposer seconds (proposals, draft prefill)
+
+    def settled_by(self, now_s: float) -> int:
+        """Steps of it that ended at or before `now_s` (its last is never counted: the instance
+        finishes a run itself)."""
+        return steps_before(self.times, self.num_steps, now_s) - 1
+
+    def cut_at(self, now_s: float) -> bool:
+        """End it at the first step boundary at or after `now_s`; whether that shortened it."""
+        if self.num_steps <= 1:
+            return False
+        cut = steps_before(self.times, self.num_steps, now_s)
+        if cut >= self.num_steps:
+            return False
+        self.num_steps = cut
+        return True
+
+    def advance(self, done: int) -> None:
+        """`done` of its steps have been applied: the rest starts with the next one."""
+        f = self.features
+        self.features = f._replace(
+            sum_context_tokens=f.sum_context_tokens + f.context_growth_per_step * done,
+            prefill_attention_term=f.prefill_attention_term + f.attention_growth_per_step * done,
+            chunks=tuple((n, before + n * done) for n, before in f.chunks),
+        )
+        self.times = self.times.after(done)
+        self.num_steps -= done
+        self.num_preempted = 0
+        self.swap_s = 0.0
