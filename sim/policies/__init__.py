@@ -5,9 +5,16 @@ whole requests; `continuous` (prefill-first or mixed) and `chunked` plan every i
 parts in `sim.policies.iteration`, with a KV reservation mode (`reservation`), a preemption rule
 (`preemption`) and a waiting-queue order (`queues`) as strategy objects. `make_policy` builds one
 from a scenario's `policy` mapping.
+
+The scenario schema's `PolicySpec` union is the one list of policies; `BUILDERS` maps each of its
+spec classes to the function that builds that policy. A new policy is its module, its spec class
+in the union and one entry here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 from sim.core.plan import Policy
 from sim.policies.chunked import ChunkedPolicy
@@ -21,12 +28,14 @@ from sim.policies.static import StaticPolicy
 from sim.scenario.schema import (
     ChunkedPolicySpec,
     ContinuousPolicySpec,
+    PolicySpec,
     QueueSpec,
     SLOSpec,
     StaticPolicySpec,
 )
 
 __all__ = [
+    "BUILDERS",
     "ChunkedPolicy",
     "ContinuousPolicy",
     "IterationPolicy",
@@ -36,8 +45,6 @@ __all__ = [
     "make_policy",
     "queue_from_spec",
 ]
-
-PolicySpec = StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
 
 
 def queue_from_spec(spec: QueueSpec, slo: SLOSpec | None = None) -> WaitingQueue:
@@ -70,18 +77,15 @@ def speculation_rule(spec: ContinuousPolicySpec | ChunkedPolicySpec) -> Speculat
     )
 
 
-def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -> Policy:
-    """The policy a `policy` mapping describes, for a pool of `kv_blocks_total` blocks."""
-    if isinstance(spec, StaticPolicySpec):
-        return StaticPolicy(
-            max_batch_size=spec.max_batch_size,
-            max_wait_s=spec.max_wait_s,
-            max_model_len=max_model_len,
-            kv_reservation=spec.kv_reservation,
-            pad_prompts=spec.pad_prompts,
-        )
+def iteration_limits(
+    spec: ContinuousPolicySpec | ChunkedPolicySpec,
+    max_model_len: int,
+    kv_blocks_total: int,
+    max_prefill_seqs: int | None = None,
+) -> Limits:
+    """The limits of an iteration-level policy, resolved for a pool of `kv_blocks_total`."""
     budget = spec.max_num_batched_tokens
-    limits = Limits(
+    return Limits(
         max_num_seqs=spec.max_num_seqs,
         # no budget: a step's tokens are bounded by seats and memory only
         max_num_batched_tokens=NO_TOKEN_BUDGET if budget is None else budget,
@@ -94,8 +98,42 @@ def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -
             tier_ranks={tier: t.rank for tier, t in spec.queue.tiers.items()},
         ),
         speculation=speculation_rule(spec),
-        max_prefill_seqs=spec.max_prefill_seqs if isinstance(spec, ChunkedPolicySpec) else None,
+        max_prefill_seqs=max_prefill_seqs,
     )
-    if isinstance(spec, ChunkedPolicySpec):
-        return ChunkedPolicy(limits)
-    return ContinuousPolicy(limits, spec.mode)
+
+
+def build_static(spec: StaticPolicySpec, max_model_len: int, kv_blocks_total: int) -> Policy:
+    return StaticPolicy(
+        max_batch_size=spec.max_batch_size,
+        max_wait_s=spec.max_wait_s,
+        max_model_len=max_model_len,
+        kv_reservation=spec.kv_reservation,
+        pad_prompts=spec.pad_prompts,
+    )
+
+
+def build_continuous(
+    spec: ContinuousPolicySpec, max_model_len: int, kv_blocks_total: int
+) -> Policy:
+    return ContinuousPolicy(iteration_limits(spec, max_model_len, kv_blocks_total), spec.mode)
+
+
+def build_chunked(spec: ChunkedPolicySpec, max_model_len: int, kv_blocks_total: int) -> Policy:
+    limits = iteration_limits(spec, max_model_len, kv_blocks_total, spec.max_prefill_seqs)
+    return ChunkedPolicy(limits)
+
+
+# (spec, max_model_len, kv_blocks_total) -> policy; each takes its own spec class
+Builder = Callable[[Any, int, int], Policy]
+
+# one entry per spec class of the schema's `PolicySpec` union (tests/test_policy_specs.py)
+BUILDERS: dict[type, Builder] = {
+    StaticPolicySpec: build_static,
+    ContinuousPolicySpec: build_continuous,
+    ChunkedPolicySpec: build_chunked,
+}
+
+
+def make_policy(spec: PolicySpec, *, max_model_len: int, kv_blocks_total: int) -> Policy:
+    """The policy a `policy` mapping describes, for a pool of `kv_blocks_total` blocks."""
+    return BUILDERS[type(spec)](spec, max_model_len, kv_blocks_total)

@@ -165,6 +165,7 @@ class ChunkedPolicySpec(_IterationLevelSpec):
         return self
 
 
+# every policy's spec class, listed once: `sim.policies.BUILDERS` has one builder for each
 PolicySpec = Annotated[
     StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec, Field(discriminator="name")
 ]
