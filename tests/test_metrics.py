@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,9 @@ from helpers_sim import run as run_scenario
 from helpers_sim import scenario
 
 from sim.metrics import percentiles
+from sim.metrics.instances import stall_summary
 from sim.metrics.steps import group_durations, step_summary
+from sim.metrics.streaming import StreamSummary
 from sim.metrics.summary import SummaryContext, expand_steps, summarize, weighted_percentile
 
 NAN = math.nan
@@ -309,3 +312,35 @@ def test_tpot_definition_is_a_choice_named_in_the_summary() -> None:
     assert per_token.summary()["tpot_per_output_token"] == 1.0
     assert "tpot_per_output_token" not in after_first.summary()
     assert per_token.summary()["ttft_p50_s"] == after_first.summary()["ttft_p50_s"]
+
+
+def test_a_streamed_summary_of_the_same_tables_is_the_exact_one() -> None:
+    """Both summaries take their definitions from `sim.metrics.request_metrics`: fed the same
+    rows in chunks (a served request unfinished, a warmup, two tiers with SLOs), the streamed
+    summary has every key of the exact one, with the same value."""
+    rows = [*REQUESTS, (5, 4.0, 10, 2, 5.5, 5.9, NAN, False, 0.0)]
+    requests = make_requests(rows)
+    requests["tier"] = ["a", "b", "a", "b", "b", "a"]
+    requests["decode_instance"] = -1
+    requests["num_swaps"] = requests["swapped_bytes"] = 0
+    ctx = make_context(warmup_s=0.5, slo_ttft_s=0.5, slo_tpot_s=0.2)
+    ctx = replace(ctx, slo_tiers=(("a", 0.3, None), ("b", 2.0, 0.2)))
+    exact = summarize(requests, make_steps(), make_itl(), ctx)
+    exact.update(stall_summary(requests, ctx))
+    stream = StreamSummary(ctx, requests["arrival_s"].to_numpy())
+    stream.add_requests(requests.iloc[:2])
+    stream.add_requests(requests.iloc[2:])
+    stream.add_steps(0, make_steps())
+    stream.add_itl(make_itl()["gap_s"], make_itl()["count"])
+    streamed = stream.summary()
+    assert list(streamed) == list(exact)
+    for key, value in exact.items():
+        assert streamed[key] == pytest.approx(value, rel=1e-12, nan_ok=True), key
+    # measured: 1 (b), 2 (a), 4 (b), 5 (a, unfinished); 3 (b) is rejected in the window
+    assert exact["tier_a_num_requests"] == exact["tier_b_num_requests"] == 2
+    assert exact["tier_a_slo_attainment"] == 0.5  # 2 within .3 s; 5 never finished
+    assert exact["tier_b_slo_attainment"] == 1.0  # 1 (no TPOT) and 4 within 2 s and .2 s
+    assert exact["slo_attainment"] == pytest.approx(3 / 5)
+    # served requests queued .2 + .5 + 1.5 s (5 is unfinished but was served) over the 6 s
+    # from the first arrival to the last finish
+    assert exact["mean_queue_length"] == pytest.approx(2.2 / 6.0)

@@ -14,11 +14,11 @@ from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sim.metrics.context import SummaryContext
 from sim.metrics.percentiles import latency_stats
+from sim.metrics.request_metrics import in_window, measured_window, stall_stats, stalls
 from sim.metrics.steps import step_summary
 
 INSTANCE_METRICS = (
@@ -104,10 +104,6 @@ def stall_summary(requests: pd.DataFrame, ctx: SummaryContext | None = None) -> 
     served = ~requests["rejected"].to_numpy(dtype=bool)
     if ctx is not None and len(requests) and (ctx.warmup_s or ctx.cooldown_s):
         arrival = requests["arrival_s"].to_numpy(dtype=float)
-        lo, hi = float(arrival.min()) + ctx.warmup_s, float(arrival.max()) - ctx.cooldown_s
-        served &= (arrival >= lo) & (arrival <= hi)
-    stalls = requests["max_itl_s"].to_numpy(dtype=float)
-    served &= (requests["num_output_tokens"] >= 2).to_numpy() & ~np.isnan(stalls)
-    stalls = stalls[served]
-    stats = latency_stats("stall", stalls)
-    return {k: v for k, v in stats.items() if k != "stall_mean_s" or not math.isnan(v)}
+        bounds = measured_window(float(arrival.min()), float(arrival.max()), ctx)
+        served &= in_window(arrival, bounds)
+    return stall_stats(latency_stats("stall", stalls(requests, served)))

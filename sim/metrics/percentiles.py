@@ -37,6 +37,12 @@ def latency_stats(prefix: str, values: npt.ArrayLike) -> dict[str, float]:
     return out
 
 
+def longest(values: FloatArray) -> float:
+    """The largest value of a sample, NaN ignored (the oldest wait, the longest stall); NaN when
+    there is none."""
+    return float(np.nanmax(values)) if (~np.isnan(values)).any() else math.nan
+
+
 def _weighted_sample(
     values: npt.ArrayLike, weights: npt.ArrayLike
 ) -> tuple[FloatArray, npt.NDArray[Any]]:

@@ -4,7 +4,8 @@ With tables off (`simulate(..., tables=False)`, `batchsim run --tables summary`)
 its records over in chunks of bounded size and forgets them; `StreamSummary` folds each chunk into
 counts, sums, maxima, per-instance step totals (`sim.metrics.steps.StepTotals`) and quantile
 sketches, so memory stays flat whatever the number of requests, and the summary has the same keys
-as the tables' (`sim.metrics.summary.summarize`).
+as the tables' (`sim.metrics.summary.summarize`). Which requests count where, goodput, stalls and
+the rates are defined once for both (`sim.metrics.request_metrics`), applied here chunk by chunk.
 
 Counts, sums, means, rates, utilizations and maxima are exact. Percentiles have one definition
 everywhere, the tables' (numpy's linear interpolation between the order statistics at ranks
@@ -41,9 +42,21 @@ import pandas as pd
 from sim.metrics.context import SummaryContext
 from sim.metrics.fleet import fleet_summary
 from sim.metrics.instances import INSTANCE_METRICS, instance_identity
-from sim.metrics.percentiles import QUANTILES, FloatArray, weighted_percentiles
+from sim.metrics.percentiles import QUANTILES, FloatArray, longest, weighted_percentiles
+from sim.metrics.request_metrics import (
+    LATENCIES,
+    emissions,
+    finished,
+    good,
+    in_window,
+    mean_queue_length,
+    measured_window,
+    rates,
+    stall_stats,
+    stalls,
+)
 from sim.metrics.steps import StepTotals, summary_of_totals
-from sim.metrics.tiers import meets_slo, slo_targets
+from sim.metrics.tiers import tier_metrics
 
 RELATIVE_ACCURACY = 0.005  # 0.5 %: about 460 bins cover 1 ms to 10,000 s
 # rows of a sample kept whole (two float64 arrays: 1 MB per sketch at most) before it is sketched
@@ -51,7 +64,9 @@ EXACT_ROWS = 1 << 16
 
 
 def _max(current: float, value: float) -> float:
-    """The larger, where NaN means no value yet."""
+    """The larger, where NaN means no value (yet)."""
+    if math.isnan(value):
+        return current
     return value if math.isnan(current) else max(current, value)
 
 
@@ -183,7 +198,7 @@ class StreamSummary:
         known = arrival_s[~np.isnan(arrival_s)] if n else arrival_s
         self.first_arrival = float(known.min()) if len(known) else math.nan
         self.last_arrival = float(known.max()) if len(known) == n and n else math.inf
-        self.window = (self.first_arrival + ctx.warmup_s, self.last_arrival - ctx.cooldown_s)
+        self.window = measured_window(self.first_arrival, self.last_arrival, ctx)
         self.counts = dict.fromkeys(
             (
                 "num_requests",
@@ -197,7 +212,7 @@ class StreamSummary:
             ),
             0,
         )
-        self.latency = {m: Sketch() for m in ("ttft", "tpot", "e2e", "queue", "stall")}
+        self.latency = {m: Sketch() for m in (*LATENCIES, "stall")}
         self.transfer = {m: Sketch() for m in ("kv_transfer", "kv_transfer_queue")}
         self.transfer_busy_s = 0.0
         self.itl = Sketch()
@@ -227,7 +242,7 @@ class StreamSummary:
         finish = chunk["finish_s"].to_numpy(dtype=float)
         arrival = chunk["arrival_s"].to_numpy(dtype=float)
         c["num_requests"] += len(chunk)
-        c["num_finished"] += int((~rejected & ~np.isnan(finish)).sum())
+        c["num_finished"] += int(finished(rejected, finish).sum())
         c["num_rejected"] += int(rejected.sum())
         if rejected.any() and "reject_reason" in chunk.columns:
             self.reject_reasons.update(chunk.loc[rejected, "reject_reason"].astype(str).tolist())
@@ -244,18 +259,13 @@ class StreamSummary:
         waits = chunk["queue_s"].to_numpy(dtype=float)[served]
         self.served_waits += float(np.nansum(waits))
         self.served_wait_count += int((~np.isnan(waits)).sum())
-        if (~np.isnan(finish[served])).any():
-            self.served_last_finish = max(self.served_last_finish, float(np.nanmax(finish[served])))
-        stalls = chunk["max_itl_s"].to_numpy(dtype=float)
-        lo, hi = self.window
-        in_window = (arrival >= lo) & (arrival <= hi)
+        self.served_last_finish = _max(self.served_last_finish, longest(finish[served]))
+        window = in_window(arrival, self.window)
         # the stall percentiles cover the measured set, like the latencies
-        multi = served & in_window & (chunk["num_output_tokens"].to_numpy() >= 2)
-        self.latency["stall"].add(stalls[multi])
-        if (~np.isnan(stalls[served])).any():
-            self.itl_max = _max(self.itl_max, float(np.nanmax(stalls[served])))
-        self.offered += int((in_window & rejected).sum())
-        measured = chunk[in_window & served]
+        self.latency["stall"].add(stalls(chunk, served & window))
+        self.itl_max = _max(self.itl_max, longest(chunk["max_itl_s"].to_numpy(dtype=float)[served]))
+        self.offered += int((window & rejected).sum())
+        measured = chunk[window & served]
         self._add_measured(measured)
         if self.num_links and "transfer_s" in chunk.columns:
             moved = chunk[chunk["transfer_s"].notna()]
@@ -267,8 +277,7 @@ class StreamSummary:
     def _add_measured(self, measured: pd.DataFrame) -> None:
         if not len(measured):
             return
-        ctx = self.ctx
-        for metric in ("ttft", "tpot", "e2e", "queue"):
+        for metric in LATENCIES:
             self.latency[metric].add(measured[f"{metric}_s"].to_numpy(dtype=float))
         finish = measured["finish_s"].to_numpy(dtype=float)
         done = ~np.isnan(finish)
@@ -282,29 +291,20 @@ class StreamSummary:
             self.measured_last_finish = max(self.measured_last_finish, float(finish[done].max()))
         self.output_tokens += float(measured["num_output_tokens"].to_numpy()[done].sum())
         self.prompt_tokens += float(measured["num_prompt_tokens"].to_numpy()[done].sum())
-        ttft_target, tpot_target = slo_targets(
-            measured, ctx.slo_ttft_s, ctx.slo_tpot_s, ctx.slo_tiers
-        )
-        good = meets_slo(measured, ttft_target, tpot_target)
-        self.good += int(good.sum())
+        met = good(measured, self.ctx)
+        self.good += int(met.sum())
         waits = measured["queue_s"].to_numpy(dtype=float)
-        if (~np.isnan(waits)).any():
-            worst = float(np.nanmax(waits))
-            self.oldest_wait = (
-                worst if math.isnan(self.oldest_wait) else max(self.oldest_wait, worst)
-            )
+        self.oldest_wait = _max(self.oldest_wait, longest(waits))
         if "tier" in measured.columns:
             tiers = measured["tier"].to_numpy()
             for name in dict.fromkeys(tiers.tolist()):
                 mask = tiers == name
                 tier = self.tiers.setdefault(str(name), _Tier())
                 tier.num += int(mask.sum())
-                tier.good += int(good[mask].sum())
+                tier.good += int(met[mask].sum())
                 tier.ttft.add(measured["ttft_s"].to_numpy(dtype=float)[mask])
                 tier.e2e.add(measured["e2e_s"].to_numpy(dtype=float)[mask])
-                w = waits[mask]
-                if (~np.isnan(w)).any():
-                    tier.oldest_wait = _max(tier.oldest_wait, float(np.nanmax(w)))
+                tier.oldest_wait = _max(tier.oldest_wait, longest(waits[mask]))
 
     def add_steps(self, instance: int, chunk: pd.DataFrame) -> None:
         """A chunk of one instance's step groups."""
@@ -317,10 +317,7 @@ class StreamSummary:
         (speculative decoding; None: one token each)."""
         self.itl.add(gaps, counts)
         if self.ctx.speculative:
-            g = np.asarray(gaps, dtype=float)
-            c = np.asarray(counts, dtype=float)
-            t = np.ones_like(g) if tokens is None else np.asarray(tokens, dtype=float)
-            self.emission_gaps.add(g * t, c / t)
+            self.emission_gaps.add(*emissions(gaps, counts, tokens))
 
     # -- the summary ------------------------------------------------------------------------------
 
@@ -369,34 +366,24 @@ class StreamSummary:
 
     def summary(self) -> dict[str, float]:
         out: dict[str, float] = {k: v for k, v in self.counts.items() if k != "num_kv_transfers"}
-        for metric in ("ttft", "tpot", "e2e", "queue"):
+        for metric in LATENCIES:
             out.update(self.latency[metric].stats(metric))
-        duration = math.nan
-        if self.done:
-            duration = self.measured_last_finish - self.measured_first_arrival
-
-        def rate(x: float) -> float:
-            return x / duration if duration > 0 else math.nan
-
         out.update(
-            duration_s=duration,
-            output_tokens_per_s=rate(self.output_tokens),
-            total_tokens_per_s=rate(self.output_tokens + self.prompt_tokens),
-            requests_per_s=rate(float(self.done)),
-            goodput_rps=rate(float(self.good)),
-            slo_attainment=self.good / self.offered if self.offered else math.nan,
-            oldest_wait_s=self.oldest_wait,
+            rates(
+                self.measured_first_arrival,
+                self.measured_last_finish,
+                num_done=self.done,
+                num_good=self.good,
+                num_offered=self.offered,
+                output_tokens=self.output_tokens,
+                prompt_tokens=self.prompt_tokens,
+            )
         )
+        out["oldest_wait_s"] = self.oldest_wait
         if list(self.tiers) != ["default"]:
             for name, tier in self.tiers.items():
-                key = f"tier_{name}"
-                out[f"{key}_num_requests"] = tier.num
-                out[f"{key}_ttft_p50_s"] = tier.ttft.quantile(50)
-                out[f"{key}_ttft_p99_s"] = tier.ttft.quantile(99)
-                out[f"{key}_e2e_p50_s"] = tier.e2e.quantile(50)
-                out[f"{key}_e2e_p99_s"] = tier.e2e.quantile(99)
-                out[f"{key}_slo_attainment"] = tier.good / tier.num if tier.num else math.nan
-                out[f"{key}_oldest_wait_s"] = tier.oldest_wait
+                ttft, e2e = tier.ttft.quantile, tier.e2e.quantile
+                out.update(tier_metrics(name, tier.num, tier.good, ttft, e2e, tier.oldest_wait))
         out.update(self.itl.stats("itl"))
         if self.ctx.speculative:
             out.update(self.emission_gaps.stats("spec_emission_gap"))
@@ -405,13 +392,10 @@ class StreamSummary:
         out.update(
             fleet_summary(self.steps, self.ctx, self.first_arrival, out["output_tokens_per_s"])
         )
-        span = self.served_last_finish - self.first_arrival
-        waited = self.served_wait_count and span > 0
-        out["mean_queue_length"] = self.served_waits / span if waited else math.nan
-        stall = self.latency["stall"].stats("stall")
-        if math.isnan(stall["stall_mean_s"]):
-            del stall["stall_mean_s"]
-        out.update(stall)
+        out["mean_queue_length"] = mean_queue_length(
+            self.served_waits, self.served_wait_count, self.first_arrival, self.served_last_finish
+        )
+        out.update(stall_stats(self.latency["stall"].stats("stall")))
         if self.num_links:
             for metric, sketch in self.transfer.items():
                 out.update(sketch.stats(metric))

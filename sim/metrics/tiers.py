@@ -11,9 +11,13 @@ tier waited before its first schedule), over the measured set (see sim.metrics.s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
+
+from sim.metrics.percentiles import longest
 
 TierTargets = tuple[tuple[str, float | None, float | None], ...]
 
@@ -55,6 +59,29 @@ def _pct(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if values.size else math.nan
 
 
+def tier_metrics(
+    name: str,
+    num: int,
+    num_good: int,
+    ttft: Callable[[float], float],
+    e2e: Callable[[float], float],
+    oldest_wait_s: float,
+) -> dict[str, float]:
+    """One tier's keys: `num` measured requests, `num_good` within their SLOs, `ttft(q)` and
+    `e2e(q)` the q-th percentiles, the longest wait before a first schedule. Both summaries
+    (exact and streamed) report a tier through this."""
+    key = f"tier_{name}"
+    return {
+        f"{key}_num_requests": num,
+        f"{key}_ttft_p50_s": ttft(50),
+        f"{key}_ttft_p99_s": ttft(99),
+        f"{key}_e2e_p50_s": e2e(50),
+        f"{key}_e2e_p99_s": e2e(99),
+        f"{key}_slo_attainment": num_good / num if num else math.nan,
+        f"{key}_oldest_wait_s": oldest_wait_s,
+    }
+
+
 def tier_summary(measured: pd.DataFrame, good: np.ndarray) -> dict[str, float]:
     """Flat per-tier keys (see the module docstring); empty with a single default tier."""
     if "tier" not in measured.columns or not len(measured):
@@ -67,17 +94,17 @@ def tier_summary(measured: pd.DataFrame, good: np.ndarray) -> dict[str, float]:
     for name in names:
         mask = tiers == name
         rows = measured[mask]
-        key = f"tier_{name}"
         ttft = rows["ttft_s"].to_numpy(dtype=float)
         e2e = rows["e2e_s"].to_numpy(dtype=float)
         waits = rows["queue_s"].to_numpy(dtype=float)
-        out[f"{key}_num_requests"] = int(mask.sum())
-        out[f"{key}_ttft_p50_s"] = _pct(ttft, 50)
-        out[f"{key}_ttft_p99_s"] = _pct(ttft, 99)
-        out[f"{key}_e2e_p50_s"] = _pct(e2e, 50)
-        out[f"{key}_e2e_p99_s"] = _pct(e2e, 99)
-        out[f"{key}_slo_attainment"] = float(good[mask].mean())
-        out[f"{key}_oldest_wait_s"] = (
-            float(np.nanmax(waits)) if (~np.isnan(waits)).any() else math.nan
+        out.update(
+            tier_metrics(
+                str(name),
+                int(mask.sum()),
+                int(good[mask].sum()),
+                partial(_pct, ttft),
+                partial(_pct, e2e),
+                longest(waits),
+            )
         )
     return out
