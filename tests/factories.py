@@ -113,51 +113,77 @@ class Bench:
         return self.instance.swapped
 
     def add_request(self, req: Request, now: float = 0.0) -> bool:
-        self.instance._clock = now
+        """Queue `req`, arriving at `now` (the queue is the same whatever the clock)."""
         return self.instance.submit(req)
 
     def plan(self, now: float) -> StepPlan | None:
         """The policy's decision at `now`, without applying it."""
-        self.instance._clock = now
-        return self.policy.schedule(self.instance)
+        return self.policy.schedule(At(self.instance, now))
 
     def next_wakeup_s(self, now: float) -> float | None:
-        self.instance._clock = now
-        return self.policy.next_wakeup_s(self.instance)
+        return self.policy.next_wakeup_s(At(self.instance, now))
 
     def step(self, now: float, num_steps: int | None = None) -> Stepped | None:
+        """Plan and apply one step (or run, at most `num_steps` steps) at `now`, watching it
+        through the engine's step observer: what it gave whom is read at its start."""
         inst = self.instance
-        inst._clock = now
-        plan = self.policy.schedule(inst)
-        if plan is None:
+        watcher = inst.on_step
+        started: list[Stepped] = []
+        before: dict[int, tuple[Request, int]] = {}
+
+        def at_start(instance: Instance, run: Run, ended: bool) -> None:
+            if watcher is not None:
+                watcher(instance, run, ended)
+            if ended or started:
+                return
+            plan = run.plan
+            if run.spec is not None:
+                decoders = run.spec.decoders
+            else:  # every decoding request joined the decode batch
+                decoders = [r for r in inst.running if r.is_decoding] if plan.decode else []
+            given = {r.id: n for r, n in plan.prefill.items()}
+            given.update({r.id: 1 + plan.speculate.get(r, 0) for r in decoders})
+            before.update({r.id: (r, r.num_output_tokens) for r in inst.running})
+            started.append(
+                Stepped(
+                    plan,
+                    given,
+                    tuple(p.request for p in plan.preempt),
+                    run.num_steps,
+                    run.features,
+                    run.swap_s,
+                    run.interruptible,
+                    {},
+                    {r.id: k for r, k in plan.speculate.items()},
+                )
+            )
+
+        inst.on_step = at_start
+        try:
+            ran = inst.step_by_hand(now, num_steps) is not None
+        finally:
+            inst.on_step = watcher
+        if not ran:
             return None
-        run: Run = inst._begin(plan)
-        if run.spec is not None:
-            decoders = run.spec.decoders
-        else:
-            decoders = [r for r in inst.running if r._batch is inst.batch] if plan.decode else []
-        given = {r.id: n for r, n in plan.prefill.items()}
-        given.update({r.id: 1 + plan.speculate.get(r, 0) for r in decoders})
-        before = {r.id: (r, r.num_output_tokens) for r in inst.running}
-        stepped = Stepped(
-            plan,
-            given,
-            tuple(p.request for p in plan.preempt),
-            run.num_steps,
-            run.features,
-            run.swap_s,
-            run.interruptible,
-            {},
-            {r.id: k for r, k in plan.speculate.items()},
-        )
-        if plan.has_work:
-            if num_steps is not None:
-                run.num_steps = stepped.num_steps = min(run.num_steps, num_steps)
-            inst._finish(run)
+        (stepped,) = started
+        if stepped.plan.has_work and num_steps is not None:
+            stepped.num_steps = min(stepped.num_steps, num_steps)
         for rid, (r, n) in before.items():
             if r.num_output_tokens > n:
                 stepped.emitted[rid] = r.num_output_tokens - n
         return stepped
+
+
+class At:
+    """An instance as its policy would see it at `now` (`sim.core.plan.InstanceView`): for
+    asking the policy what it would do then without stepping the instance."""
+
+    def __init__(self, instance: Instance, now: float) -> None:
+        self.instance = instance
+        self.now = now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.instance, name)
 
 
 def step(bench: Bench, now: float, num_steps: int | None = None) -> Stepped | None:

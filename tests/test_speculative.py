@@ -9,6 +9,7 @@ Hand cases use per-position rates of 0 and 1, which make acceptance deterministi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,10 +91,16 @@ def test_lookahead_blocks_are_held_for_the_step_and_the_rejected_ones_freed() ->
     step(bench, 0.0)  # prefill: 11 computed, 3 blocks
     assert a.kv_blocks == 3
     inst = bench.instance
-    run = inst._begin(inst.policy.schedule(inst))
+    during: list[tuple[dict[int, int], int, int]] = []
+
+    def watch(instance: Any, run: Any, ended: bool) -> None:
+        if not ended:  # the step has started: its blocks are held
+            during.append((tokens_of(run), a.kv_blocks, bench.kv.num_used))
+
+    inst.on_step = watch
+    inst.step_by_hand(inst.now)
     # its next token and 3 lookahead: 15 tokens, 4 blocks during the step
-    assert tokens_of(run) == {0: 4} and a.kv_blocks == 4 and bench.kv.num_used == 4
-    inst._finish(run)
+    assert during == [({0: 4}, 4, 4)]
     # none accepted: it emitted its own token only; the block holding only rejected slots is free
     assert a.num_output_tokens == 2 and a.num_computed_tokens == 12
     assert a.kv_blocks == 3 and bench.kv.num_used == 3
