@@ -48,7 +48,7 @@ class Mutation:
 
 
 BUDGET = ("tests/test_chunked.py", "tests/test_continuous.py", "tests/test_engine.py")
-CACHE = ("tests/test_prefix_cache.py", "tests/test_prefix_runs.py")
+CACHE = ("tests/test_prefix_cache.py", "tests/test_prefix_runs.py", "tests/test_kv_tiers.py")
 VICTIM = ("tests/test_preemption.py",)
 SPEC = ("tests/test_speculative.py", "tests/test_speculative_runs.py")
 SKETCH = ("tests/test_streaming.py",)
@@ -73,19 +73,43 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "lru-evicts-most-recent",
-        "sim/core/prefix_cache.py",
-        "                pop(False)\n",
-        "                pop(True)\n",
+        "sim/core/kv/pool.py",
+        "            gone = [pop(False)[0] for _ in range(evict)]\n",
+        "            gone = [pop(True)[0] for _ in range(evict)]\n",
         CACHE,
         "cached free blocks are evicted most recently freed first (MRU instead of LRU)",
     ),
     Mutation(
         "lru-release-head-first",
-        "sim/core/prefix_cache.py",
-        "        for block_hash in reversed(cached):\n",
-        "        for block_hash in cached:\n",
+        "sim/core/kv/pool.py",
+        "            for block_hash in reversed(cached):\n",
+        "            for block_hash in cached:\n",
         CACHE,
         "a released prefix's first blocks are queued for eviction before its last ones",
+    ),
+    Mutation(
+        "tier-evicts-most-recent",
+        "sim/core/kv/tiers.py",
+        "            evicted.append(blocks.popitem(last=False)[0])\n",
+        "            evicted.append(blocks.popitem(last=True)[0])\n",
+        ("tests/test_kv_tiers.py",),
+        "a full KV tier evicts its most recently used block instead of its least",
+    ),
+    Mutation(
+        "tier-load-free-of-latency",
+        "sim/core/kv/tiers.py",
+        "        return self.latency_s + len(hashes) * self.block_bytes / self.read_bytes_per_s\n",
+        "        return len(hashes) * self.block_bytes / self.read_bytes_per_s\n",
+        ("tests/test_kv_tiers.py",),
+        "a load from a KV tier skips the tier's latency",
+    ),
+    Mutation(
+        "tier-hit-before-written",
+        "sim/core/kv/tiers.py",
+        "        return ready is not None and ready <= now\n",
+        "        return ready is not None\n",
+        ("tests/test_kv_tiers.py",),
+        "a block counts as a tier hit before its write has finished",
     ),
     Mutation(
         "victim-last-admitted-is-first",

@@ -17,7 +17,6 @@ seconds costs it nothing more). Without a callback there is no watcher at all.
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -28,13 +27,14 @@ import pandas as pd
 import simpy
 
 from sim.core.arrivals import Source
-from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
+from sim.metrics.kv_tiers import cache_counters
 from sim.metrics.results import Results, VariantResult
 from sim.metrics.streaming import StreamSummary
+from sim.scenario.kv_tiers import tiers_cost_per_hour
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload import RequestArrays, generate_requests
@@ -254,22 +254,9 @@ def _pricing_counters(cluster: Cluster) -> dict[str, float]:
 
 
 def _cache_counters(cluster: Cluster) -> dict[str, float]:
-    """Prefix-cache lookups of the instances that cache (none: no keys)."""
-    caching = [i for i in cluster.instances if isinstance(i.pool, PrefixCachingPool)]
-    pools = [i.pool for i in caching if isinstance(i.pool, PrefixCachingPool)]
-    if not caching:
-        return {}
-    looked = {key: sum(i.cache_lookups[key] for i in caching) for key in caching[0].cache_lookups}
-
-    def ratio(hit: str, of: str) -> float:
-        return looked[hit] / looked[of] if looked[of] else math.nan
-
-    return {
-        "prefix_cache_hit_rate": ratio("hit_tokens", "tokens"),
-        "prefix_cache_block_hit_rate": ratio("hit_blocks", "blocks"),
-        "prefill_tokens_saved": float(looked["hit_tokens"]),
-        "prefix_cache_evictions": float(sum(pool.num_evictions for pool in pools)),
-    }
+    """Prefix-cache lookups of the instances that cache, and the KV tiers' traffic (no keys
+    without caching: `sim.metrics.tiers`)."""
+    return cache_counters([i.pool for i in cluster.instances])
 
 
 def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
@@ -301,6 +288,7 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
             for i in cluster.info
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
+        memory_usd_per_hour=tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances)),
         fleet=tuple(
             _fleet(group.hardware) for group in resolved.groups for _ in range(group.count)
         ),

@@ -13,9 +13,8 @@ from typing import Any
 import simpy
 
 from sim.core.engine import Instance, KVSpec
-from sim.core.kv_cache import BlockManager
+from sim.core.kv.pool import KVPool
 from sim.core.plan import StepFeatures, StepPlan
-from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.core.run import Run
@@ -72,7 +71,7 @@ class Bench:
     def __init__(
         self,
         policy: Any,
-        pool: BlockManager,
+        pool: KVPool,
         *,
         queue: WaitingQueue | None = None,
         kv: KVSpec | None = None,
@@ -97,7 +96,7 @@ class Bench:
         )
 
     @property
-    def kv(self) -> BlockManager:
+    def kv(self) -> KVPool:
         return self.instance.pool
 
     @property
@@ -236,10 +235,9 @@ def make_continuous(
     else:
         args.pop("max_prefill_seqs", None)
         policy = ContinuousPolicy(Limits(**args), mode)
-    pool_type = PrefixCachingPool if prefix_caching else BlockManager
     return Bench(
         policy,
-        pool_type(num_blocks, block_size),
+        KVPool(num_blocks, block_size, caching=prefix_caching),
         queue=queue,
         kv=kv,
         acceptance=acceptance,
@@ -251,4 +249,4 @@ def make_static(capacity_tokens: int = 10_000, **kw: Any) -> Bench:
     args: dict[str, Any] = dict(max_batch_size=2, max_wait_s=0.0, max_model_len=10_000)
     queue = kw.pop("queue", None)
     args.update(kw)
-    return Bench(StaticPolicy(**args), BlockManager(capacity_tokens, 1), queue=queue)
+    return Bench(StaticPolicy(**args), KVPool(capacity_tokens, 1), queue=queue)

@@ -17,7 +17,7 @@ of `Pool` with the extra answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Set
 
 from sim.core.plan import KVView, QueueView
 from sim.core.request import Request
@@ -47,15 +47,54 @@ class Queue:
         return len(self.requests)
 
 
+class Releases:
+    """What evictions free in a pool that caches nothing: everything the victim holds."""
+
+    cached_free: frozenset[int] = frozenset()
+
+    def release(self, req: Request) -> int:
+        return req.kv_blocks
+
+
 class Pool:
-    """A KV pool of `num_total` blocks of `block_size` tokens, `num_free` free (`KVView`)."""
+    """A KV pool of `num_total` blocks of `block_size` tokens, `num_free` free (`KVView`).
+    `in_use` and `cached_free`: hashes of cached blocks held by requests, or free; `lower`:
+    hashes a KV tier below the GPU holds. Empty: a pool that caches nothing."""
 
-    caching = False
-
-    def __init__(self, num_total: int, num_free: int, block_size: int = BLOCK_SIZE) -> None:
+    def __init__(
+        self,
+        num_total: int,
+        num_free: int,
+        block_size: int = BLOCK_SIZE,
+        *,
+        in_use: Iterable[int] = (),
+        cached_free: Iterable[int] = (),
+        lower: Iterable[int] = (),
+    ) -> None:
         self.num_total = num_total
         self.num_free = num_free
         self.block_size = block_size
+        self.in_use, self.cached_free, self.lower = set(in_use), set(cached_free), set(lower)
+
+    def hits(
+        self, req: Request, limit: int, taken: Set[int], released: Set[int] = frozenset()
+    ) -> tuple[int, int, int]:
+        hashes = req.block_hashes(self.block_size)[:limit]
+        n = from_free = 0
+        for h in hashes:
+            if h in taken or (h in self.in_use and h not in released):
+                n += 1
+            elif h in released or h in self.cached_free:
+                n, from_free = n + 1, from_free + 1
+            else:
+                break
+        lower = 0
+        while n + lower < len(hashes) and hashes[n + lower] in self.lower:
+            lower += 1
+        return n, from_free, lower
+
+    def planned_releases(self) -> Releases:
+        return Releases()
 
     @property
     def capacity_tokens(self) -> int:

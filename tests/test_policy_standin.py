@@ -303,3 +303,33 @@ def test_the_stand_in_view_of_an_engine_state_gets_the_engine_plan(mode: str) ->
         compared += 1
     assert compared >= 20 and all(r.is_finished for r in requests)
     assert sum(r.num_preemptions for r in requests) >= 3
+
+
+# -- prefix caching and KV tiers, asked of the pool ----------------------------------------------
+
+
+def with_content(req: Request, ids: list[int]) -> Request:
+    req.content, req.content_unit, req.content_tokens = ids, 4, req.num_prompt_tokens
+    return req
+
+
+def test_an_admission_starts_from_gpu_hits_then_loads_the_tier_run_after_them() -> None:
+    a = with_content(request(0, 16, 2), [1, 2, 3, 4])
+    h = a.block_hashes(4)
+    # block 0 is cached and in use, block 1 cached and free, blocks 2 and 3 in a tier below
+    kv = Pool(100, 50, in_use=[h[0]], cached_free=[h[1]], lower=[h[2], h[3]])
+    plan = ContinuousPolicy(limits()).schedule(View(kv, waiting=[a]))
+    # at most 3 blocks are hits (its last token is computed): 2 on the GPU, 1 loaded
+    assert plan == StepPlan(prefill={a: 4}, decode=False, admit=(a,), cached={a: 2},
+                            loaded={a: 1})  # fmt: skip
+
+
+def test_tier_loads_need_fresh_blocks_within_the_free_count() -> None:
+    a = with_content(request(0, 16, 2), [1, 2, 3, 4])
+    h = a.block_hashes(4)
+    # 4 blocks for 16 tokens: 1 cached in use, then 3 new (2 loaded, 1 computed); 2 free
+    kv = Pool(100, 2, in_use=[h[0]], lower=[h[1], h[2]])
+    assert ContinuousPolicy(limits()).schedule(View(kv, waiting=[a])) is None
+    kv.num_free = 3
+    plan = ContinuousPolicy(limits()).schedule(View(kv, waiting=[a]))
+    assert plan is not None and plan.cached == {a: 1} and plan.loaded == {a: 2}

@@ -1,4 +1,4 @@
-"""Automatic prefix caching (sim/core/prefix_cache.py): exact hit accounting on hand cases, LRU
+"""Automatic prefix caching (sim/core/kv/pool.py): exact hit accounting on hand cases, LRU
 eviction order, blocks in use never evicted, reference counts, and conservation under random
 operations (hypothesis)."""
 
@@ -10,8 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sim.core.prefix_cache import CACHED, IN_USE, MISSING, PrefixCachingPool
+from sim.core.kv.pool import CACHED, IN_USE, MISSING, KVPool
 from sim.core.request import Request
+
+
+def state(pool: KVPool, block_hash: int) -> int:
+    """Where the GPU has the block: in use, cached and free, or missing."""
+    refs, lru = pool.cache_contents()
+    return IN_USE if block_hash in refs else CACHED if block_hash in lru else MISSING
 
 
 def with_content(req: Request, ids: list[int], unit: int = 4, tokens: int = 0) -> Request:
@@ -29,9 +35,8 @@ def test_a_shared_prefix_is_computed_once_and_the_last_token_always_computed() -
     bench.add_request(a, 0.0)
     assert tokens(step(bench, 0.0)) == {0: 16}  # nothing cached yet: the whole prompt
     pool = bench.kv
-    assert isinstance(pool, PrefixCachingPool)
     hashes = a.block_hashes(4)
-    assert [pool.state(h) for h in hashes] == [IN_USE] * 4  # registered once computed
+    assert [state(pool, h) for h in hashes] == [IN_USE] * 4  # registered once computed
     # the same 16-token prompt: 3 blocks found (the last block is recomputed for its last token)
     b = with_content(Request(1, 1.0, 16, 2), [1, 2, 3, 4])
     # a different prompt sharing the first two blocks only
@@ -41,7 +46,8 @@ def test_a_shared_prefix_is_computed_once_and_the_last_token_always_computed() -
     free_before = pool.num_free
     assert tokens(step(bench, 1.0)) == {1: 4, 2: 8}  # prefill-first: a stalls
     assert (b.num_cached_tokens, c.num_cached_tokens) == (12, 8)
-    assert [pool.refs[h] for h in hashes] == [3, 3, 2, 1]  # a, b and c share; b's own 4th
+    refs = pool.cache_contents()[0]
+    assert [refs[h] for h in hashes] == [3, 3, 2, 1]  # a, b and c share; b's own 4th
     # b: 1 new block (its last); c: 2 new ones; in-use hits take nothing from the free count
     assert pool.num_free == free_before - 3
 
@@ -49,7 +55,6 @@ def test_a_shared_prefix_is_computed_once_and_the_last_token_always_computed() -
 def test_blocks_stay_cached_after_their_holders_leave_and_are_evicted_oldest_first() -> None:
     bench = make_continuous(num_blocks=6, block_size=4, max_num_seqs=4, prefix_caching=True)
     pool = bench.kv
-    assert isinstance(pool, PrefixCachingPool)
     a = with_content(Request(0, 0.0, 8, 1), [1, 2])  # 2 blocks, finishes at its first token
     bench.add_request(a, 0.0)
     step(bench, 0.0)
@@ -58,14 +63,14 @@ def test_blocks_stay_cached_after_their_holders_leave_and_are_evicted_oldest_fir
     step(bench, 1.0)
     assert pool.num_cached_free == 4 and pool.num_free == 6  # both gone, their blocks cached
     # freed in order of leaving, each request's blocks tail first
-    assert list(pool.lru) == [*a.block_hashes(4)[::-1], *b.block_hashes(4)[::-1]]
+    assert list(pool.cache_contents()[1]) == [*a.block_hashes(4)[::-1], *b.block_hashes(4)[::-1]]
     # a 16-token prompt of new content needs 4 blocks: the 2 never-cached ones, then a's two
     # blocks (freed first) are evicted; b's stay
     c = with_content(Request(2, 2.0, 16, 1), [5, 6, 7, 8])
     bench.add_request(c, 2.0)
     step(bench, 2.0)
-    assert [pool.state(h) for h in a.block_hashes(4)] == [MISSING, MISSING]
-    assert [pool.state(h) for h in b.block_hashes(4)] == [CACHED, CACHED]
+    assert [state(pool, h) for h in a.block_hashes(4)] == [MISSING, MISSING]
+    assert [state(pool, h) for h in b.block_hashes(4)] == [CACHED, CACHED]
     assert pool.num_evictions == 2
     # b's prompt again finds its first block (the second is recomputed: last token)
     d = with_content(Request(3, 3.0, 8, 1), [3, 4])
@@ -86,8 +91,7 @@ def test_a_recomputed_request_reuses_what_is_still_cached() -> None:
     stepped = step(bench, 2.0)
     assert stepped is not None and stepped.preempted == (r1,)
     pool = bench.kv
-    assert isinstance(pool, PrefixCachingPool)
-    assert pool.state(r1.block_hashes(2)[0]) == CACHED
+    assert state(pool, r1.block_hashes(2)[0]) == CACHED
     for t in range(3, 9):
         step(bench, float(t))
         if r1.num_cached_tokens:
@@ -105,7 +109,7 @@ class CachePool(RuleBasedStateMachine):
 
     @initialize(num_blocks=st.integers(4, 24))
     def setup(self, num_blocks: int) -> None:
-        self.pool = PrefixCachingPool(num_blocks, 2)
+        self.pool = KVPool(num_blocks, 2, caching=True)
         self.holders: list[Request] = []
         self.next_id = 0
 
@@ -116,7 +120,7 @@ class CachePool(RuleBasedStateMachine):
         self.next_id += 1
         known = req.num_prompt_tokens + 1
         hits = pool.cached_prefix(req, (known - 1) // 2)
-        from_free = sum(pool.state(h) == CACHED for h in req.block_hashes(2)[:hits])
+        from_free = sum(state(pool, h) == CACHED for h in req.block_hashes(2)[:hits])
         new = -(-known // 2) - hits + extra
         if new + from_free > pool.num_free:
             return
@@ -138,17 +142,18 @@ class CachePool(RuleBasedStateMachine):
             return
         pool = self.pool
         held = sum(r.kv_blocks for r in self.holders)
-        shared = sum(count - 1 for count in pool.refs.values())
+        shared = sum(count - 1 for count in pool.cache_contents()[0].values())
         # blocks in use (each counted once) + cached free + never-cached free = all
-        assert held - shared + pool.num_cached_free + pool._free == pool.num_total
+        assert held - shared + pool.num_free == pool.num_total
         assert pool.num_used == held - shared
-        assert all(count > 0 for count in pool.refs.values())
-        assert not set(pool.refs) & set(pool.lru)  # a block in use is never in the free cache
+        assert all(count > 0 for count in pool.cache_contents()[0].values())
+        refs, lru = pool.cache_contents()
+        assert not set(refs) & set(lru)  # a block in use is never in the free cache
         holders_of = {}
         for req in self.holders:
             for h in req.cached_blocks:
                 holders_of[h] = holders_of.get(h, 0) + 1
-        assert holders_of == pool.refs
+        assert holders_of == pool.cache_contents()[0]
 
 
 CachePool.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
@@ -172,4 +177,4 @@ def test_hashes_identify_prefixes_across_block_sizes(block_size: int, unit: int)
     if first is not None:  # once a block differs, every later one does (chained hashes)
         assert all(differs[first:])
     with pytest.raises(AssertionError):
-        PrefixCachingPool(1, block_size).take(2)
+        KVPool(1, block_size, caching=True).take(2)

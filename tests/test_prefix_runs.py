@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 
 from sim import load_scenario_dict, simulate
 from sim.core.engine import Instance
-from sim.core.prefix_cache import PrefixCachingPool
 from sim.workload.arrays import Content
 
 COEFFS = {
@@ -41,20 +40,19 @@ PREFIXES = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [7, 8, 9, 10, 11], [1]]
 
 def check_pool(instance: Instance) -> None:
     pool = instance.pool
-    assert isinstance(pool, PrefixCachingPool)
     holders: dict[int, int] = {}
     for req in instance.running:
         for h in req.cached_blocks:
             holders[h] = holders.get(h, 0) + 1
     for req in instance.swapped:  # a swapped request's KV is in host memory, not the pool
         assert req.kv_blocks == 0 and not req.cached_blocks
-    assert holders == pool.refs
+    assert holders == pool.cache_contents()[0]
     held = sum(r.kv_blocks for r in instance.running)
-    shared = sum(count - 1 for count in pool.refs.values())
+    shared = sum(count - 1 for count in pool.cache_contents()[0].values())
     assert held - shared == pool.num_used
-    assert pool.num_used + pool.num_cached_free + pool._free == pool.num_total
-    assert min(pool._free, pool.num_cached_free) >= 0
-    assert not set(pool.refs) & set(pool.lru)
+    assert pool.num_used + pool.num_free == pool.num_total
+    assert min((pool.num_free - pool.num_cached_free), pool.num_cached_free) >= 0
+    assert not set(pool.cache_contents()[0]) & set(pool.cache_contents()[1])
 
 
 def run_checked(
@@ -181,7 +179,7 @@ def test_runs_with_caching_keep_the_pool_balanced(
     once = fin["num_preemptions"] == 0
     assert (fin.loc[once, "num_cached_tokens"] < fin.loc[once, "num_prompt_tokens"]).all()
     pool = instance.pool
-    assert pool.num_used == 0 and pool.num_free == pool.num_total and not pool.refs
+    assert pool.num_used == 0 and pool.num_free == pool.num_total and not pool.cache_contents()[0]
     # the steps table's split of the pool (used + cached free) never exceeds it
     steps = res.steps
     if len(steps):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sim.core.engine import Load
-from sim.core.kv_cache import BlockManager
+from sim.core.kv.pool import KVPool
 from sim.core.request import Request
 from sim.topology.router import Router
 
@@ -22,10 +22,10 @@ class FakePolicy:
     num_waiting: int = 0
     num_running: int = 0
     tokens: int = 0
-    kv: BlockManager = field(init=False)
+    kv: KVPool = field(init=False)
 
     def __post_init__(self) -> None:
-        self.kv = BlockManager(self.total_blocks, 16)
+        self.kv = KVPool(self.total_blocks, 16)
         self.kv.take(self.used_blocks)
 
     def outstanding_tokens(self) -> int:

@@ -280,7 +280,7 @@ def test_speculation_with_prefix_caching_keeps_the_pool_balanced(
     )
     res, instance = run_checked(raw, arrival, prompt, output, content)
     pool = instance.pool
-    assert pool.num_used == 0 and not pool.refs
+    assert pool.num_used == 0 and not pool.cache_contents()[0]
     req = res.requests
     assert (req["rejected"] ^ req["finish_s"].notna()).all()
     event(f"speculated {'yes' if req['num_spec_proposed'].any() else 'no'}")

@@ -46,10 +46,10 @@ from simpy.events import Event
 from sim.core.acceptance import AcceptanceSampler
 from sim.core.arrivals import FOREVER_S, ArrivalFeed
 from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
-from sim.core.kv_cache import BlockManager
+from sim.core.kv.host import HostMemory
+from sim.core.kv.pool import KVPool
 from sim.core.kv_usage import KVUsage, PieceUsage
 from sim.core.plan import Policy, StepFeatures, StepPlan
-from sim.core.prefix_cache import PrefixCachingPool
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, Request
 from sim.core.run import NO_FEATURES, Run
@@ -111,7 +111,7 @@ class Instance:
         index: int,
         policy: Policy,
         queue: Any,
-        pool: BlockManager,
+        pool: KVPool,
         cost: StepPricer,
         log: RequestLog,
         *,
@@ -155,15 +155,14 @@ class Instance:
         self.steps = steps if steps is not None else StepLog(index)
         self.itl = itl if itl is not None else ItlLog()
         self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
-        self.host_used_bytes = 0
+        self.host = HostMemory(kv.host_memory_bytes)  # swapped-out KV: its one account
         self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
         self._waiting_work = 0  # remaining work of the waiting requests
-        # prefix caching: tokens and full blocks looked up at admissions, and those found
-        self.cache_lookups = {"tokens": 0, "hit_tokens": 0, "blocks": 0, "hit_blocks": 0}
         # pricing: steps priced outside the profile's tables, host seconds of CPU overhead
         self.num_extrapolated_steps = 0
         self.cpu_overhead_s = 0.0
         self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
+        self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
         self._run: Run | None = None
         self._busy = False
         self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
@@ -187,7 +186,7 @@ class Instance:
         return self._clock
 
     @property
-    def kv(self) -> BlockManager:
+    def kv(self) -> KVPool:
         return self.pool
 
     @property
@@ -196,7 +195,7 @@ class Instance:
 
     @property
     def host_bytes_free(self) -> float:
-        return self.kv_spec.host_memory_bytes - self.host_used_bytes
+        return self.host.free_bytes
 
     @property
     def receives_transfers(self) -> bool:
@@ -280,10 +279,9 @@ class Instance:
         )
 
     def cached_prefix_tokens(self, req: Request) -> int:
-        """Tokens of `req`'s prompt this instance's prefix cache holds (0 without caching)."""
+        """Tokens of `req`'s prompt this instance's prefix cache holds, on the GPU or in a KV
+        tier below it (0 without caching)."""
         pool = self.pool
-        if not isinstance(pool, PrefixCachingPool):
-            return 0
         limit = (req.num_known_tokens - 1) // pool.block_size
         return pool.cached_prefix(req, limit) * pool.block_size
 
@@ -329,6 +327,7 @@ class Instance:
     def _touch(self) -> None:
         """Before an outside change at now: settle, and integrate KV use up to now."""
         self.settle()
+        self.pool.at(self.env.now)
         if self._busy:
             self.usage.accrue_to(self.env.now, self.pool.num_used)
 
@@ -341,6 +340,7 @@ class Instance:
         while True:
             if feed is not None:  # arrivals up to now are queued before the schedule at now
                 feed.pull(self._clock, self.submit)
+            self.pool.at(self._clock)  # tier blocks are hits once written: as of now
             plan = self.policy.schedule(self)
             if plan is not None and (plan.preempt or plan.swap_in) and not plan.has_work:
                 # evictions with nothing to run: they happened; the next step records them
@@ -397,6 +397,7 @@ class Instance:
         no SimPy: for tests and tools that drive an instance directly. Returns what ran (None
         when the policy had nothing to run)."""
         self._clock = now
+        self.pool.at(now)
         plan = self.policy.schedule(self)
         if plan is None:
             return None
@@ -427,6 +428,7 @@ class Instance:
         now = self._clock
         usage = self.usage
         usage.step_started(now)
+        self.pool.at(now)
         num_preempted, swap_s = self._carried
         freed = False
         if plan.seat or plan.preempt or plan.swap_in or plan.admit:
@@ -525,11 +527,17 @@ class Instance:
         extrapolated = cost.last_extrapolated
         cpu_s = cost.cpu_overhead_s(features)
         num_steps = 1
+        load_s = self._load_s
+        if load_s:  # loads from KV tiers: before the step, or hidden behind its compute
+            self._load_s = 0.0
+            load_s = max(0.0, load_s - first_s) if self.pool.loads_overlap else load_s
+            self.pool.load_wait_s += load_s
+            repeats = False
         if spec is not None:  # one step: the target verifies after the proposals
             run = Run(
                 plan,
                 features,
-                StepTimes(now, first_s + spec.proposal_s + swap_s),
+                StepTimes(now, first_s + spec.proposal_s + swap_s + load_s),
                 1,
                 False,
                 num_preempted,
@@ -538,6 +546,7 @@ class Instance:
                 extrapolated,
             )
             run.spec = spec
+            run.load_s = load_s
             run.verify_s = first_s
             run.proposal_s = spec.proposal_s
             self._busy = True
@@ -555,7 +564,7 @@ class Instance:
         run = Run(
             plan,
             features,
-            StepTimes(now, first_s + swap_s, increment_s),
+            StepTimes(now, first_s + swap_s + load_s, increment_s),
             num_steps,
             plan.interruptible and num_steps > 1,
             num_preempted,
@@ -565,6 +574,7 @@ class Instance:
         )
         if draft_s:
             run.proposal_s = draft_s
+        run.load_s = load_s
         return run
 
     def _move(
@@ -589,7 +599,7 @@ class Instance:
                 nbytes = self.swap_bytes(req)
                 self._free(req)
                 req.swap_out(nbytes)
-                self.host_used_bytes += nbytes
+                self.host.swap_out(nbytes)
                 swap_s += nbytes / bandwidth
                 self.swapped.append(req)
             else:
@@ -603,31 +613,27 @@ class Instance:
             if not self.swapped or self.swapped[0] is not req:
                 raise AssertionError(f"swap-in of request {req.id} out of order")
             self.swapped.popleft()
-            self.host_used_bytes -= req.host_bytes
+            self.host.swap_in(req.host_bytes)
             swap_s += req.host_bytes / bandwidth
             req.swap_in()
             self.running.append(req)
             usage.stored_tokens += req.num_computed_tokens
             (self.ready if req.is_decoding else self.prefilling).append(req)
-        cached = plan.cached
+        cached, loaded, pool = plan.cached, plan.loaded, self.pool
         for req in plan.admit:
             if self.waiting.pop(now) is not req:
                 raise AssertionError(f"admission of request {req.id} out of queue order")
             self._waiting_work -= req.remaining_work
             hits = cached.get(req, 0) if cached else 0
-            if isinstance(self.pool, PrefixCachingPool):
-                known = req.num_known_tokens
-                stats = self.cache_lookups
-                stats["tokens"] += known
-                stats["blocks"] += known // self.pool.block_size
-                stats["hit_tokens"] += hits * self.pool.block_size
-                stats["hit_blocks"] += hits
-            if hits:  # its prompt's leading blocks are cached: it starts from them
-                assert isinstance(self.pool, PrefixCachingPool)
-                bs = self.pool.block_size
-                shared = self.pool.acquire(req, hits)
-                usage.stored_tokens += (hits - shared) * bs  # shared blocks are stored once
-                req.admit(now, hits * bs)
+            pool.lookup(req, hits)
+            shared = pool.acquire(req, hits) if hits else 0
+            lower = loaded.get(req, 0) if loaded else 0
+            if lower:  # the blocks after them come from a tier below: their blocks with growth
+                self._load_s += pool.load(req, hits, lower)
+            if hits or lower:  # it starts from its cached prefix; shared blocks stored once
+                bs = pool.block_size
+                usage.stored_tokens += (hits + lower - shared) * bs
+                req.admit(now, (hits + lower) * bs)
             else:
                 req.admit(now)
             self.running.append(req)
@@ -701,13 +707,9 @@ class Instance:
         usage.stored_tokens -= req.num_computed_tokens
         usage.fragment_tokens -= usage.over(req, req.kv_blocks)
         pool = self.pool
-        if isinstance(pool, PrefixCachingPool):
-            # its full blocks stay cached; those others still hold stay stored, once
-            pool.register(req, req.num_computed_tokens)
-            pool.release(req)
-            usage.stored_tokens += pool.shared_tokens_delta
-        else:
-            pool.release(req)
+        # its full blocks stay cached; those others still hold stay stored, once
+        pool.register(req, req.num_computed_tokens)
+        usage.stored_tokens += pool.release(req)
 
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)
@@ -744,7 +746,7 @@ class Instance:
         used = pool.num_used
         pool.take(growth.blocks)
         # the cached free blocks while the step ran (kv_blocks_used's moment, before any finish)
-        cached = pool.num_cached_free if isinstance(pool, PrefixCachingPool) else 0
+        cached = pool.num_cached_free
         piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
         spec = run.spec
@@ -758,15 +760,14 @@ class Instance:
                 finished = []  # the batch's shared empty result is never appended to
         if plan.prefill:
             start, itl = end - times.duration(num_steps), self.itl
-            caching = pool if isinstance(pool, PrefixCachingPool) else None
             for req in plan.prefill:
                 if req.state != RUNNING:  # a chunk's request cannot have left mid-step
                     raise AssertionError(f"request {req.id} left during its own step")
                 if chunk_run:
                     req.set_kv_blocks(req.kv_blocks + own.blocks)
                 gap = req.compute(plan.prefill[req] * num_steps, start, end)
-                if caching is not None:  # the prompt blocks it has just filled are cached now
-                    caching.register(req, req.num_computed_tokens)
+                # the prompt blocks it has just filled are cached now
+                pool.register(req, req.num_computed_tokens)
                 if gap is None:  # a prefill chunk: no token yet
                     if req.is_decoding:  # a recompute with one token left: that is a decode
                         self.prefilling.remove(req)
@@ -813,6 +814,7 @@ class Instance:
     ) -> None:
         """The step group's row (`sim.core.recorder.STEP_SCHEMA`)."""
         f, times, spec = run.features, run.times, run.spec
+        dram, nvme, remote = self.pool.occupancy()
         self.steps.add(
             start_s=times.start_s,
             end_s=end,
@@ -840,6 +842,10 @@ class Instance:
             num_spec_accepted=accepted,
             spec_proposal_s=run.proposal_s,
             spec_verify_s=run.verify_s,
+            kv_load_s=run.load_s,
+            kv_dram_blocks=dram,
+            kv_nvme_blocks=nvme,
+            kv_remote_blocks=remote,
         )
 
     def _continue(self, run: Run) -> None:

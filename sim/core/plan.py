@@ -11,7 +11,8 @@ applies the plan in a fixed order, at the step's start:
    the front of the waiting queue) or by swap (KV copied to host memory);
 3. `swap_in`: swapped requests come back (oldest first), their blocks allocated;
 4. `admit`: waiting requests become running, in queue order, each holding the cached blocks of
-   its prompt prefix that `cached` says it starts from (prefix caching);
+   its prompt prefix that `cached` says it starts from (prefix caching), and having the `loaded`
+   blocks after them read from a KV tier below the GPU (their blocks come with step 5);
 5. blocks: every request in `prefill` gets a holding that covers its computed tokens plus its
    tokens this step (or `hold`'s larger reservation); if `decode`, every decoding request gets
    room for one more token, and each request in `speculate` for its lookahead tokens too. The
@@ -39,7 +40,7 @@ would have planned one by one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence, Set
 from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
@@ -95,6 +96,8 @@ class StepPlan(NamedTuple):
     # speculative decoding: lookahead tokens (k >= 1, at most its output left - 1) that each of
     # these decoding requests proposes and has verified this step (needs `decode`)
     speculate: Mapping[Request, int] = NO_TOKENS
+    # KV tiers: blocks after its cached ones that each admitted request loads from below
+    loaded: Mapping[Request, int] = NO_TOKENS
 
     @property
     def has_work(self) -> bool:
@@ -121,8 +124,23 @@ class QueueView(Protocol):
     def __len__(self) -> int: ...
 
 
+class ReleasePlan(Protocol):
+    """What a plan's evictions free, worked out as the plan is drafted
+    (`sim.core.kv.planning.PlannedReleases`)."""
+
+    @property
+    def cached_free(self) -> Set[int]:
+        """Hashes left cached and free once the victims are gone."""
+        ...
+
+    def release(self, req: Request) -> int:
+        """Blocks the victim `req` leaves free."""
+        ...
+
+
 class KVView(Protocol):
-    """What a policy reads of the KV pool (`sim.core.kv_cache.BlockManager`)."""
+    """What a policy reads of the KV pool (`sim.core.kv.pool.KVPool`): counts, and answers
+    about prefix-cache hits; a pool without caching answers "nothing cached"."""
 
     @property
     def num_free(self) -> int: ...
@@ -140,8 +158,17 @@ class KVView(Protocol):
 
     def blocks_needed(self, req: Request, num_tokens: int) -> int: ...
 
-    # prefix caching (`sim.core.prefix_cache.PrefixCachingPool`); plain pools say False
-    caching: bool
+    def hits(
+        self, req: Request, limit: int, taken: Set[int], released: Set[int] = ...
+    ) -> tuple[int, int, int]:
+        """The leading cached GPU blocks `req` would start from (at most `limit`), how many of
+        them are cached free blocks, and how many blocks after them a lower tier would load.
+        `taken`: hashes this plan's admissions hold; `released`: cached free after evictions."""
+        ...
+
+    def planned_releases(self) -> ReleasePlan:
+        """A fresh account of what this plan's evictions will free."""
+        ...
 
 
 class InstanceView(Protocol):

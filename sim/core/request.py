@@ -96,6 +96,7 @@ class Request:
         "host_bytes",
         "id",
         "instance",
+        "kv_scanned",
         "max_output_tokens",
         "num_cached_tokens",
         "num_preemptions",
@@ -167,7 +168,8 @@ class Request:
         self.content_tokens = content_tokens  # how many of its tokens the content describes
         self._hashes: tuple[int, ...] = ()
         self._hash_bs = 0
-        self.cached_blocks: list[int] = []
+        self.cached_blocks: list[int] = []  # hashes of the cached blocks it holds
+        self.kv_scanned = 0  # leading full blocks the prefix cache has looked at for caching
         self.num_cached_tokens = 0
         # speculative decoding: verify steps, tokens proposed and accepted in them, and the
         # (proposed, accepted) of its last verify steps when the engine measures a window
@@ -422,6 +424,10 @@ class Request:
     def set_kv_blocks(self, num_blocks: int) -> None:
         """The engine's record of the blocks it holds (the pool changes the count, not this)."""
         self._kv_blocks = num_blocks
+
+    def set_kv_scanned(self, num_blocks: int) -> None:
+        """The prefix cache's record of how many leading full blocks it has looked at."""
+        self.kv_scanned = num_blocks
 
     def drop_kv(self) -> None:
         """Its blocks went back to the pool (finished, or left the prefill instance)."""

@@ -23,6 +23,7 @@ class Run:
         "extrapolated",
         "features",
         "interruptible",
+        "load_s",
         "num_preempted",
         "num_steps",
         "plan",
@@ -57,6 +58,7 @@ class Run:
         self.spec: SpecStart | None = None  # a speculative step's start
         self.verify_s = 0.0  # its target's seconds
         self.proposal_s = 0.0  # a single step's proposer seconds (proposals, draft prefill)
+        self.load_s = 0.0  # its first step's wait on loads from KV tiers below the GPU
 
     def settled_by(self, now_s: float) -> int:
         """Steps of it that ended at or before `now_s` (its last is never counted: the instance
@@ -85,3 +87,4 @@ class Run:
         self.num_steps -= done
         self.num_preempted = 0
         self.swap_s = 0.0
+        self.load_s = 0.0

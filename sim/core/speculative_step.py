@@ -29,7 +29,7 @@ from typing import NamedTuple, Protocol
 
 from sim.core.acceptance import AcceptanceSampler
 from sim.core.decode_batch import DecodeBatch
-from sim.core.kv_cache import BlockManager
+from sim.core.kv.pool import KVPool
 from sim.core.kv_usage import KVUsage
 from sim.core.recorder import ItlLog
 from sim.core.request import Request
@@ -76,7 +76,7 @@ class Speculator:
         self,
         sampler: AcceptanceSampler,
         proposer: ProposalPricer,
-        pool: BlockManager,
+        pool: KVPool,
         usage: KVUsage,
         paged: bool,
     ) -> None:

@@ -6,6 +6,8 @@ The fleet is every instance of the run (both pools of a disaggregated one), each
 defaults in sim/costs/prices.py). Rented GPUs cost the same busy or idle, so
 
     fleet_usd_per_hour            = sum over instances of GPUs * usd_per_gpu_hour
+                                    + the rent of the KV tiers below the GPU (host DRAM and NVMe
+                                      per instance, a shared store once; sim/scenario/kv_tiers.py)
     usd_per_million_output_tokens = fleet_usd_per_hour / 3600 / output_tokens_per_s * 1e6
 
 Power follows the model stated in sim/costs/prices.py: idle power all the time plus the dynamic
@@ -55,7 +57,7 @@ def fleet_summary(
     if math.isnan(start) and active:
         start = min(t.start_s for t in active)
     span = end - start
-    usd_per_hour = sum(gpus * price for gpus, price, _, _ in ctx.fleet)
+    usd_per_hour = sum(gpus * price for gpus, price, _, _ in ctx.fleet) + ctx.memory_usd_per_hour
     power = 0.0
     for index, (gpus, _, tdp, idle) in enumerate(ctx.fleet):
         own = totals.get(index)

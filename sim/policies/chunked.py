@@ -38,8 +38,9 @@ class ChunkedPolicy(IterationPolicy):
                 # the chunk fills the budget: nobody else can get tokens, and the same chunk
                 # repeats while the prompt lasts (the engine stops at any finish or block need)
                 remaining = req.num_remaining
-                if req in d.cached:  # it starts from its cached prefix
-                    remaining -= d.cached[req] * view.kv.block_size
+                if req in d.cached or req in d.loaded:  # it starts from its cached prefix
+                    hits = d.cached.get(req, 0) + d.loaded.get(req, 0)
+                    remaining -= hits * view.kv.block_size
                 repeat = max(1, remaining // chunk)
                 return d.plan(decode=True, repeat=repeat, interruptible=False)
         return self.finish_plan(d)

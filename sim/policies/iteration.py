@@ -30,8 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 
-from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, StepPlan
-from sim.core.prefix_cache import PlannedReleases, PrefixCachingPool, hit_blocks
+from sim.core.plan import NO_PADDING, InstanceView, KVView, Preemption, ReleasePlan, StepPlan
 from sim.core.request import Request
 from sim.policies.preemption import Preemptor
 from sim.policies.reservation import Reservation
@@ -55,7 +54,7 @@ class Draft:
         "extra",
         "free",
         "hold",
-        "host_free",
+        "loaded",
         "num_decodes",
         "num_running",
         "preempt",
@@ -65,6 +64,7 @@ class Draft:
         "seat",
         "spec_on",
         "speculate",
+        "swap_bytes",
         "swap_in",
         "taken",
         "view",
@@ -73,7 +73,8 @@ class Draft:
     def __init__(self, view: InstanceView) -> None:
         self.view = view
         self.free = view.kv.num_free
-        self.host_free = view.host_bytes_free
+        self.swap_bytes = 0  # host memory this plan's swaps take (the engine's host account
+        # says what is free: `view.host_bytes_free`)
         self.num_running = len(view.running)  # as it will be after this plan's changes
         self.extra: dict[Request, int] = {}  # blocks planned for running requests this step
         self.preempt: list[Preemption] = []
@@ -89,8 +90,10 @@ class Draft:
         # this plan takes (they are in use once taken)
         self.cached: dict[Request, int] = {}
         self.taken: set[int] = set()
-        # prefix caching: what this plan's evictions leave in the cache (made at the first)
-        self.releases: PlannedReleases | None = None
+        # KV tiers: blocks after the cached ones each admission loads from below the GPU
+        self.loaded: dict[Request, int] = {}
+        # what this plan's evictions leave free and cached (asked of the pool at the first)
+        self.releases: ReleasePlan | None = None
         # speculative decoding: whether this step may speculate, and each request's lookahead
         self.spec_on = False
         self.speculate: dict[Request, int] = {}
@@ -100,20 +103,16 @@ class Draft:
 
     def evict(self, victim: Request, preemptor: Preemptor) -> None:
         extra = self.extra.get(victim, 0)  # planned for it, never taken
-        kv = self.view.kv
-        if isinstance(kv, PrefixCachingPool):  # blocks others share stay in use
-            if self.releases is None:
-                self.releases = PlannedReleases(kv)
-            self.free += extra + self.releases.release(victim)
-        else:
-            self.free += extra + victim.kv_blocks
+        if self.releases is None:  # blocks others share stay in use
+            self.releases = self.view.kv.planned_releases()
+        self.free += extra + self.releases.release(victim)
         self.extra.pop(victim, None)
         swap = False
         if preemptor.swap:
             nbytes = self.view.swap_bytes(victim)
-            if nbytes <= self.host_free:
+            if self.swap_bytes + nbytes <= self.view.host_bytes_free:
                 swap = True
-                self.host_free -= nbytes
+                self.swap_bytes += nbytes
         self.preempt.append(Preemption(victim, swap))
         self.evicted.add(victim)
         if not swap:  # back to the front of the waiting queue, to prefill everything again
@@ -135,6 +134,7 @@ class Draft:
             interruptible,
             self.cached,
             self.speculate,
+            self.loaded,
         )
 
 
@@ -302,7 +302,7 @@ class IterationPolicy:
         paged = self.reservation.paged
         admitted = d.admit
         requeued = d.requeued
-        caching = kv if isinstance(kv, PrefixCachingPool) else None
+        bs = kv.block_size
         released = d.releases.cached_free if d.releases is not None else frozenset()
         for req in chain(requeued, view.waiting.ordered()) if requeued else view.waiting.ordered():
             if len(admitted) >= seats or len(d.prefill) >= self.max_prefill_seqs:
@@ -310,12 +310,12 @@ class IterationPolicy:
             # a victim of this very step recomputes from scratch
             computed = 0 if requeued and req in d.evicted else req.num_computed_tokens
             known = req.num_prompt_tokens + req.num_output_tokens
-            hits = from_free = 0
-            if caching is not None and computed == 0:
-                # it starts from its longest cached prefix, but computes at least one token
-                limit = (known - 1) // caching.block_size
-                hits, from_free = hit_blocks(caching, req, limit, d.taken, released)
-                computed = hits * caching.block_size
+            hits = from_free = lower = 0
+            if computed == 0:
+                # it starts from its longest cached prefix (on the GPU, then loaded from a tier
+                # below), but computes at least one token
+                hits, from_free, lower = kv.hits(req, (known - 1) // bs, d.taken, released)
+                computed = (hits + lower) * bs
             tokens = known - computed
             if self.chunked:
                 tokens = min(tokens, budget)
@@ -327,8 +327,8 @@ class IterationPolicy:
             target = computed + tokens
             if not paged:
                 target = self.reservation.target(req, target)
-            if hits:  # new blocks beyond the cached ones; cached free ones leave the free count
-                need = kv.blocks_for(target) - hits + from_free
+            if hits or lower:  # new blocks beyond the cached ones; cached free ones leave the
+                need = kv.blocks_for(target) - hits + from_free  # free count
             else:
                 need = kv.blocks_for(target) if computed == 0 else kv.blocks_needed(req, target)
             # the watermark keeps room for running decodes; with none running it would only
@@ -339,9 +339,10 @@ class IterationPolicy:
             d.free -= need
             admitted.append(req)
             if hits:
-                assert caching is not None
                 d.cached[req] = hits
-                d.taken.update(req.block_hashes(caching.block_size)[:hits])
+                d.taken.update(req.block_hashes(bs)[:hits])
+            if lower:
+                d.loaded[req] = lower
             d.prefill[req] = tokens
             if not paged:
                 d.hold[req] = target

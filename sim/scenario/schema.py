@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.knobs import PricingSpec
 from sim.inputs.strict_model import StrictModel
+from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.speculative import SpeculativeSpec
 from sim.workload import WorkloadSpec
 
@@ -283,6 +284,8 @@ class Scenario(_Strict):
     cluster: ClusterSpec | None = None
     # prefill and decode on separate pools joined by a KV link (exclusive with `cluster`)
     disaggregation: DisaggregationSpec | None = None
+    # KV memory below the GPU: host DRAM, local NVMe, a shared store (sim/scenario/kv_tiers.py)
+    kv_tiers: KVTiersSpec | None = None
 
     _name_is_a_folder = field_validator("name")(check_folder_name)
 
@@ -296,6 +299,19 @@ class Scenario(_Strict):
                 if policy.name == "static":
                     raise ValueError(f"disaggregation.{pool}: static batching cannot be split")
         check_tiers(self, self.workload.tier_names())
+        if self.kv_tiers is not None and self.kv_tiers.given():
+            for key, policy in self.policies():
+                if not getattr(policy, "prefix_caching", False):
+                    raise ValueError(
+                        f"kv_tiers needs prefix caching: set {key}.prefix_caching: true "
+                        "(a tier below the GPU holds blocks by content hash)"
+                    )
+            sizes = sorted({getattr(p, "block_size", 0) for _, p in self.policies()})
+            if self.kv_tiers.remote is not None and len(sizes) > 1:
+                raise ValueError(
+                    "kv_tiers.remote is shared by every instance: their policies need one "
+                    f"block_size (found {', '.join(map(str, sizes))})"
+                )
         return self
 
     def policies(

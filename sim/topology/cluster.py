@@ -19,8 +19,8 @@ import numpy as np
 import simpy
 
 from sim.core.engine import Instance, KVSpec
-from sim.core.kv_cache import BlockManager
-from sim.core.prefix_cache import PrefixCachingPool
+from sim.core.kv.pool import KVPool
+from sim.core.kv.tiers import Tier, TierStack
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.costs.catalog import (
@@ -31,6 +31,7 @@ from sim.costs.catalog import (
 )
 from sim.costs.pricer import make_cost_model
 from sim.policies import IterationPolicy, make_policy, queue_from_spec
+from sim.scenario.kv_tiers import KVTiersSpec, TierGeometry, TierSpec
 from sim.scenario.load import ResolvedGroup, ResolvedScenario
 from sim.scenario.schema import StaticPolicySpec
 from sim.topology.kv_link import KVLink
@@ -61,10 +62,49 @@ class Cluster:
     link: KVLink | None = None
 
 
-def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
+def _make_tier(kind: str, spec: TierSpec, block_bytes: float, tensor_parallel: int) -> Tier:
+    g = TierGeometry(kind, spec, block_bytes, tensor_parallel)
+    return Tier(
+        kind, g.capacity_blocks, block_bytes, g.read_bytes_per_s, g.write_bytes_per_s, g.latency_s
+    )
+
+
+class _Tiers:
+    """The scenario's KV tiers, built per instance; the remote store once for all of them."""
+
+    def __init__(self, spec: KVTiersSpec | None) -> None:
+        self.spec = spec
+        self.remote: Tier | None = None
+        self.remote_block_size = 0
+
+    def stack(
+        self, group: ResolvedGroup, block_size: int, bytes_per_token: float
+    ) -> TierStack | None:
+        spec = self.spec
+        if spec is None or not spec.given():
+            return None
+        block_bytes = block_size * bytes_per_token
+        tp = group.hardware.tensor_parallel
+        tiers = []
+        for kind, tier in spec.given():
+            if kind != "remote":
+                tiers.append(_make_tier(kind, tier, block_bytes, tp))
+                continue
+            if self.remote is None:
+                self.remote = _make_tier(kind, tier, block_bytes, tp)
+                self.remote_block_size = block_size
+            else:  # the schema checked that every group shares the block size
+                assert block_size == self.remote_block_size
+            tiers.append(self.remote)
+        return TierStack(tiers, write=spec.write, load=spec.load)
+
+
+def _make_pool(
+    group: ResolvedGroup, model: ModelSpec, tiers: _Tiers, bytes_per_token: float
+) -> KVPool:
     policy = group.policy
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
-        return BlockManager(kv_capacity_tokens(model, group.hardware), 1)
+        return KVPool(kv_capacity_tokens(model, group.hardware), 1)
     speculative = policy.speculative
     # a draft model's weights take memory, and every token has its KV in the draft too
     draft = speculative.draft_model if speculative is not None and speculative.active else None
@@ -72,8 +112,9 @@ def _make_pool(group: ResolvedGroup, model: ModelSpec) -> BlockManager:
         model, group.hardware, policy.block_size, draft
     )
     if policy.prefix_caching:
-        return PrefixCachingPool(blocks, policy.block_size)
-    return BlockManager(blocks, policy.block_size)
+        stack = tiers.stack(group, policy.block_size, bytes_per_token)
+        return KVPool(blocks, policy.block_size, caching=True, tiers=stack)
+    return KVPool(blocks, policy.block_size)
 
 
 def build_cluster(
@@ -92,6 +133,7 @@ def build_cluster(
     instances: list[Instance] = []
     info: list[InstanceInfo] = []
     iteration: dict[int, IterationPolicy] = {}  # the P/D pools' policies, by instance
+    tiers = _Tiers(spec.kv_tiers)
     for number, group in enumerate(resolved.groups):
         hw = group.hardware
         bytes_per_token = kv_bytes_per_token_on(model, hw)
@@ -102,7 +144,7 @@ def build_cluster(
             proposer = proposal_cost(speculative, group)
         for _ in range(group.count):
             index = len(instances)
-            pool = _make_pool(group, model)
+            pool = _make_pool(group, model, tiers, bytes_per_token)
             policy = make_policy(
                 group.policy, max_model_len=model.max_model_len, kv_blocks_total=pool.num_total
             )
