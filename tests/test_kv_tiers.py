@@ -12,8 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_sim import observed_steps, run, run_arrays_with_instance, scenario, tiny_hardware
-from helpers_sim import tiny_model
+from helpers_sim import (
+    observed_steps,
+    run,
+    run_arrays_with_instance,
+    scenario,
+    tiny_hardware,
+    tiny_model,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_prefix_runs import COEFFS, _content, check_pool, policies, shared_workloads
@@ -222,7 +228,7 @@ def _mooncake_trace(path: Path, n: int, rng: np.random.Generator) -> list[list[i
         if conv and rng.random() < 0.7 and len(conv) < 6:  # prompts stay within 4,096 tokens
             conv += list(range(next_id, next_id + int(rng.integers(1, 3))))
         else:
-            conv = [0] + list(range(next_id, next_id + int(rng.integers(1, 4))))
+            conv = [0, *range(next_id, next_id + int(rng.integers(1, 4)))]
             convs.append(conv)
         next_id += 10
         ids = list(conv)
