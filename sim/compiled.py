@@ -24,6 +24,7 @@ MODULES = (
     "sim/core/block_hash.py",
     "sim/core/decode_batch.py",
     "sim/core/engine.py",
+    "sim/core/instance.py",
     "sim/core/kv/host.py",
     "sim/core/kv/planning.py",
     "sim/core/kv/pool.py",

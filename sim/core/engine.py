@@ -1,12 +1,11 @@
-"""The engine: one instance's state, the step loop that applies its policy's plans, and arrivals.
+"""The engine: the step loop that applies an instance's policy's plans.
 
-`Instance` owns everything that changes while an instance serves: its queues (waiting,
-running, swapped, and in P/D serving the hand-off and arrived lists), its KV pool and usage
-integrals, its decode batch and its records. Each step it asks the policy for a `StepPlan`
-(`sim.core.plan`: the contract), applies the plan's evictions, admissions and allocations at
-the step's start, prices the step with the cost model, lets SimPy advance time, and at the step's
-end applies the token rule, finishes requests and records the step. Nothing else changes an
-instance: routers and the KV link call its methods (`load`, `reserve`, `receive`, `release`).
+`Instance` is an instance's state (`sim.core.instance.InstanceState`: queues, KV pool, decode
+batch, records, and the methods routers and the KV link call) with its step loop. Each step it
+asks the policy for a `StepPlan` (`sim.core.plan`: the contract), applies the plan's evictions,
+admissions and allocations at the step's start, prices the step with the cost model, lets SimPy
+advance time, and at the step's end applies the token rule, finishes requests and records the
+step (`sim.core.run.Run` writes the row). Nothing else changes an instance.
 
 Runs. A decode-only plan may repeat: the engine runs as many identical steps as the policy
 allows, stopping before the first finish and before the KV pool would run dry (the decode batch
@@ -35,301 +34,27 @@ t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Generator
+from typing import Any
 
 import simpy
 from simpy.events import Event
 
-from sim.core.acceptance import AcceptanceSampler
-from sim.core.arrivals import FOREVER_S, ArrivalFeed
-from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
-from sim.core.kv.host import HostMemory
-from sim.core.kv.pool import KVPool
-from sim.core.kv_usage import KVUsage, PieceUsage
-from sim.core.plan import Policy, StepFeatures, StepPlan
-from sim.core.recorder import ItlLog, RequestLog, StepLog
+from sim.core.arrivals import FOREVER_S
+from sim.core.decode_batch import NO_GROWTH, GrowthIntegrals
+from sim.core.instance import NO_CARRY, InstanceState, KVSpec, Load, StepPricer
+from sim.core.plan import StepFeatures, StepPlan
 from sim.core.request import RUNNING, Request
 from sim.core.run import NO_FEATURES, Run
-from sim.core.speculative_step import ProposalPricer, SpecStart, Speculator
+from sim.core.speculative_step import Prompts, SpecStart
 from sim.core.step_times import StepTimes, steps_before
 
-NO_CARRY = (0, 0.0)
-FOREVER = 1 << 62
+__all__ = ["Instance", "KVSpec", "Load", "StepPricer"]
 
 
-class StepPricer(Protocol):
-    """Prices a step from its features (`sim.costs.cost_model.CostModel`)."""
-
-    def run_times(self, features: StepFeatures) -> tuple[float, float]:
-        """The first step's seconds, and how much longer each repeated step is."""
-        ...
-
-    def linear_steps(self, features: StepFeatures) -> int:
-        """How many repeated steps grow by that same increment."""
-        ...
-
-    def cpu_overhead_s(self, features: StepFeatures) -> float:
-        """Host seconds per step of the run (scheduling, input preparation, sampling)."""
-        ...
-
-    @property
-    def last_extrapolated(self) -> bool:
-        """Whether the run just priced fell outside the profile's measured tables."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """An instance's load at one instant, for routing decisions."""
-
-    num_waiting: int
-    num_running: int
-    outstanding_tokens: int  # prompt tokens not yet prefilled + output tokens not yet generated
-    kv_blocks_used: int
-    kv_blocks_total: int
-
-
-@dataclass(frozen=True, slots=True)
-class KVSpec:
-    """An instance's KV geometry beyond the pool: bytes per token on this instance (with tensor
-    parallelism, as stored), and the host memory and bandwidth that swapping uses."""
-
-    bytes_per_token: float
-    swap_bandwidth_bytes_per_s: float = 25e9
-    host_memory_bytes: float = 64e9
-
-
-class Instance:
-    """One serving instance (see the module docstring)."""
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        index: int,
-        policy: Policy,
-        queue: Any,
-        pool: KVPool,
-        cost: StepPricer,
-        log: RequestLog,
-        *,
-        kv: KVSpec,
-        coalesce: bool = True,
-        hands_off: bool = False,
-        receives: bool = False,
-        start: bool = True,
-        steps: StepLog | None = None,
-        itl: ItlLog | None = None,
-        acceptance: AcceptanceSampler | None = None,
-        proposer: ProposalPricer | None = None,
-    ) -> None:
-        self.env = env
-        self.index = index
-        self.policy = policy
-        self.cost = cost
-        self.pool = pool
-        self.kv_spec = kv
-        self.log = log
-        self.coalesce = coalesce
-        self.hands_off = hands_off  # P/D prefill instance: finished prompts leave for the link
-        self.receives = receives  # P/D decode instance: requests land with their KV
-        self.waiting = queue
-        self.running: list[Request] = []  # admission order
-        self.prefilling: list[Request] = []  # running, prompt (or recompute) not done
-        self.ready: list[Request] = []  # running, decode next, not yet in the batch
-        self.swapped: deque[Request] = deque()
-        self.held: list[Request] = []  # finished, KV kept until the batch ends (static)
-        self.handoff: list[Request] = []  # P/D prefill: prompt done, KV waiting for the link
-        self._new_handoffs: list[Request] = []  # handed off, not yet taken by the link
-        self.arrived: deque[Request] = deque()  # P/D decode: KV landed, waiting for a seat
-        self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
-        self.usage = KVUsage(pool.block_size)
-        # speculative decoding: applies the steps of plans that name `speculate`
-        self.speculator: Speculator | None = None
-        if acceptance is not None:
-            if proposer is None:
-                raise ValueError("speculative decoding needs a proposal pricer")
-            self.speculator = Speculator(acceptance, proposer, pool, self.usage, policy.paged_kv)
-        self.steps = steps if steps is not None else StepLog(index)
-        self.itl = itl if itl is not None else ItlLog()
-        self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
-        self.host = HostMemory(kv.host_memory_bytes)  # swapped-out KV: its one account
-        self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
-        self._waiting_work = 0  # remaining work of the waiting requests
-        # pricing: steps priced outside the profile's tables, host seconds of CPU overhead
-        self.num_extrapolated_steps = 0
-        self.cpu_overhead_s = 0.0
-        self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
-        self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
-        self._run: Run | None = None
-        self._busy = False
-        self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
-        self._idle: Event | None = None
-        self._cut_to: int | None = None
-        self.on_change: Callable[[Instance], None] | None = None  # cluster hooks (P/D)
-        self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
-        # observers (tests, tools): called with the run once its start is applied (False) and
-        # again after each piece of it is applied (True). An attribute, not a method to wrap:
-        # the compiled build calls its own methods directly, past any wrapper
-        self.on_step: Callable[[Instance, Run, bool], None] | None = None
-        # a lone instance's arrivals, pulled by its loop rather than pushed by SimPy events
-        self.feed: ArrivalFeed | None = None
-        # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
-        self.process = env.process(self._loop()) if start else None
-
-    # -- the view a policy reads (sim.core.plan.InstanceView) ----------------------------------
-
-    @property
-    def now(self) -> float:
-        return self._clock
-
-    @property
-    def kv(self) -> KVPool:
-        return self.pool
-
-    @property
-    def num_decoding(self) -> int:
-        return self.batch.size + len(self.ready)
-
-    @property
-    def host_bytes_free(self) -> float:
-        return self.host.free_bytes
-
-    @property
-    def receives_transfers(self) -> bool:
-        return self.receives
-
-    def decode_block_demand(self) -> int:
-        demand = self.batch.demand_at(self.batch.clock)
-        bs = self.pool.block_size
-        for req in self.ready:
-            if req.kv_blocks * bs <= req.num_computed_tokens:
-                demand += 1
-        return demand
-
-    def needs_block(self, req: Request) -> bool:
-        return req.kv_blocks * self.pool.block_size <= req.num_computed_tokens
-
-    def swap_bytes(self, req: Request) -> int:
-        tokens = self.pool.blocks_for(req.num_computed_tokens) * self.pool.block_size
-        return int(tokens * self.kv_spec.bytes_per_token)
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting) + len(self.swapped) + len(self.arrived)
-
-    @property
-    def num_running(self) -> int:
-        return len(self.running) + len(self.held)
-
-    # -- arrivals and the outside world --------------------------------------------------------
-
-    def submit(self, req: Request) -> bool:
-        """Queue an arriving request; False (and recorded) when it can never be served here."""
-        req.arrive(self.index)
-        reason = self.policy.rejection(req, self.pool)
-        if reason:
-            req.reject(reason)
-            self.log.record(req)
-            return False
-        self.waiting.push(req)
-        self._waiting_work += req.remaining_work
-        self.wake()
-        return True
-
-    def wake(self) -> None:
-        """New work arrived: start if idle, or cut a run that the newcomer could join."""
-        if self._idle is not None:
-            if not self._idle.triggered:
-                self._idle.succeed()
-        elif self._run is not None and self._run.interruptible:
-            self._cut()
-
-    def _cut(self) -> None:
-        """End the run in flight at the first step boundary at or after now."""
-        run = self._run
-        if run is not None and run.cut_at(self.env.now):
-            self._cut_to = run.num_steps
-            if self.process is not None:
-                self.process.interrupt()
-
-    def settle(self) -> None:
-        """Apply the steps of the run in flight that ended before now and start the one under
-        way, so that the state is what a step-by-step loop would show now."""
-        run = self._run
-        if run is None:
-            return
-        done = run.settled_by(self.env.now)
-        if done > 0:
-            self._apply(run, done)
-            run.advance(done)
-            self._continue(run)
-
-    def load(self) -> Load:
-        """What routers see now."""
-        self.settle()
-        return Load(
-            self.num_waiting,
-            self.num_running,
-            self.outstanding_tokens(),
-            self.pool.num_used,
-            self.pool.num_total,
-        )
-
-    def cached_prefix_tokens(self, req: Request) -> int:
-        """Tokens of `req`'s prompt this instance's prefix cache holds, on the GPU or in a KV
-        tier below it (0 without caching)."""
-        pool = self.pool
-        limit = (req.num_known_tokens - 1) // pool.block_size
-        return pool.cached_prefix(req, limit) * pool.block_size
-
-    def outstanding_tokens(self) -> int:
-        """Tokens still to compute for every request here (what token-aware routers balance)."""
-        explicit = sum(r.remaining_work for r in self.prefilling)
-        explicit += sum(r.remaining_work for r in self.ready)
-        explicit += sum(r.remaining_work for r in self.swapped)
-        explicit += sum(r.remaining_work for r in self.arrived)
-        return self._waiting_work + explicit + self.batch.outstanding_tokens
-
-    def reserve(self, num_blocks: int) -> None:
-        """P/D decode side: set blocks aside for a KV transfer that starts now."""
-        self._touch()
-        self.pool.take(num_blocks)
-        self.reserved_blocks += num_blocks
-        run = self._run
-        if run is not None and run.num_steps > 1:  # its horizon counted these blocks as free
-            self._cut()
-
-    def receive(self, req: Request, num_blocks: int) -> None:
-        """P/D decode side: a transferred request lands, holding `num_blocks` reserved blocks."""
-        self._touch()
-        self.reserved_blocks -= num_blocks
-        req.land(self.env.now, num_blocks)
-        self.usage.stored_tokens += req.num_computed_tokens
-        self.usage.fragment_tokens += self.usage.over(req, num_blocks)
-        self.arrived.append(req)
-        self.wake()
-
-    def release(self, req: Request) -> None:
-        """P/D prefill side: a handed-off request's KV has left; free its blocks here."""
-        self._touch()
-        self.handoff.remove(req)
-        self._free(req)
-        self.wake()
-
-    def take_handoffs(self) -> list[Request]:
-        """P/D prefill side: the prompts handed off since the last call, in order."""
-        new, self._new_handoffs = self._new_handoffs, []
-        return new
-
-    def _touch(self) -> None:
-        """Before an outside change at now: settle, and integrate KV use up to now."""
-        self.settle()
-        self.pool.at(self.env.now)
-        if self._busy:
-            self.usage.accrue_to(self.env.now, self.pool.num_used)
+class Instance(InstanceState):
+    """One serving instance: its state (`InstanceState`) and the step loop (see the module
+    docstring)."""
 
     # -- the step loop ---------------------------------------------------------------------------
 
@@ -425,9 +150,9 @@ class Instance:
         return run
 
     def _start(self, plan: StepPlan) -> Run:
+        """A step's start: the plan's moves, its requests' blocks, then its price."""
         now = self._clock
-        usage = self.usage
-        usage.step_started(now)
+        self.usage.step_started(now)
         self.pool.at(now)
         num_preempted, swap_s = self._carried
         freed = False
@@ -440,76 +165,85 @@ class Instance:
             return Run(plan, NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
         if num_preempted or swap_s:
             self._carried = NO_CARRY
-
-        prefill_tokens = prefill_context = attention = 0
-        chunks: tuple[tuple[int, int], ...] = ()
-        if plan.prefill:
-            hold = plan.hold
-            shapes = []
-            for req, n in plan.prefill.items():
-                before = req.num_computed_tokens
-                target = before + n
-                reserve = hold.get(req, 0) if hold else 0
-                self._grow(req, reserve if reserve > target else target)
-                prefill_tokens += n
-                prefill_context += target
-                attention += n * target  # a chunk attends to everything computed before it
-                shapes.append((n, before))
-            chunks = tuple(shapes)
-            usage.stored_tokens += prefill_tokens
-        num_decodes = decode_context = 0
-        decode_tokens = -1  # -1: one token per decoding request
-        batch = self.batch
-        spec: SpecStart | None = None
-        if plan.speculate:
+        prompts = self._start_prefills(plan)
+        spec = None
+        if plan.speculate:  # decodes with lookahead, one by one (`sim.core.speculative_step`)
             assert self.speculator is not None and plan.decode
-            prompts = (
-                (len(plan.prefill), prefill_tokens, prefill_context, attention, chunks)
-                if prefill_tokens
-                else None
-            )
             spec = self.speculator.begin(
-                plan.speculate, self.ready, self.running, batch, self._grow, prompts
-            )
-            num_decodes = len(spec.decoders)
-            decode_tokens = spec.num_tokens
-            decode_context = spec.sum_context
-        elif plan.decode:
-            if batch.paged:
-                blocks, tails = batch.start_step()
-                self.pool.take(blocks)
-                usage.fragment_tokens += tails
-            if self.ready:
-                for req in self.ready:
-                    self._grow(req, req.num_computed_tokens + 1)
-                    batch.join(req)
-                self.ready.clear()
-            num_decodes = batch.size
-            decode_context = batch.sum_computed + num_decodes
-            usage.stored_tokens += num_decodes
+                plan.speculate, self.ready, self.running, self.batch, self._grow,
+                prompts if prompts[1] else None,
+            )  # fmt: skip
+            decodes = (len(spec.decoders), spec.num_tokens, spec.sum_context)
+        else:
+            decodes = self._start_decodes() if plan.decode else (0, 0, 0)
         if freed and self.on_change is not None:
             # planning freed blocks (preemption): tell the cluster now, as a step-by-step loop
             # would, not at the end of a run
             self.on_change(self)
+        run = self._price(plan, now, prompts, decodes, spec, swap_s)
+        run.num_preempted = num_preempted
+        self._busy = True
+        return run
 
-        pad = plan.padding
-        num_prefills = len(plan.prefill)
-        repeats = plan.repeat > 1 and self.coalesce and not swap_s and num_prefills <= 1
+    def _start_prefills(self, plan: StepPlan) -> Prompts:
+        """Blocks for the step's prompt chunks; their shape (count, tokens, context after the
+        step, attention work, each chunk's tokens and context before it)."""
+        tokens = context = attention = 0
+        shapes = []
+        hold = plan.hold
+        for req, n in plan.prefill.items():
+            before = req.num_computed_tokens
+            target = before + n
+            reserve = hold.get(req, 0) if hold else 0
+            self._grow(req, reserve if reserve > target else target)
+            tokens += n
+            context += target
+            attention += n * target  # a chunk attends to everything computed before it
+            shapes.append((n, before))
+        self.usage.stored_tokens += tokens
+        return len(shapes), tokens, context, attention, tuple(shapes)
+
+    def _start_decodes(self) -> tuple[int, int, int]:
+        """The decode batch's next token: blocks crossing a boundary, newcomers join; the
+        decodes, their tokens and their context after the step."""
+        batch, usage = self.batch, self.usage
+        if batch.paged:
+            blocks, tails = batch.start_step()
+            self.pool.take(blocks)
+            usage.fragment_tokens += tails
+        if self.ready:
+            for req in self.ready:
+                self._grow(req, req.num_computed_tokens + 1)
+                batch.join(req)
+            self.ready.clear()
+        num = batch.size
+        usage.stored_tokens += num
+        return num, num, batch.sum_computed + num
+
+    def _price(
+        self,
+        plan: StepPlan,
+        now: float,
+        prompts: Prompts,
+        decodes: tuple[int, int, int],
+        spec: SpecStart | None,
+        swap_s: float,
+    ) -> Run:
+        """The step's features and seconds (with swaps, tier loads and a draft's prefill), and
+        how many times it repeats."""
+        num_prefills, prefill_tokens, prefill_context, attention, chunks = prompts
+        num_decodes, decode_tokens, decode_context = decodes
+        load_s, self._load_s = self._load_s, 0.0
+        repeats = (
+            plan.repeat > 1 and self.coalesce and not swap_s and not load_s and num_prefills <= 1
+        )
         draft_s = 0.0
-        speculator = self.speculator
-        if (
-            spec is None
-            and prefill_tokens
-            and speculator is not None
-            and speculator.proposer.prefills
-        ):
-            # the draft model computes the prompt chunks too: a single step, that much longer
-            draft_s = speculator.proposer.prefill_s(
-                (num_prefills, prefill_tokens, prefill_context, attention, chunks)
-            )
-            repeats = False
-        if decode_tokens < 0:
-            decode_tokens = num_decodes
+        if spec is None and prefill_tokens and self.speculator is not None:
+            # a draft model computes the prompt chunks too: a single step, that much longer
+            drafted = self.speculator.draft_prefill_s(prompts)
+            if drafted is not None:
+                draft_s, repeats = drafted, False
+        pad = plan.padding
         features = StepFeatures(
             num_prefills + num_decodes + pad.num_seqs,
             prefill_tokens + decode_tokens + pad.num_seqs + pad.prefill_tokens,
@@ -525,56 +259,36 @@ class Instance:
         cost = self.cost
         first_s, increment_s = cost.run_times(features)
         extrapolated = cost.last_extrapolated
-        cpu_s = cost.cpu_overhead_s(features)
-        num_steps = 1
-        load_s = self._load_s
         if load_s:  # loads from KV tiers: before the step, or hidden behind its compute
-            self._load_s = 0.0
             load_s = max(0.0, load_s - first_s) if self.pool.loads_overlap else load_s
             self.pool.load_wait_s += load_s
-            repeats = False
-        if spec is not None:  # one step: the target verifies after the proposals
-            run = Run(
-                plan,
-                features,
-                StepTimes(now, first_s + spec.proposal_s + swap_s + load_s),
-                1,
-                False,
-                num_preempted,
-                swap_s,
-                cpu_s,
-                extrapolated,
-            )
-            run.spec = spec
-            run.load_s = load_s
-            run.verify_s = first_s
-            run.proposal_s = spec.proposal_s
-            self._busy = True
-            return run
-        if draft_s:
-            first_s += draft_s
+        extra_s = swap_s + load_s + (spec.proposal_s if spec is not None else draft_s)
+        num_steps = 1
         if repeats and not plan.preempt and not plan.swap_in:
-            num_steps = min(plan.repeat, batch.steps_to_finish())
-            num_steps = min(num_steps, self.cost.linear_steps(features))
+            num_steps = min(plan.repeat, self.batch.steps_to_finish())
+            num_steps = min(num_steps, cost.linear_steps(features))
             if prefill_tokens:
                 num_steps = self._chunk_run_steps(plan, num_steps)
             else:
-                num_steps = batch.steps_until_dry(self.pool.num_free, num_steps)
-        self._busy = True
+                num_steps = self.batch.steps_until_dry(self.pool.num_free, num_steps)
         run = Run(
             plan,
             features,
-            StepTimes(now, first_s + swap_s + load_s, increment_s),
+            StepTimes(now, first_s + extra_s, increment_s if spec is None else 0.0),
             num_steps,
             plan.interruptible and num_steps > 1,
-            num_preempted,
+            0,
             swap_s,
-            cpu_s,
+            cost.cpu_overhead_s(features),
             extrapolated,
         )
-        if draft_s:
-            run.proposal_s = draft_s
         run.load_s = load_s
+        if spec is not None:  # one step: the target verifies after the proposals
+            run.spec = spec
+            run.verify_s = first_s
+            run.proposal_s = spec.proposal_s
+        else:
+            run.proposal_s = draft_s
         return run
 
     def _move(
@@ -644,18 +358,6 @@ class Instance:
             self._grow(req, plan.hold.get(req, req.num_computed_tokens))
         return num_preempted, swap_s, freed
 
-    def _grow(self, req: Request, num_tokens: int) -> None:
-        """Grow a (non-member) request's holding; the blocks past its sequence are fragment."""
-        added = self.pool.grow(req, num_tokens)
-        if added:
-            bs = self.pool.block_size
-            final = req.num_prompt_tokens + req.max_output_tokens
-            held = req._kv_blocks
-            was = (held - added) * bs - final
-            now = held * bs - final
-            if now > 0:
-                self.usage.fragment_tokens += now - (was if was > 0 else 0)
-
     def _chunk_run_steps(self, plan: StepPlan, limit: int) -> int:
         """How many steps of a repeated prompt chunk (with the decodes) find their blocks."""
         ((req, chunk),) = plan.prefill.items()
@@ -700,16 +402,6 @@ class Instance:
                     fragment += added
                     fragment_seconds += added * rest
         return GrowthIntegrals(blocks, block_seconds, fragment, fragment_seconds)
-
-    def _free(self, req: Request) -> None:
-        """Return a (non-member) request's KV to the pool and take it out of the tallies."""
-        usage = self.usage
-        usage.stored_tokens -= req.num_computed_tokens
-        usage.fragment_tokens -= usage.over(req, req.kv_blocks)
-        pool = self.pool
-        # its full blocks stay cached; those others still hold stay stored, once
-        pool.register(req, req.num_computed_tokens)
-        usage.stored_tokens += pool.release(req)
 
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)
@@ -759,49 +451,19 @@ class Instance:
             if not finished:
                 finished = []  # the batch's shared empty result is never appended to
         if plan.prefill:
-            start, itl = end - times.duration(num_steps), self.itl
-            for req in plan.prefill:
-                if req.state != RUNNING:  # a chunk's request cannot have left mid-step
-                    raise AssertionError(f"request {req.id} left during its own step")
-                if chunk_run:
-                    req.set_kv_blocks(req.kv_blocks + own.blocks)
-                gap = req.compute(plan.prefill[req] * num_steps, start, end)
-                # the prompt blocks it has just filled are cached now
-                pool.register(req, req.num_computed_tokens)
-                if gap is None:  # a prefill chunk: no token yet
-                    if req.is_decoding:  # a recompute with one token left: that is a decode
-                        self.prefilling.remove(req)
-                        self.ready.append(req)
-                    continue
-                if gap == gap:  # not NaN: a recomputed request's next token
-                    itl.gap(gap, 1)
-                self.prefilling.remove(req)
-                if req.is_finished:
-                    finished.append(req)
-                elif self.hands_off and req.num_output_tokens == 1:
-                    self.running.remove(req)
-                    req.hand_off(end)
-                    self.handoff.append(req)
-                    self._new_handoffs.append(req)
-                else:
-                    self.ready.append(req)
+            grown = own.blocks if chunk_run else 0
+            start = end - times.duration(num_steps)
+            self._end_prefills(plan, num_steps, start, end, grown, finished)
         for req in finished:
-            if req._batch is not None:
-                batch.leave(req)
-            self.running.remove(req)
-            req.finish(end)
-            self.log.record(req)
-            if self.on_finish is not None:
-                self.on_finish(req)
-            if self.policy.releases_kv_on_finish:
-                self._free(req)
-            else:
-                self.held.append(req)
+            self._finished(req, end)
         if self.held and not self.running:  # a static batch has drained: release it whole
             for req in self.held:
                 self._free(req)
             self.held.clear()
-        self._record(run, num_steps, end, piece, cached, accepted)
+        run.record(
+            self.steps, num_steps, end, piece, cached, accepted,
+            self.num_waiting, self.num_running, self.pool.occupancy(),
+        )  # fmt: skip
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()
@@ -809,44 +471,59 @@ class Instance:
             self.on_step(self, run, True)
         return end
 
-    def _record(
-        self, run: Run, num_steps: int, end: float, piece: PieceUsage, cached: int, accepted: int
+    def _end_prefills(
+        self,
+        plan: StepPlan,
+        num_steps: int,
+        start: float,
+        end: float,
+        grown: int,
+        finished: list[Request],
     ) -> None:
-        """The step group's row (`sim.core.recorder.STEP_SCHEMA`)."""
-        f, times, spec = run.features, run.times, run.spec
-        dram, nvme, remote = self.pool.occupancy()
-        self.steps.add(
-            start_s=times.start_s,
-            end_s=end,
-            num_steps=num_steps,
-            duration_s=times.first_duration_s,
-            duration_increment_s=times.increment_s,
-            num_seqs=f.num_seqs,
-            num_active_seqs=f.num_active_seqs,
-            num_tokens=f.num_tokens,
-            num_prefill_tokens=f.num_prefill_tokens,
-            num_decode_tokens=f.num_decode_tokens,
-            sum_context_tokens=f.sum_context_tokens,
-            context_growth_per_step=f.context_growth_per_step,
-            kv_blocks_used=piece.blocks_held,
-            kv_block_seconds=piece.block_seconds,
-            num_waiting=self.num_waiting,
-            num_running=self.num_running,
-            num_preempted=run.num_preempted,
-            kv_stored_token_seconds=piece.stored_token_seconds,
-            kv_fragment_token_seconds=piece.fragment_token_seconds,
-            swap_s=run.swap_s,
-            kv_blocks_cached=cached,
-            num_spec_seqs=spec.num_spec_seqs if spec is not None else 0,
-            num_spec_proposed=spec.num_proposed if spec is not None else 0,
-            num_spec_accepted=accepted,
-            spec_proposal_s=run.proposal_s,
-            spec_verify_s=run.verify_s,
-            kv_load_s=run.load_s,
-            kv_dram_blocks=dram,
-            kv_nvme_blocks=nvme,
-            kv_remote_blocks=remote,
-        )
+        """The token rule for the step's prompt chunks: each computes its tokens (`grown` more
+        blocks for a repeated chunk), caches its full blocks, and emits a token once its
+        prompt is done; then it decodes, leaves for the KV link, or (finished) joins
+        `finished`."""
+        pool, itl = self.pool, self.itl
+        for req in plan.prefill:
+            if req.state != RUNNING:  # a chunk's request cannot have left mid-step
+                raise AssertionError(f"request {req.id} left during its own step")
+            if grown:
+                req.set_kv_blocks(req.kv_blocks + grown)
+            gap = req.compute(plan.prefill[req] * num_steps, start, end)
+            pool.register(req, req.num_computed_tokens)  # the blocks it filled are cached now
+            if gap is None:  # a prefill chunk: no token yet
+                if req.is_decoding:  # a recompute with one token left: that is a decode
+                    self.prefilling.remove(req)
+                    self.ready.append(req)
+                continue
+            if gap == gap:  # not NaN: a recomputed request's next token
+                itl.gap(gap, 1)
+            self.prefilling.remove(req)
+            if req.is_finished:
+                finished.append(req)
+            elif self.hands_off and req.num_output_tokens == 1:
+                self.running.remove(req)
+                req.hand_off(end)
+                self.handoff.append(req)
+                self._new_handoffs.append(req)
+            else:
+                self.ready.append(req)
+
+    def _finished(self, req: Request, end: float) -> None:
+        """A request emitted its last token: it leaves, is recorded, and frees its KV (static
+        batching keeps it until the batch drains)."""
+        if req._batch is not None:
+            self.batch.leave(req)
+        self.running.remove(req)
+        req.finish(end)
+        self.log.record(req)
+        if self.on_finish is not None:
+            self.on_finish(req)
+        if self.policy.releases_kv_on_finish:
+            self._free(req)
+        else:
+            self.held.append(req)
 
     def _continue(self, run: Run) -> None:
         """After applying some steps of a run mid-flight: start the next one, under way now."""

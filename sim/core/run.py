@@ -8,7 +8,9 @@ are applied (`advance`). The instance applies the steps' effects on its state.
 
 from __future__ import annotations
 
+from sim.core.kv_usage import PieceUsage
 from sim.core.plan import StepFeatures, StepPlan
+from sim.core.recorder import StepLog
 from sim.core.speculative_step import SpecStart
 from sim.core.step_times import StepTimes, steps_before
 
@@ -88,3 +90,52 @@ class Run:
         self.num_preempted = 0
         self.swap_s = 0.0
         self.load_s = 0.0
+
+    def record(
+        self,
+        steps: StepLog,
+        num_steps: int,
+        end: float,
+        piece: PieceUsage,
+        cached: int,
+        accepted: int,
+        num_waiting: int,
+        num_running: int,
+        tiers: tuple[int, int, int],
+    ) -> None:
+        """The row of its first `num_steps` steps, just applied (`sim.core.recorder.STEP_SCHEMA`):
+        their KV integrals `piece`, the cached free blocks, the accepted speculative tokens,
+        the queues after them and the blocks in the DRAM, NVMe and remote tiers."""
+        f, times, spec = self.features, self.times, self.spec
+        steps.add(
+            start_s=times.start_s,
+            end_s=end,
+            num_steps=num_steps,
+            duration_s=times.first_duration_s,
+            duration_increment_s=times.increment_s,
+            num_seqs=f.num_seqs,
+            num_active_seqs=f.num_active_seqs,
+            num_tokens=f.num_tokens,
+            num_prefill_tokens=f.num_prefill_tokens,
+            num_decode_tokens=f.num_decode_tokens,
+            sum_context_tokens=f.sum_context_tokens,
+            context_growth_per_step=f.context_growth_per_step,
+            kv_blocks_used=piece.blocks_held,
+            kv_block_seconds=piece.block_seconds,
+            num_waiting=num_waiting,
+            num_running=num_running,
+            num_preempted=self.num_preempted,
+            kv_stored_token_seconds=piece.stored_token_seconds,
+            kv_fragment_token_seconds=piece.fragment_token_seconds,
+            swap_s=self.swap_s,
+            kv_blocks_cached=cached,
+            num_spec_seqs=spec.num_spec_seqs if spec is not None else 0,
+            num_spec_proposed=spec.num_proposed if spec is not None else 0,
+            num_spec_accepted=accepted,
+            spec_proposal_s=self.proposal_s,
+            spec_verify_s=self.verify_s,
+            kv_load_s=self.load_s,
+            kv_dram_blocks=tiers[0],
+            kv_nvme_blocks=tiers[1],
+            kv_remote_blocks=tiers[2],
+        )

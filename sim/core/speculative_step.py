@@ -86,6 +86,12 @@ class Speculator:
         self.usage = usage
         self.paged = paged
 
+    def draft_prefill_s(self, prompts: Prompts) -> float | None:
+        """Seconds a draft model spends computing a step's prompt chunks (None: the proposer
+        computes no prompts, an n-gram lookup)."""
+        proposer = self.proposer
+        return proposer.prefill_s(prompts) if proposer.prefills else None
+
     def begin(
         self,
         lookahead: Mapping[Request, int],

@@ -1,0 +1,345 @@
+"""One serving instance's state, what its policy sees of it, and what the outside world may do.
+
+`InstanceState` owns everything that changes while an instance serves: its queues (waiting,
+running, swapped, and in P/D serving the hand-off and arrived lists), its KV pool (`sim.core.kv`)
+and usage integrals, its host swap space, its decode batch and its records. A policy reads it
+through `sim.core.plan.InstanceView` (the properties below); routers and the KV link call its
+methods (`submit`, `load`, `reserve`, `receive`, `release`). Each of those first calls `settle()`:
+a run of coalesced steps in flight is applied up to now, so the instance looks exactly as it
+would have stepped one step at a time. The step loop that applies plans is the subclass
+`sim.core.engine.Instance`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import simpy
+from simpy.events import Event
+
+from sim.core.acceptance import AcceptanceSampler
+from sim.core.arrivals import ArrivalFeed
+from sim.core.decode_batch import DecodeBatch
+from sim.core.kv.host import HostMemory
+from sim.core.kv.pool import KVPool
+from sim.core.kv_usage import KVUsage
+from sim.core.plan import Policy, StepFeatures
+from sim.core.recorder import ItlLog, RequestLog, StepLog
+from sim.core.request import Request
+from sim.core.run import Run
+from sim.core.speculative_step import ProposalPricer, Speculator
+
+NO_CARRY = (0, 0.0)
+FOREVER = 1 << 62
+
+
+class StepPricer(Protocol):
+    """Prices a step from its features (`sim.costs.cost_model.CostModel`)."""
+
+    def run_times(self, features: StepFeatures) -> tuple[float, float]:
+        """The first step's seconds, and how much longer each repeated step is."""
+        ...
+
+    def linear_steps(self, features: StepFeatures) -> int:
+        """How many repeated steps grow by that same increment."""
+        ...
+
+    def cpu_overhead_s(self, features: StepFeatures) -> float:
+        """Host seconds per step of the run (scheduling, input preparation, sampling)."""
+        ...
+
+    @property
+    def last_extrapolated(self) -> bool:
+        """Whether the run just priced fell outside the profile's measured tables."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """An instance's load at one instant, for routing decisions."""
+
+    num_waiting: int
+    num_running: int
+    outstanding_tokens: int  # prompt tokens not yet prefilled + output tokens not yet generated
+    kv_blocks_used: int
+    kv_blocks_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class KVSpec:
+    """An instance's KV geometry beyond the pool: bytes per token on this instance (with tensor
+    parallelism, as stored), and the host memory and bandwidth that swapping uses."""
+
+    bytes_per_token: float
+    swap_bandwidth_bytes_per_s: float = 25e9
+    host_memory_bytes: float = 64e9
+
+
+class InstanceState:
+    """One serving instance's state, its policy's view of it and its outside world (see the
+    module docstring); the step loop that applies plans is `sim.core.engine.Instance`."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        policy: Policy,
+        queue: Any,
+        pool: KVPool,
+        cost: StepPricer,
+        log: RequestLog,
+        *,
+        kv: KVSpec,
+        coalesce: bool = True,
+        hands_off: bool = False,
+        receives: bool = False,
+        start: bool = True,
+        steps: StepLog | None = None,
+        itl: ItlLog | None = None,
+        acceptance: AcceptanceSampler | None = None,
+        proposer: ProposalPricer | None = None,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.policy = policy
+        self.cost = cost
+        self.pool = pool
+        self.kv_spec = kv
+        self.log = log
+        self.coalesce = coalesce
+        self.hands_off = hands_off  # P/D prefill instance: finished prompts leave for the link
+        self.receives = receives  # P/D decode instance: requests land with their KV
+        self.waiting = queue
+        self.running: list[Request] = []  # admission order
+        self.prefilling: list[Request] = []  # running, prompt (or recompute) not done
+        self.ready: list[Request] = []  # running, decode next, not yet in the batch
+        self.swapped: deque[Request] = deque()
+        self.held: list[Request] = []  # finished, KV kept until the batch ends (static)
+        self.handoff: list[Request] = []  # P/D prefill: prompt done, KV waiting for the link
+        self._new_handoffs: list[Request] = []  # handed off, not yet taken by the link
+        self.arrived: deque[Request] = deque()  # P/D decode: KV landed, waiting for a seat
+        self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
+        self.usage = KVUsage(pool.block_size)
+        # speculative decoding: applies the steps of plans that name `speculate`
+        self.speculator: Speculator | None = None
+        if acceptance is not None:
+            if proposer is None:
+                raise ValueError("speculative decoding needs a proposal pricer")
+            self.speculator = Speculator(acceptance, proposer, pool, self.usage, policy.paged_kv)
+        self.steps = steps if steps is not None else StepLog(index)
+        self.itl = itl if itl is not None else ItlLog()
+        self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
+        self.host = HostMemory(kv.host_memory_bytes)  # swapped-out KV: its one account
+        self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
+        self._waiting_work = 0  # remaining work of the waiting requests
+        # pricing: steps priced outside the profile's tables, host seconds of CPU overhead
+        self.num_extrapolated_steps = 0
+        self.cpu_overhead_s = 0.0
+        self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
+        self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
+        self._run: Run | None = None
+        self._busy = False
+        self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
+        self._idle: Event | None = None
+        self._cut_to: int | None = None
+        self.on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
+        self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
+        # observers (tests, tools): called with the run once its start is applied (False) and
+        # again after each piece of it is applied (True). An attribute, not a method to wrap:
+        # the compiled build calls its own methods directly, past any wrapper
+        self.on_step: Callable[[Any, Run, bool], None] | None = None
+        # a lone instance's arrivals, pulled by its loop rather than pushed by SimPy events
+        self.feed: ArrivalFeed | None = None
+        # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
+        self.process = env.process(self._loop()) if start else None
+
+    # -- the view a policy reads (sim.core.plan.InstanceView) ----------------------------------
+
+    @property
+    def now(self) -> float:
+        return self._clock
+
+    @property
+    def kv(self) -> KVPool:
+        return self.pool
+
+    @property
+    def num_decoding(self) -> int:
+        return self.batch.size + len(self.ready)
+
+    @property
+    def host_bytes_free(self) -> float:
+        return self.host.free_bytes
+
+    @property
+    def receives_transfers(self) -> bool:
+        return self.receives
+
+    def decode_block_demand(self) -> int:
+        demand = self.batch.demand_at(self.batch.clock)
+        bs = self.pool.block_size
+        for req in self.ready:
+            if req.kv_blocks * bs <= req.num_computed_tokens:
+                demand += 1
+        return demand
+
+    def needs_block(self, req: Request) -> bool:
+        return req.kv_blocks * self.pool.block_size <= req.num_computed_tokens
+
+    def swap_bytes(self, req: Request) -> int:
+        tokens = self.pool.blocks_for(req.num_computed_tokens) * self.pool.block_size
+        return int(tokens * self.kv_spec.bytes_per_token)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.swapped) + len(self.arrived)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + len(self.held)
+
+    # -- arrivals and the outside world --------------------------------------------------------
+
+    def submit(self, req: Request) -> bool:
+        """Queue an arriving request; False (and recorded) when it can never be served here."""
+        req.arrive(self.index)
+        reason = self.policy.rejection(req, self.pool)
+        if reason:
+            req.reject(reason)
+            self.log.record(req)
+            return False
+        self.waiting.push(req)
+        self._waiting_work += req.remaining_work
+        self.wake()
+        return True
+
+    def wake(self) -> None:
+        """New work arrived: start if idle, or cut a run that the newcomer could join."""
+        if self._idle is not None:
+            if not self._idle.triggered:
+                self._idle.succeed()
+        elif self._run is not None and self._run.interruptible:
+            self._cut()
+
+    def _cut(self) -> None:
+        """End the run in flight at the first step boundary at or after now."""
+        run = self._run
+        if run is not None and run.cut_at(self.env.now):
+            self._cut_to = run.num_steps
+            if self.process is not None:
+                self.process.interrupt()
+
+    def settle(self) -> None:
+        """Apply the steps of the run in flight that ended before now and start the one under
+        way, so that the state is what a step-by-step loop would show now."""
+        run = self._run
+        if run is None:
+            return
+        done = run.settled_by(self.env.now)
+        if done > 0:
+            self._apply(run, done)
+            run.advance(done)
+            self._continue(run)
+
+    def load(self) -> Load:
+        """What routers see now."""
+        self.settle()
+        return Load(
+            self.num_waiting,
+            self.num_running,
+            self.outstanding_tokens(),
+            self.pool.num_used,
+            self.pool.num_total,
+        )
+
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Tokens of `req`'s prompt this instance's prefix cache holds, on the GPU or in a KV
+        tier below it (0 without caching)."""
+        pool = self.pool
+        limit = (req.num_known_tokens - 1) // pool.block_size
+        return pool.cached_prefix(req, limit) * pool.block_size
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for every request here (what token-aware routers balance)."""
+        explicit = sum(r.remaining_work for r in self.prefilling)
+        explicit += sum(r.remaining_work for r in self.ready)
+        explicit += sum(r.remaining_work for r in self.swapped)
+        explicit += sum(r.remaining_work for r in self.arrived)
+        return self._waiting_work + explicit + self.batch.outstanding_tokens
+
+    def reserve(self, num_blocks: int) -> None:
+        """P/D decode side: set blocks aside for a KV transfer that starts now."""
+        self._touch()
+        self.pool.take(num_blocks)
+        self.reserved_blocks += num_blocks
+        run = self._run
+        if run is not None and run.num_steps > 1:  # its horizon counted these blocks as free
+            self._cut()
+
+    def receive(self, req: Request, num_blocks: int) -> None:
+        """P/D decode side: a transferred request lands, holding `num_blocks` reserved blocks."""
+        self._touch()
+        self.reserved_blocks -= num_blocks
+        req.land(self.env.now, num_blocks)
+        self.usage.stored_tokens += req.num_computed_tokens
+        self.usage.fragment_tokens += self.usage.over(req, num_blocks)
+        self.arrived.append(req)
+        self.wake()
+
+    def release(self, req: Request) -> None:
+        """P/D prefill side: a handed-off request's KV has left; free its blocks here."""
+        self._touch()
+        self.handoff.remove(req)
+        self._free(req)
+        self.wake()
+
+    def take_handoffs(self) -> list[Request]:
+        """P/D prefill side: the prompts handed off since the last call, in order."""
+        new, self._new_handoffs = self._new_handoffs, []
+        return new
+
+    def _touch(self) -> None:
+        """Before an outside change at now: settle, and integrate KV use up to now."""
+        self.settle()
+        self.pool.at(self.env.now)
+        if self._busy:
+            self.usage.accrue_to(self.env.now, self.pool.num_used)
+
+    # -- a request's KV: its pool blocks and the usage tallies -----------------------------------
+
+    def _grow(self, req: Request, num_tokens: int) -> None:
+        """Grow a (non-member) request's holding; the blocks past its sequence are fragment."""
+        added = self.pool.grow(req, num_tokens)
+        if added:
+            bs = self.pool.block_size
+            final = req.num_prompt_tokens + req.max_output_tokens
+            held = req._kv_blocks
+            was = (held - added) * bs - final
+            now = held * bs - final
+            if now > 0:
+                self.usage.fragment_tokens += now - (was if was > 0 else 0)
+
+    def _free(self, req: Request) -> None:
+        """Return a (non-member) request's KV to the pool and take it out of the tallies."""
+        usage = self.usage
+        usage.stored_tokens -= req.num_computed_tokens
+        usage.fragment_tokens -= usage.over(req, req.kv_blocks)
+        pool = self.pool
+        # its full blocks stay cached; those others still hold stay stored, once
+        pool.register(req, req.num_computed_tokens)
+        usage.stored_tokens += pool.release(req)
+
+    # -- what the step loop (`sim.core.engine.Instance`) defines --------------------------------
+
+    def _loop(self) -> Generator[Event, Any, None]:
+        raise NotImplementedError
+
+    def _apply(self, run: Run, num_steps: int) -> float:
+        raise NotImplementedError
+
+    def _continue(self, run: Run) -> None:
+        raise NotImplementedError
+
