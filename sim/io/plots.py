@@ -15,6 +15,13 @@ time-weighted mean. Instances of a variant are summed (batch size, queue) or poo
 Batch size counts only while a step runs (an idle instance batches nothing); queue length and KV
 use hold their last recorded value until the instance's next step, as requests keep waiting and
 blocks stay allocated between steps.
+
+With KV tiers below the GPU (`kv_tiers`), a fourth panel shows the blocks each tier holds: the
+step table's `kv_dram_blocks`, `kv_nvme_blocks` and `kv_remote_blocks`, counted at each step
+group's end and held from then until the instance's next count (to the plot's end after its
+last). DRAM and NVMe are per instance and summed; the remote store is one for every instance, so
+each count is the whole store and the latest count of any instance stands. Runs without tiers
+keep three panels.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ if TYPE_CHECKING:
 MAX_POINTS = 2000  # points per plotted line; plenty for a screen-wide PNG
 FloatArray = npt.NDArray[np.float64]
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E latency"))
+# (steps column, label, line style) of each tier below the GPU, fastest first
+TIERS = (
+    ("kv_dram_blocks", "DRAM", "-"),
+    ("kv_nvme_blocks", "NVMe", "--"),
+    ("kv_remote_blocks", "remote", ":"),
+)
+SHARED_TIERS = frozenset({"kv_remote_blocks"})  # one store for every instance of a variant
 
 
 def _variants(frame: pd.DataFrame) -> list[str]:
@@ -106,17 +120,38 @@ def _held_until_next_step(instance: FloatArray, start: FloatArray, end: FloatArr
     return held
 
 
+def _held_after(instance: FloatArray, end: FloatArray, last: float) -> FloatArray:
+    """Per group: the end of the same instance's next group (`last` for its last group)."""
+    order = np.lexsort((end, instance))
+    held = np.full_like(end, last)
+    same = instance[order][1:] == instance[order][:-1]
+    held[order[:-1][same]] = end[order][1:][same]
+    return held
+
+
+def _tier_columns(steps: pd.DataFrame) -> list[str]:
+    """The tier columns some step group of the table counts blocks in (none without tiers)."""
+    return [
+        column
+        for column, *_ in TIERS
+        if column in steps.columns and steps[column].to_numpy(dtype=float).any()
+    ]
+
+
 def timeline_figure(
     steps: pd.DataFrame, kv_blocks_total: Mapping[str, int] | None = None
 ) -> Figure:
-    """Batch size, queue length and KV use over time, one line per variant.
+    """Batch size, queue length and KV use over time, one line per variant; with KV tiers, the
+    blocks each tier below the GPU holds (one line per variant and tier).
 
     `kv_blocks_total` maps a variant to its KV capacity in blocks, all its instances together
     (a cluster's KV use is its blocks used over its blocks, whatever each instance's size);
     without it the KV panel shows blocks used instead of a percentage.
     """
-    fig = Figure(figsize=(12, 9), layout="constrained")
-    ax_batch, ax_queue, ax_kv = fig.subplots(3, 1, sharex=True)
+    tiers = _tier_columns(steps)
+    fig = Figure(figsize=(12, 12 if tiers else 9), layout="constrained")
+    axes = fig.subplots(4 if tiers else 3, 1, sharex=True)
+    ax_batch, ax_queue, ax_kv = axes[:3]
     as_percent = kv_blocks_total is not None
     for i, variant in enumerate(_variants(steps)):
         groups = steps[steps["variant"] == variant]
@@ -161,18 +196,57 @@ def timeline_figure(
                 linestyle="--",
                 label=f"{variant}: in use + cached",
             )
+        if tiers:
+            _plot_tiers(axes[3], groups, tiers, instance, edges, f"C{i}", variant)
     ax_batch.set_title("Batch size over time (sum over instances, time-weighted per bin)")
     ax_batch.set_ylabel("batch size (sequences)")
     ax_queue.set_title("Waiting requests over time")
     ax_queue.set_ylabel("queue length (requests)")
     ax_kv.set_title("KV cache use over time")
     ax_kv.set_ylabel("KV blocks used (% of capacity)" if as_percent else "KV blocks used (blocks)")
-    ax_kv.set_xlabel("simulated time (s)")
-    for ax in (ax_batch, ax_queue, ax_kv):
+    if tiers:
+        axes[3].set_title(
+            "KV blocks held below the GPU (DRAM and NVMe summed over instances, the shared "
+            "remote store once)"
+        )
+        axes[3].set_ylabel("blocks held")
+    axes[-1].set_xlabel("simulated time (s)")
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right")
     return fig
+
+
+def _plot_tiers(
+    ax: Axes,
+    groups: pd.DataFrame,
+    columns: list[str],
+    instance: FloatArray,
+    edges: FloatArray,
+    color: str,
+    variant: str,
+) -> None:
+    """One variant's tier lines: each count holds from its group's end to the next count."""
+    end = groups["end_s"].to_numpy(dtype=float)
+    for column, label, style in TIERS:
+        if column not in columns:
+            continue
+        held = groups[column].to_numpy(dtype=float)
+        if not held.any():
+            continue
+        # a shared store: every instance counts all of it, so one series over all of them
+        owner = np.zeros_like(instance) if column in SHARED_TIERS else instance
+        until = _held_after(owner, end, float(edges[-1]))
+        y = binned_mean(end, until, held, edges)
+        ax.plot(
+            edges,
+            np.append(y, y[-1]),
+            drawstyle="steps-post",
+            color=color,
+            linestyle=style,
+            label=f"{variant}: {label}",
+        )
 
 
 def _cached_blocks(groups: pd.DataFrame) -> FloatArray | None:

@@ -3,8 +3,10 @@
 The report is made from the files of the folder only (`summary.json`, `scenario.yaml`, the PNG
 plots), never from a live `Results`, so `batchsim report results/<name>` rebuilds exactly what
 `batchsim run` wrote, and a folder copied elsewhere still rebuilds. Sections: the curated summary
-table (the terminal table's rows, variants as columns), the plots, every metric per variant, the
-step-cost profile of each variant with its provenance, and the resolved scenario.
+table (the terminal table's rows, variants as columns; with KV tiers below the GPU, their hit
+rates, traffic and load wait, and a note that the fleet's price includes their rent), the plots,
+every metric per variant, the step-cost profile of each variant with its provenance, and the
+resolved scenario.
 
 Self-contained: images are inlined as base64 PNG, the CSS is inline, nothing refers to another
 file or to the network (the only link, to `trace.json` when present, is relative), so the file
@@ -29,7 +31,7 @@ from sim.errors import ScenarioError
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import read_text
 from sim.io.destination import MARKER, is_ours
-from sim.metrics.side_by_side import summary_html
+from sim.metrics.side_by_side import has_tiers, summary_html
 
 # (file stem, heading, caption) of the plots embedded when present, in order
 PLOTS = (
@@ -40,6 +42,18 @@ PLOTS = (
     ("timeline", "Batch size, queue length and KV use over time",
      "Time-weighted means per bin, summed over the instances of a variant."),
 )  # fmt: skip
+# the timeline's caption when a variant has KV tiers (its fourth panel)
+TIERS_CAPTION = (
+    " The last panel: blocks held by each KV tier below the GPU (solid DRAM, dashed NVMe, "
+    "dotted the shared remote store, counted once)."
+)
+TIERS_NOTE = (
+    '<p class="muted">KV tiers below the GPU: block hit % by where the blocks were found (they '
+    "add up to the prefix cache's block hit rate), traffic to and from each tier, and the "
+    "seconds steps waited on loads. Fleet $/h and $ per 1M output tokens include the tiers' "
+    "rent (host DRAM and NVMe on every instance, the shared store once; an unbounded tier "
+    "costs nothing).</p>"
+)
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, 'Segoe UI', sans-serif; margin: 2em auto;
@@ -69,7 +83,8 @@ def _format(value: Any, scale: float, fmt: str) -> str:
 
 
 def _summary_table(variants: dict[str, dict[str, Any]]) -> str:
-    return summary_html(pd.DataFrame.from_dict(variants, orient="index"))
+    frame = pd.DataFrame.from_dict(variants, orient="index")
+    return summary_html(frame) + (TIERS_NOTE if has_tiers(frame) else "")
 
 
 def _all_metrics(variants: dict[str, dict[str, Any]]) -> str:
@@ -86,12 +101,14 @@ def _all_metrics(variants: dict[str, dict[str, Any]]) -> str:
             "</details>")  # fmt: skip
 
 
-def _plots(folder: Path) -> str:
+def _plots(folder: Path, tiers: bool) -> str:
     parts = []
     for stem, heading, caption in PLOTS:
         path = folder / f"{stem}.png"
         if not path.is_file():
             continue
+        if stem == "timeline" and tiers:
+            caption += TIERS_CAPTION
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f'<figure id="plot-{stem}"><h3>{_esc(heading)}</h3>'
                      f'<img alt="{_esc(heading)}" src="data:image/png;base64,{data}">'
@@ -233,6 +250,7 @@ def render_report(folder: Path) -> str:
     folder = Path(folder)
     document, scenario_text, scenario = _read_folder(folder)
     variants: dict[str, dict[str, Any]] = document["variants"]
+    tiers = has_tiers(pd.DataFrame.from_dict(variants, orient="index"))
     name = str(document.get("scenario", folder.name))
     description = ""
     first: Any = next(iter(_variants(scenario).values()), {})
@@ -252,7 +270,7 @@ def render_report(folder: Path) -> str:
 variant ran on the same requests.</p>{trace}
 <section id="summary"><h2>Summary</h2>{_summary_table(variants)}{_all_metrics(variants)}
 </section>
-{_comparison(folder)}<section id="plots"><h2>Plots</h2>{_plots(folder)}</section>
+{_comparison(folder)}<section id="plots"><h2>Plots</h2>{_plots(folder, tiers)}</section>
 <section id="profile"><h2>Step-cost profile and provenance</h2>{_profiles(scenario)}</section>
 <section id="scenario"><h2>Resolved scenario</h2>
 <details><summary>scenario.yaml ({len(scenario_text.splitlines())} lines)</summary>

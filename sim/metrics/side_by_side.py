@@ -53,11 +53,36 @@ OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("workload dropped", "workload_dropped_requests", 1.0, "{:.0f}"),
     ("workload clipped", "workload_clipped_prompts", 1.0, "{:.0f}"),
 )
+# rows shown when some variant has KV tiers below the GPU (`kv_tiers`): where its prefix hits
+# came from (block hit rates that add up to the prefix block hit rate), each tier's traffic
+# (GiB = 2**30 bytes, the unit of a tier's capacity_gb), the seconds steps waited on loads, and
+# the fleet's dollars per hour, which include the tiers' rent; a tier no variant has gets no row
+TIER_ROWS: tuple[tuple[str, str, float, str], ...] = (
+    ("KV block hit % GPU", "kv_block_hit_rate_gpu", 100.0, "{:.1f}"),
+    ("KV block hit % DRAM", "kv_block_hit_rate_dram", 100.0, "{:.1f}"),
+    ("KV block hit % NVMe", "kv_block_hit_rate_nvme", 100.0, "{:.1f}"),
+    ("KV block hit % remote", "kv_block_hit_rate_remote", 100.0, "{:.1f}"),
+    ("DRAM read GiB", "kv_dram_read_bytes", 2.0**-30, "{:.2f}"),
+    ("DRAM written GiB", "kv_dram_written_bytes", 2.0**-30, "{:.2f}"),
+    ("NVMe read GiB", "kv_nvme_read_bytes", 2.0**-30, "{:.2f}"),
+    ("NVMe written GiB", "kv_nvme_written_bytes", 2.0**-30, "{:.2f}"),
+    ("remote read GiB", "kv_remote_read_bytes", 2.0**-30, "{:.2f}"),
+    ("remote written GiB", "kv_remote_written_bytes", 2.0**-30, "{:.2f}"),
+    ("KV load wait s", "kv_load_wait_s", 1.0, "{:.3f}"),
+    ("fleet $/h incl. KV tiers", "fleet_usd_per_hour", 1.0, "{:.2f}"),
+)
+TIERS_KEY = "kv_block_hit_rate_gpu"  # in the summary of every run with tiers
+
+
+def has_tiers(summary: pd.DataFrame) -> bool:
+    """Whether some variant ran with KV tiers below the GPU."""
+    return TIERS_KEY in summary.columns and bool(summary[TIERS_KEY].notna().any())
 
 
 def rows_for(summary: pd.DataFrame) -> tuple[tuple[str, str, float, str], ...]:
-    """The standard rows, the speculative ones when a variant speculates, and the optional ones
-    some variant reports (a non-zero number)."""
+    """The standard rows, the speculative ones when a variant speculates, the optional ones
+    some variant reports (a non-zero number), and with KV tiers the rows of the tiers some
+    variant has (a zero there is news: a tier that served nothing)."""
     extra = tuple(
         row
         for row in OPTIONAL_ROWS
@@ -65,7 +90,15 @@ def rows_for(summary: pd.DataFrame) -> tuple[tuple[str, str, float, str], ...]:
         and (pd.to_numeric(summary[row[1]], errors="coerce").fillna(0) != 0).any()
     )
     speculative = SPECULATIVE_ROWS if "spec_acceptance_rate" in summary.columns else ()
-    return SUMMARY_ROWS + speculative + extra
+    tiers: tuple[tuple[str, str, float, str], ...] = ()
+    if has_tiers(summary):
+        tiers = tuple(
+            row
+            for row in TIER_ROWS
+            if row[1] in summary.columns
+            and pd.to_numeric(summary[row[1]], errors="coerce").notna().any()
+        )
+    return SUMMARY_ROWS + speculative + extra + tiers
 
 
 def _number(value: Any) -> float:
