@@ -170,7 +170,9 @@ class StepLog:
         kv_remote_blocks: int = 0,
     ) -> None:
         """Write one row (a step group), each value by its column's name."""
-        row = (
+        # typed as objects: a tuple of ints and floats would be iterated as floats when compiled
+        # (mypy joins int and float to float), and an int column refuses a float
+        row: tuple[Any, ...] = (
             start_s,
             end_s,
             num_steps,
