@@ -9,7 +9,9 @@
   `pricing`;
 - step costs that are physically impossible: negative or non-finite table cells, a linear
   table or coefficients that price a step at no time;
-- a `long_prompts: drop` that drops every request of the trace.
+- a `long_prompts: drop` that drops every request of the trace;
+- KV tiers and P/D through the shared store, out of range or combined wrongly
+  (tests/fuzz_corpus_tiers.py).
 
 Every size is far beyond any machine's memory, so the cases hold wherever the suite runs.
 """
@@ -22,6 +24,7 @@ import math
 from typing import Any
 
 from fuzz_corpus import BASE, RUN, Case, dump, edited, scenario_case
+from fuzz_corpus_tiers import tier_cases
 
 HUGE_TOKENS = 2**31 - 1
 UNIFORM = {"dist": "uniform", "low": 10, "high": 100}
@@ -255,4 +258,5 @@ def _impossible_cases() -> list[Case]:
 
 
 def bounds_cases() -> list[Case]:
-    return [*_memory_cases(), *_trace_integer_cases(), *_knob_cases(), *_impossible_cases()]
+    return [*_memory_cases(), *_trace_integer_cases(), *_knob_cases(), *_impossible_cases(),
+            *tier_cases()]

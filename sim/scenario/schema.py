@@ -255,6 +255,9 @@ class LinkSpec(_Strict):
     bandwidth_gb_per_s: float = Field(default=25.0, gt=0)  # GB/s (1e9 bytes), per link
     latency_s: float = Field(default=0.0, ge=0)
     num_links: int = Field(default=1, gt=0)
+    # direct: over the link above; store: through kv_tiers.remote, written by the prefill
+    # instance and read by the decode one at the store's figures (the two above go unused)
+    via: Literal["direct", "store"] = "direct"
 
 
 class PoolSpec(InstanceGroupSpec):
@@ -312,6 +315,14 @@ class Scenario(_Strict):
                     "kv_tiers.remote is shared by every instance: their policies need one "
                     f"block_size (found {', '.join(map(str, sizes))})"
                 )
+        link = self.disaggregation.link if self.disaggregation is not None else None
+        if link is not None and link.via == "store" and (
+            self.kv_tiers is None or self.kv_tiers.remote is None
+        ):
+            raise ValueError(
+                "disaggregation.link.via: store needs kv_tiers.remote (the shared store the KV "
+                "goes through)"
+            )
         return self
 
     def policies(

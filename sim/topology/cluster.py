@@ -221,7 +221,16 @@ def build_cluster(
         for inst, i in zip(instances, info, strict=True)
         if i.role == "decode"
     ]
-    link = KVLink(env, d.link, decode, Router(d.decode.router, rng))
+    store = None
+    if d.link.via == "store":  # each instance's path to the shared store, scaled by its TP
+        remote = spec.kv_tiers.remote if spec.kv_tiers is not None else None
+        assert remote is not None  # the schema checked
+        tp = [g.hardware.tensor_parallel for g in resolved.groups for _ in range(g.count)]
+        store = [
+            TierGeometry("remote", remote, i.block_size * i.kv_bytes_per_token, tp[i.index])
+            for i in info
+        ]
+    link = KVLink(env, d.link, decode, Router(d.decode.router, rng), store)
     prefill_router = Router(d.prefill.router, rng)
 
     def dispatch_pd(req: Request) -> None:

@@ -10,13 +10,20 @@ against that instance's memory) until the link has moved it to a decode instance
   instance (backpressure), and later prompts queue behind it;
 * when it lands, the prefill instance frees the blocks and the decode instance takes the request
   (it joins the batch when a seat is free).
+
+`link.via: store` moves the KV through the shared store (`kv_tiers.remote`; Mooncake's store)
+instead: the prefill instance writes it (`latency + bytes / write bandwidth`, its own bytes and
+its own path to the store), then the decode instance reads it (`latency + bytes / read
+bandwidth`, its bytes and path). The prefill instance frees its blocks once the write is done;
+the rest is as above (FIFO over `num_links` transfers at once, the decode blocks reserved at the
+start). The store's figures are the remote tier's (`sim.scenario.kv_tiers.TierGeometry`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
 
 import simpy
 
@@ -25,6 +32,19 @@ from sim.core.request import Request
 from sim.policies import IterationPolicy
 from sim.scenario.load import LinkSpec
 from sim.topology.router import Router
+
+
+class StorePath(Protocol):
+    """One instance's path to the shared store (`sim.scenario.kv_tiers.TierGeometry`)."""
+
+    @property
+    def read_bytes_per_s(self) -> float: ...
+
+    @property
+    def write_bytes_per_s(self) -> float: ...
+
+    @property
+    def latency_s(self) -> float: ...
 
 
 class KVLink:
@@ -36,7 +56,10 @@ class KVLink:
         spec: LinkSpec,
         decode: list[tuple[Instance, IterationPolicy]],
         router: Router,
+        store: Sequence[StorePath] | None = None,
     ) -> None:
+        """`store`: each instance's path to the shared store, by instance index (`via: store`;
+        None: over the link)."""
         self.env = env
         self.bandwidth = spec.bandwidth_gb_per_s * 1e9
         self.latency_s = spec.latency_s
@@ -44,6 +67,7 @@ class KVLink:
         self.free_links = spec.num_links
         self.decode = decode
         self.router = router
+        self.store = store
         self.pending: deque[tuple[Request, Instance]] = deque()
         self.busy_s = 0.0
 
@@ -81,10 +105,39 @@ class KVLink:
             target.reserve(blocks)
             self.pending.popleft()
             self.free_links -= 1
+            if self.store is not None:
+                write_s, read_s = self.store_seconds(req, source, target)
+                req.start_transfer(self.env.now, target.index)
+                self.env.process(self._via_store(req, source, target, blocks, write_s, read_s))
+                continue
             nbytes = req.num_computed_tokens * target.kv_spec.bytes_per_token
             duration = nbytes / self.bandwidth + self.latency_s
             req.start_transfer(self.env.now, target.index)
             self.env.process(self._transfer(req, source, target, blocks, duration))
+
+    def store_seconds(
+        self, req: Request, source: Instance, target: Instance
+    ) -> tuple[float, float]:
+        """Seconds to write the request's KV to the store from `source` and to read it from
+        there into `target` (each side's bytes per token and path)."""
+        assert self.store is not None
+        tokens = req.num_computed_tokens
+        out, into = self.store[source.index], self.store[target.index]
+        write_s = out.latency_s + tokens * source.kv_spec.bytes_per_token / out.write_bytes_per_s
+        read_s = into.latency_s + tokens * target.kv_spec.bytes_per_token / into.read_bytes_per_s
+        return write_s, read_s
+
+    def _via_store(
+        self, req: Request, source: Instance, target: Instance, blocks: int, write_s: float,
+        read_s: float,
+    ) -> Generator[simpy.events.Event, Any, None]:  # fmt: skip
+        yield self.env.timeout(write_s)
+        source.release(req)  # written: the prefill instance's copy is no longer needed
+        yield self.env.timeout(read_s)
+        self.busy_s += write_s + read_s
+        self.free_links += 1
+        target.receive(req, blocks)
+        self.start()
 
     def _transfer(
         self, req: Request, source: Instance, target: Instance, blocks: int, duration: float
