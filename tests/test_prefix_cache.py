@@ -119,7 +119,7 @@ class CachePool(RuleBasedStateMachine):
         req = with_content(Request(self.next_id, 0.0, 2 * len(content), 1), content, unit=2)
         self.next_id += 1
         known = req.num_prompt_tokens + 1
-        hits = pool.cached_prefix(req, (known - 1) // 2)
+        hits = pool.cached_prefix(req, (known - 1) // 2, 0.0)
         from_free = sum(state(pool, h) == CACHED for h in req.block_hashes(2)[:hits])
         new = -(-known // 2) - hits + extra
         if new + from_free > pool.num_free:

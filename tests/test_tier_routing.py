@@ -124,14 +124,9 @@ def test_prefix_affinity_sees_own_dram_and_the_shared_store(
     assert req.loc[[A, X, B], "num_cached_tokens"].tolist() == [0, 0, 0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an instance that has not stepped since the store was written reads the store as of "
-    "its last step (KVPool.cached_prefix uses the pool's clock, not the decision's)",
-)
 def test_an_idle_instance_sees_what_the_store_got_after_its_last_step() -> None:
-    # without X, instance 1 never steps: its pool's clock stays at 0, before A's blocks were
-    # readable in the store
+    # without X, instance 1 never steps: it reads the store as of the routing decision, not as
+    # of its own last step
     _, seen = _route("prefix_affinity", TIERS["remote"], [ROWS[A], ROWS[B], ROWS[C]])
     assert seen[-1] == [0.75, 0.75]
 

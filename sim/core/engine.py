@@ -441,6 +441,7 @@ class Instance(InstanceState):
         cached = pool.num_cached_free
         piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
+        self.pool.at(end)  # blocks computed by now are cached (and written down) from now
         spec = run.spec
         accepted = 0
         if spec is not None:

@@ -260,7 +260,7 @@ class InstanceState:
         tier below it (0 without caching)."""
         pool = self.pool
         limit = (req.num_known_tokens - 1) // pool.block_size
-        return pool.cached_prefix(req, limit) * pool.block_size
+        return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""

@@ -304,6 +304,11 @@ class Scenario(_Strict):
         check_tiers(self, self.workload.tier_names())
         if self.kv_tiers is not None and self.kv_tiers.given():
             for key, policy in self.policies():
+                if policy.name == "static":
+                    raise ValueError(
+                        f"kv_tiers needs prefix caching, which {key} (static batching) does not "
+                        "have: use a continuous or chunked policy"
+                    )
                 if not getattr(policy, "prefix_caching", False):
                     raise ValueError(
                         f"kv_tiers needs prefix caching: set {key}.prefix_caching: true "

@@ -112,8 +112,9 @@ class KVPool:
         """Whether the GPU has the block cached (in use or free)."""
         return block_hash in self._refs or block_hash in self._lru
 
-    def cached_prefix(self, req: Request, limit: int) -> int:
-        """Leading blocks of `req` (at most `limit`) that the GPU or a tier below holds."""
+    def cached_prefix(self, req: Request, limit: int, now: float) -> int:
+        """Leading blocks of `req` (at most `limit`) that the GPU holds or a tier below holds
+        readable at `now` (a router's question, asked between this pool's steps)."""
         if not self._caching:
             return 0
         hashes = req.block_hashes(self._block_size)[:limit]
@@ -124,7 +125,7 @@ class KVPool:
                 break
             n += 1
         if self._tiers is not None and n < len(hashes):
-            n += self._tiers.run_length(hashes[n:], self._now)
+            n += self._tiers.run_length(hashes[n:], now)
         return n
 
     def hits(
