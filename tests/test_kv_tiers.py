@@ -274,3 +274,9 @@ def test_unbounded_tiers_hit_what_the_trace_reuses(tmp_path: Path) -> None:
     assert expected > 0.5
     assert gpu_only["prefix_cache_block_hit_rate"] < expected - 0.05  # the GPU alone forgets
     assert got["prefix_cache_block_hit_rate"] == pytest.approx(expected, abs=0.005)
+    # the tiers' shares add up to the whole, in blocks and in tokens
+    blocks = got["kv_block_hit_rate_gpu"] + got["kv_block_hit_rate_dram"]
+    assert blocks == pytest.approx(got["prefix_cache_block_hit_rate"], rel=1e-12)
+    tokens = got["kv_token_hit_rate_gpu"] + got["kv_token_hit_rate_dram"]
+    assert tokens == pytest.approx(got["prefix_cache_hit_rate"], rel=1e-12)
+    assert got["kv_dram_evicted_blocks"] == 0 and got["kv_dram_read_bytes"] > 0

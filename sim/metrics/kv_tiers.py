@@ -5,7 +5,8 @@ Without prefix caching there are no keys. With it, as before tiers existed:
 tokens looked up at admissions), `prefix_cache_block_hit_rate` (the same in full blocks),
 `prefill_tokens_saved` and `prefix_cache_evictions` (GPU blocks evicted). With tiers, also per
 tier kind: `kv_block_hit_rate_<tier>` for gpu and each tier below (blocks found there over blocks
-looked up; they add up to the block hit rate), `kv_<kind>_read_bytes`, `kv_<kind>_written_bytes`,
+looked up; they add up to the block hit rate) and `kv_token_hit_rate_<tier>` (their tokens over
+the prompt tokens looked up; they add up to `prefix_cache_hit_rate`), `kv_<kind>_read_bytes`, `kv_<kind>_written_bytes`,
 `kv_<kind>_evicted_blocks` and `kv_<kind>_blocks` (held at the end; a shared store counted once),
 and `kv_load_wait_s`, the seconds steps waited on loads (every request in such a step waited).
 """
@@ -48,9 +49,11 @@ def cache_counters(pools: Sequence[KVPool]) -> dict[str, float]:
     if not tiers:
         return out
     out["kv_block_hit_rate_gpu"] = rate(total["gpu"], looked_blocks)
+    out["kv_token_hit_rate_gpu"] = rate(total["gpu"] * bs, looked_tokens)
     kinds = sorted({t.kind for t in tiers.values()}, key=TIER_KINDS.index)
     for kind in kinds:
         out[f"kv_block_hit_rate_{kind}"] = rate(loaded[kind], looked_blocks)
+        out[f"kv_token_hit_rate_{kind}"] = rate(loaded[kind] * bs, looked_tokens)
         stats = [t.stats() for t in tiers.values() if t.kind == kind]
         for key in ("read_bytes", "written_bytes", "evicted_blocks", "blocks"):
             out[f"kv_{kind}_{key}"] = float(sum(s[key] for s in stats))
