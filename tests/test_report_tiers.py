@@ -33,16 +33,16 @@ def test_the_table_shows_each_tier_the_run_has() -> None:
     summary = res.summary()
     s = summary.loc["tiered"]
     rows = table_rows(format_summary(summary))
-    assert rows["KV block hit % GPU"] == [f"{100 * s['kv_block_hit_rate_gpu']:.1f}", "-"]
-    assert rows["KV block hit % DRAM"] == [f"{100 * s['kv_block_hit_rate_dram']:.1f}", "-"]
-    assert rows["KV block hit % remote"] == [f"{100 * s['kv_block_hit_rate_remote']:.1f}", "-"]
+    assert rows["prefix hit % GPU"] == [f"{100 * s['kv_token_hit_rate_gpu']:.1f}", "-"]
+    assert rows["prefix hit % DRAM"] == [f"{100 * s['kv_token_hit_rate_dram']:.1f}", "-"]
+    assert rows["prefix hit % remote"] == [f"{100 * s['kv_token_hit_rate_remote']:.1f}", "-"]
     assert rows["DRAM read GiB"] == [f"{s['kv_dram_read_bytes'] / GIB:.2f}", "-"]
     assert rows["remote written GiB"] == [f"{s['kv_remote_written_bytes'] / GIB:.2f}", "-"]
     assert rows["KV load wait s"] == [f"{s['kv_load_wait_s']:.3f}", "-"]
-    assert s["kv_block_hit_rate_dram"] > 0 and s["kv_load_wait_s"] > 0
-    # the tiers' hits add up to the prefix cache's block hit rate
-    parts = sum(s[f"kv_block_hit_rate_{k}"] for k in ("gpu", "dram", "remote"))
-    assert parts == pytest.approx(s["prefix_cache_block_hit_rate"])
+    assert s["kv_token_hit_rate_dram"] > 0 and s["kv_load_wait_s"] > 0
+    # the tiers' rows add up to the prefix hit % row above them
+    parts = sum(s[f"kv_token_hit_rate_{k}"] for k in ("gpu", "dram", "remote"))
+    assert parts == pytest.approx(s["prefix_cache_hit_rate"])
     # no NVMe tier, no NVMe rows
     assert not any("NVMe" in label for label in rows)
     # tier rows come after every other row, in TIER_ROWS order
@@ -76,8 +76,8 @@ def test_the_report_shows_the_tiers_and_says_the_price_includes_their_rent(
     text = (folder / "report.html").read_text()
     summary = text[text.index('<table class="summary">') : text.index("</table>")]
     s = tiered_results().summary().loc["tiered"]
-    hit = f"{100 * s['kv_block_hit_rate_remote']:.1f}"
-    assert f"<td>KV block hit % remote</td><td>{hit}</td><td>-</td>" in summary
+    hit = f"{100 * s['kv_token_hit_rate_remote']:.1f}"
+    assert f"<td>prefix hit % remote</td><td>{hit}</td><td>-</td>" in summary
     assert "<td>KV load wait s</td>" in summary and "<td>NVMe read GiB</td>" not in summary
     assert TIERS_NOTE in text and "include the tiers' rent" in TIERS_NOTE
     timeline = text[text.index('<figure id="plot-timeline">') :]
@@ -86,4 +86,4 @@ def test_the_report_shows_the_tiers_and_says_the_price_includes_their_rent(
 
 def test_a_report_without_tiers_has_none_of_it(tmp_path: Path) -> None:
     text = (results_folder(tmp_path, plots=False) / "report.html").read_text()
-    assert "KV block hit %" not in text and TIERS_NOTE not in text
+    assert "prefix hit % GPU" not in text and TIERS_NOTE not in text

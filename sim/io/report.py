@@ -48,9 +48,9 @@ TIERS_CAPTION = (
     "dotted the shared remote store, counted once)."
 )
 TIERS_NOTE = (
-    '<p class="muted">KV tiers below the GPU: block hit % by where the blocks were found (they '
-    "add up to the prefix cache's block hit rate), traffic to and from each tier, and the "
-    "seconds steps waited on loads. Fleet $/h and $ per 1M output tokens include the tiers' "
+    '<p class="muted">KV tiers below the GPU: prefix hit % by where the tokens were found (they '
+    'add up to "prefix hit %"), traffic to and from each tier, and the seconds steps waited on '
+    "loads. Fleet $/h and $ per 1M output tokens include the tiers' "
     "rent (host DRAM and NVMe on every instance, the shared store once; an unbounded tier "
     "costs nothing).</p>"
 )

@@ -54,14 +54,14 @@ OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("workload clipped", "workload_clipped_prompts", 1.0, "{:.0f}"),
 )
 # rows shown when some variant has KV tiers below the GPU (`kv_tiers`): where its prefix hits
-# came from (block hit rates that add up to the prefix block hit rate), each tier's traffic
-# (GiB = 2**30 bytes, the unit of a tier's capacity_gb), the seconds steps waited on loads, and
-# the fleet's dollars per hour, which include the tiers' rent; a tier no variant has gets no row
+# came from (token hit rates that add up to "prefix hit %"), each tier's traffic (GiB = 2**30
+# bytes, the unit of a tier's capacity_gb), the seconds steps waited on loads, and the fleet's
+# dollars per hour, which include the tiers' rent; a tier no variant has gets no row
 TIER_ROWS: tuple[tuple[str, str, float, str], ...] = (
-    ("KV block hit % GPU", "kv_block_hit_rate_gpu", 100.0, "{:.1f}"),
-    ("KV block hit % DRAM", "kv_block_hit_rate_dram", 100.0, "{:.1f}"),
-    ("KV block hit % NVMe", "kv_block_hit_rate_nvme", 100.0, "{:.1f}"),
-    ("KV block hit % remote", "kv_block_hit_rate_remote", 100.0, "{:.1f}"),
+    ("prefix hit % GPU", "kv_token_hit_rate_gpu", 100.0, "{:.1f}"),
+    ("prefix hit % DRAM", "kv_token_hit_rate_dram", 100.0, "{:.1f}"),
+    ("prefix hit % NVMe", "kv_token_hit_rate_nvme", 100.0, "{:.1f}"),
+    ("prefix hit % remote", "kv_token_hit_rate_remote", 100.0, "{:.1f}"),
     ("DRAM read GiB", "kv_dram_read_bytes", 2.0**-30, "{:.2f}"),
     ("DRAM written GiB", "kv_dram_written_bytes", 2.0**-30, "{:.2f}"),
     ("NVMe read GiB", "kv_nvme_read_bytes", 2.0**-30, "{:.2f}"),
