@@ -1,5 +1,5 @@
-"""The fuzz corpus, part 4: `batchsim search`: bad space files, bad flags, scenarios a search
-cannot take, and bad prices or board power in a scenario's hardware.
+"""The fuzz corpus, part 4: `batchsim search`: bad space files (their KV tier options too), bad
+flags, scenarios a search cannot take, and bad prices or board power in a scenario's hardware.
 
 A space case names the space file and the key at fault; a flag case names the flag. Spaces too
 large to expand are generated along every axis (each refused with its size before anything is
@@ -55,6 +55,7 @@ SPACE_KEYS: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
     "layouts": tuple(BAD),
     "policies": tuple(BAD),
+    "kv_tiers": tuple(BAD),
     "router": tuple(BAD),
     "link": ("neg", "str", "bool", "list", "map", "inf", "nan"),
     "link.bandwidth_gb_per_s": tuple(BAD),
@@ -100,6 +101,40 @@ def space_cases() -> list[Case]:
         "policy-key": (
             _space("policies", [{"name": "continuous", "max_num_seq": 8}]),
             ("policies.0.max_num_seq", "unknown key"),
+        ),
+        "tiers-empty": (_space("kv_tiers", []), ("space.yaml", "kv_tiers")),
+        "tiers-capacity": (_space("kv_tiers", [{"dram": {"capacity_gb": -1}}]),
+                           ("kv_tiers.0.dram.capacity_gb", "out of range")),
+        "tiers-no-capacity": (_space("kv_tiers", [None, {"dram": {}}]),
+                              ("kv_tiers.1.dram.capacity_gb",)),
+        "tiers-kind": (_space("kv_tiers", [{"hbm": {"capacity_gb": 64}}]),
+                       ("kv_tiers.0.hbm", "unknown key")),
+        "tiers-write": (_space("kv_tiers", [{"write": "later", "dram": {"capacity_gb": 64}}]),
+                        ("kv_tiers.0.write",)),
+        "tiers-price": (_space("kv_tiers", [{"remote": {"capacity_gb": 64,
+                                                         "price_per_gb_hour": -1}}]),
+                        ("kv_tiers.0.remote.price_per_gb_hour",)),
+        "tiers-none-given": (_space("kv_tiers", [{"write": "eviction"}]),
+                             ("kv_tiers.0", "names no tier")),
+        "tiers-entry-text": (_space("kv_tiers", ["dram256"]), ("space.yaml", "kv_tiers.0")),
+        "tiers-null-twice": (_space("kv_tiers", [None, None]), ("kv_tiers.1", "listed twice")),
+        "tiers-name-twice": (
+            _space("kv_tiers", [{"dram": {"capacity_gb": 64}},
+                                {"dram": {"capacity_gb": 64, "read_gb_per_s": 10}}]),
+            ("kv_tiers.1", "dram64 is listed twice", "label"),
+        ),
+        "tiers-same-twice": (
+            _space("kv_tiers", [{"dram": {"capacity_gb": 64}},
+                                {"dram": {"capacity_gb": 64.0}, "label": "again"}]),
+            ("kv_tiers.1", "same tiers"),
+        ),
+        "tiers-label": (_space("kv_tiers", [{"dram": {"capacity_gb": 64}, "label": 5}]),
+                        ("kv_tiers.0.label",)),
+        "tiers-store-link": (
+            {**SPACE, "layouts": ["1p1d"], "link": {"via": "store"},
+             "policies": [{"name": "continuous", "prefix_caching": True}],
+             "kv_tiers": [{"dram": {"capacity_gb": 64}}]},
+            ("space.yaml", "1p1d", "dram64", "kv_tiers.remote"),
         ),
         "unknown-key": (_space("gpu", ["a100-80g"]), ("space.yaml", "gpu", "unknown key")),
         "too-big": (
@@ -208,6 +243,7 @@ def size_cases() -> list[Case]:
         "policies-summed": ({"policies": [HUGE_POLICY, {"name": "chunked"}]},
                             "10000001 configurations"),
         "gpus": ({"gpus": ["a100-80g"] * 5001}, "5001 configurations"),
+        "kv-tiers": ({"kv_tiers": [None] * 5001}, "5001 configurations"),
         "tensor-parallel": ({"tensor_parallel": list(range(1, 65)),
                              "policies": [{"name": "continuous", "max_num_seqs": [8] * 100}]},
                             "6400 configurations"),

@@ -2,14 +2,14 @@
 units (or prefill and decode instances) that serve the whole rate.
 
 A probe is one streamed simulation (`simulate(..., tables=False)`: only the summary is needed) of
-the base scenario with the configuration's GPU, degree and policy, a fleet of given size, the
-offered rate and a seed. The rate is the workload's arrival rate, or for a trace its `rate_scale`
-times the own rate of the window that seed replays (`Question.windows`: a trace replays the same
-requests whatever the seed, so each seed replays its own stretch of the trace, and a fleet
-confirmed on every seed holds on several windows of it). A probe passes when every SLO holds
-(`meets`: on the exact percentiles, which a probe of up to `sim.metrics.streaming.EXACT_ROWS`
-requests keeps, else at the unfavourable end of the sketch's bound), so a fleet found here meets
-its SLOs when `batchsim run` reruns it.
+the base scenario with the configuration's GPU, degree, policy and KV tiers, a fleet of given
+size, the offered rate and a seed. The rate is the workload's arrival rate, or for a trace its
+`rate_scale` times the own rate of the window that seed replays (`Question.windows`: a trace
+replays the same requests whatever the seed, so each seed replays its own stretch of the trace,
+and a fleet confirmed on every seed holds on several windows of it). A probe passes when every
+SLO holds (`meets`: on the exact percentiles, which a probe of up to
+`sim.metrics.streaming.EXACT_ROWS` requests keeps, else at the unfavourable end of the sketch's
+bound), so a fleet found here meets its SLOs when `batchsim run` reruns it.
 
 A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD).
 
@@ -96,6 +96,10 @@ def scenario_of(
     raw["seed"] = seed
     raw["hardware"] = copy.deepcopy(config.hardware)
     raw["policy"] = copy.deepcopy(config.policy)
+    if config.tiers_label is not None:  # the space's tier option replaces the scenario's own
+        raw.pop("kv_tiers", None)
+        if config.kv_tiers is not None:
+            raw["kv_tiers"] = copy.deepcopy(config.kv_tiers)
     cluster = raw.pop("cluster", None) or {}
     pd = raw.pop("disaggregation", None) or {}
     if config.prefill:

@@ -18,10 +18,11 @@ From that bound:
 
 * cannot meet the SLOs: it needs more units than `max_instances` allows;
 * dominated (branch and bound, `Bounds`): fleets are sized in order of their lower bound (the
-  objective at `units_at_least` units: dollars per hour, or for energy the idle power of that
-  many units), the lowest alone first, then `WAVE` at a time; once a fleet is found, every
-  configuration whose bound already exceeds it is set aside: its single-unit capacity is worse
-  than what a cheaper configuration achieved. Bounds equal to the best are sized (ties).
+  objective at `units_at_least` units: dollars per hour, the rent of a tier option of the space
+  included, or for energy the idle power of that many units), the lowest alone first, then
+  `WAVE` at a time; once a fleet is found, every configuration whose bound already exceeds it
+  is set aside: its single-unit capacity is worse than what a cheaper configuration achieved.
+  Bounds equal to the best are sized (ties).
 
 The order and the waves depend on the configurations only, never on the backend or the number
 of workers, so the same configurations are sized and pruned whatever runs them.
@@ -33,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from sim.costs.catalog import HardwareSpec
+from sim.scenario.kv_tiers import KVTiersSpec, tiers_cost_per_hour
 from sim.whatif.search_space import Config
 
 MARGIN = 0.5
@@ -61,9 +63,17 @@ def units_at_least(rate: float, completed: float, passes: bool) -> int:
 
 
 def lower_bound(unit: Unit, objective: str) -> float:
-    """The least any fleet of this configuration can cost (dollars per hour), or draw (watts)."""
+    """The least any fleet of this configuration can cost (dollars per hour, with the rent of
+    the tiers of the space's tier option on that many instances), or draw (watts)."""
     figures = unit_figures(unit.config)
-    return unit.units_at_least * (figures[0] if objective == "cost" else figures[2])
+    if objective != "cost":
+        return unit.units_at_least * figures[2]
+    gpus = unit.units_at_least * figures[0]
+    tiers = unit.config.kv_tiers
+    if tiers is None:
+        return gpus
+    spec = KVTiersSpec.model_validate(tiers)
+    return gpus + tiers_cost_per_hour(spec, unit.units_at_least * unit.config.unit_size)
 
 
 def cannot_meet(units: list[Unit], limit: dict[str, int]) -> dict[str, tuple[str, str]]:

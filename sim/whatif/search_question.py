@@ -9,7 +9,8 @@ minutes of simulation:
 
 * the scenario: no variants (the search varies the deployment itself); its model alone, then the
   rest with the hardware of the first configuration that fits (the scenario's own hardware,
-  policy, cluster and disaggregation are replaced by each configuration's, so they need not fit);
+  policy, cluster and disaggregation, and its kv_tiers when the space lists tier options, are
+  replaced by each configuration's, so they need not fit);
 * the space (`sim.whatif.search_space`), each of its policies in the scenario, and every
   configuration's scenario at one unit; the objective's figures (price, or TDP) of every GPU.
 """
@@ -204,7 +205,8 @@ def prepare(
     policy = raw.get("policy")
     found = policies(spec, policy if isinstance(policy, dict) else {}, space_file)
     expanded = expand(spec, space_file, model, found)
-    base = {k: v for k, v in raw.items() if k not in REPLACED}
+    replaced = (*REPLACED, "kv_tiers") if spec.kv_tiers is not None else REPLACED
+    base = {k: v for k, v in raw.items() if k not in replaced}
     if expanded.configs:
         base["hardware"] = expanded.configs[0].hardware
     elif "hardware" in raw:

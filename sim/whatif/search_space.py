@@ -1,4 +1,5 @@
-"""A deployment search space: which GPUs, tensor-parallel degrees, layouts and policies to try.
+"""A deployment search space: which GPUs, tensor-parallel degrees, layouts, policies and KV tiers
+to try.
 
 The space is a YAML file (or a mapping) read as strictly as a scenario:
 
@@ -8,15 +9,27 @@ The space is a YAML file (or a mapping) read as strictly as a scenario:
     policies:                              # policy mappings; a list of values: one per value
       - {name: continuous, max_num_seqs: [128, 256]}
       - {name: chunked, max_num_batched_tokens: [512, 2048]}
+    kv_tiers:                              # KV memory below the GPU (default: the scenario's)
+      - null                               # no tiers
+      - {dram: {capacity_gb: 256}}
+      - {remote: {capacity_gb: 2048}, label: store}
     router: least_outstanding_tokens       # colocated router (default: the scenario's)
     link: {bandwidth_gb_per_s: 50}         # P/D KV link (default: the scenario's)
     max_instances: 64                      # the most instances a fleet may have
 
 A GPU entry takes any hardware field (price and power included) and an optional `label` that
-names it in the results (to offer one GPU at two prices). A configuration is one GPU, one degree,
-one layout and one policy; the space is their product. Configurations that cannot run are set
-aside here, before anything is simulated: the model does not fit the GPUs at that degree (or the
-degree cannot shard it), or static batching is asked to split into prefill and decode pools.
+names it in the results (to offer one GPU at two prices). A `kv_tiers` option is null (no tiers)
+or a scenario's `kv_tiers` mapping (`sim.scenario.kv_tiers`), named in the results by its tiers
+(`dram256+remote2048`, `no tiers`; `eviction` and `overlap` when it says so) or by its own
+`label`; its rent joins the fleet's dollars per hour. Without the key every configuration keeps
+the scenario's own tiers and its label says nothing of them.
+
+A configuration is one GPU, one degree, one layout, one policy and one tier option; the space is
+their product. Configurations that cannot run are set aside here, before anything is simulated:
+the model does not fit the GPUs at that degree (or the degree cannot shard it), static batching
+is asked to split into prefill and decode pools, or a tier option meets a policy without prefix
+caching (a tier holds blocks by content hash). The last is set aside rather than refused, so
+that one space can weigh a policy without caching (and no tiers) against caching with tiers.
 Every other problem (a bad key or value) is an error naming the space file and the key.
 """
 
@@ -34,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
 from sim.costs.catalog import HardwareSpec, ModelSpec, check_fits
 from sim.errors import ScenarioError
@@ -42,7 +55,8 @@ from sim.inputs.messages import as_error, problems
 from sim.inputs.strict_model import StrictModel
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import read_text
-from sim.scenario.schema import LinkSpec, RouterName
+from sim.scenario.kv_tiers import KVTiersSpec
+from sim.scenario.schema import LinkSpec, PolicySpec, RouterName
 
 MAX_CONFIGS = 5000
 LAYOUT = re.compile(r"(\d+)p(\d+)d")
@@ -78,6 +92,7 @@ class SpaceSpec(StrictModel):
         default=["colocated"], min_length=1
     )
     policies: list[dict[str, Any]] | None = Field(default=None, min_length=1)
+    kv_tiers: list[dict[str, Any] | None] | None = Field(default=None, min_length=1)
     router: RouterName | None = None
     link: LinkSpec | None = None
     max_instances: int = Field(default=64, ge=1, le=4096)
@@ -96,10 +111,15 @@ class Config:
     decode: int
     policy: dict[str, Any]
     policy_label: str
+    # the space's tier option: its mapping (None: no tiers) and its name; tiers_label None: the
+    # space lists no kv_tiers, so the scenario's own apply
+    kv_tiers: dict[str, Any] | None = None
+    tiers_label: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.gpu} tp{self.tensor_parallel} | {self.layout} | {self.policy_label}"
+        label = f"{self.gpu} tp{self.tensor_parallel} | {self.layout} | {self.policy_label}"
+        return label if self.tiers_label is None else f"{label} | {self.tiers_label}"
 
     @property
     def unit_size(self) -> int:
@@ -173,6 +193,74 @@ def _gpus(space: SpaceSpec, file: str) -> list[tuple[str, dict[str, Any]]]:
     return list(out.items())
 
 
+def tiers_name(spec: KVTiersSpec) -> str:
+    """A tier option's short name: its tiers and their GiB (`dram256+remote2048`,
+    `remote-unbounded`), then `eviction` and `overlap` where it departs from the defaults."""
+    parts = []
+    for kind, tier in spec.given():
+        cap = tier.capacity_gb
+        if isinstance(cap, str):
+            parts.append(f"{kind}-{cap}")  # unbounded
+        else:
+            parts.append(f"{kind}{cap:.0f}" if cap.is_integer() else f"{kind}{cap:g}")
+    modes = [m for m in (spec.write, spec.load) if m in ("eviction", "overlap")]
+    return " ".join(["+".join(parts), *modes])
+
+
+def _tiers(space: SpaceSpec, file: str) -> list[tuple[str | None, dict[str, Any] | None]]:
+    """(name, kv_tiers mapping or None for no tiers) of every tier option; one (None, None)
+    when the space lists none (the scenario's own tiers apply, unnamed)."""
+    if space.kv_tiers is None:
+        return [(None, None)]
+    out: dict[str, dict[str, Any] | None] = {}
+    for i, entry in enumerate(space.kv_tiers):
+        where = f"kv_tiers.{i}"
+        mapping: dict[str, Any] | None = None
+        label: Any = "no tiers"
+        if entry is not None:
+            given = dict(entry)
+            label = given.pop("label", None)
+            if label is not None and (not isinstance(label, str) or not label.strip()):
+                raise ScenarioError("must be a name (text)", file=file, path=f"{where}.label")
+            spec = validated(KVTiersSpec, given, file, where)
+            if not spec.given():
+                raise ScenarioError(
+                    "names no tier: give dram, nvme or remote (null for no tiers)",
+                    file=file,
+                    path=where,
+                )
+            mapping = spec.model_dump(mode="json", exclude_none=True)
+            label = label or tiers_name(spec)
+        if mapping in out.values():
+            what = "the same tiers are" if mapping is not None else "null (no tiers) is"
+            raise ScenarioError(f"{what} listed twice", file=file, path=where)
+        if label in out:
+            raise ScenarioError(
+                f"{label} is listed twice; give one option a `label` of its own",
+                file=file,
+                path=where,
+            )
+        out[label] = mapping
+    return list(out.items())
+
+
+_POLICY: TypeAdapter[Any] = TypeAdapter(PolicySpec)
+
+
+def _caching(policy: dict[str, Any]) -> str | None:
+    """Why a tier option cannot serve with `policy` (it has no prefix caching), or None. A policy
+    that does not validate passes here: it is refused with its own reason when it is checked."""
+    try:
+        spec = _POLICY.validate_python(policy)
+    except ValidationError:
+        return None
+    if spec.name == "static":
+        return "kv_tiers needs prefix caching, which static batching does not have"
+    if not spec.prefix_caching:
+        return "kv_tiers needs prefix caching: the policy does not set prefix_caching: true"
+    return None
+
+
 def _entries(space: SpaceSpec, base_policy: dict[str, Any]) -> list[dict[str, Any]]:
     return space.policies if space.policies is not None else [base_policy]
 
@@ -192,10 +280,14 @@ def check_size(space: SpaceSpec, file: str, base_policy: dict[str, Any]) -> int:
         counts.append(math.prod(lengths))
     num_policies = sum(counts)
     size = len(space.gpus) * len(space.tensor_parallel) * len(space.layouts) * num_policies
+    tiers = ""
+    if space.kv_tiers is not None:
+        size *= len(space.kv_tiers)
+        tiers = f" x {len(space.kv_tiers)} tier options"
     if size > MAX_CONFIGS:
         raise ScenarioError(
             f"{size} configurations ({len(space.gpus)} GPUs x {len(space.tensor_parallel)} "
-            f"degrees x {len(space.layouts)} layouts x {num_policies} policies); at most "
+            f"degrees x {len(space.layouts)} layouts x {num_policies} policies{tiers}); at most "
             f"{MAX_CONFIGS}",
             file=file,
         )
@@ -225,6 +317,8 @@ def expand(
     """Every configuration of the space (its policies `expanded` by `policies`, which counted
     them first, and checked by the caller); those that cannot run set aside with the reason."""
     gpus = _gpus(space, file)
+    tiers = _tiers(space, file)
+    uncached = [_caching(policy) for _, policy, _ in expanded]
     for key in ("tensor_parallel", "layouts"):
         values = getattr(space, key)
         if len(set(values)) < len(values):
@@ -232,14 +326,18 @@ def expand(
     configs: list[Config] = []
     aside: list[tuple[Config, str, str]] = []
     every: list[Config] = []
-    for (gpu, mapping), tp, layout, (policy_label, policy, _) in itertools.product(
-        gpus, space.tensor_parallel, space.layouts, expanded
+    for (gpu, mapping), tp, layout, k, (tiers_label, tiers_mapping) in itertools.product(
+        gpus, space.tensor_parallel, space.layouts, range(len(expanded)), tiers
     ):
+        policy_label, policy, _ = expanded[k]
         hardware = {**mapping, "tensor_parallel": tp}
         found = LAYOUT.fullmatch(layout)
         prefill, decode = (int(found[1]), int(found[2])) if found else (0, 0)
-        config_id = _digest([hardware, layout, policy, gpu])
-        config = Config(config_id, gpu, hardware, tp, layout, prefill, decode, policy, policy_label)
+        ident: list[Any] = [hardware, layout, policy, gpu]
+        if tiers_label is not None:  # the id of a space without kv_tiers is as it was
+            ident += [tiers_mapping, tiers_label]
+        config = Config(_digest(ident), gpu, hardware, tp, layout, prefill, decode, policy,
+                        policy_label, tiers_mapping, tiers_label)  # fmt: skip
         every.append(config)
         try:
             check_fits(model, HardwareSpec.model_validate(hardware))
@@ -251,6 +349,9 @@ def expand(
         if prefill and policy.get("name") == "static":
             reason = "static batching cannot be split into prefill and decode pools"
             aside.append((config, "static P/D", reason))
+            continue
+        if tiers_mapping is not None and uncached[k] is not None:
+            aside.append((config, "no prefix caching", str(uncached[k])))
             continue
         configs.append(config)
     return Expanded(space, file, configs, aside, every)
