@@ -38,6 +38,26 @@ def _grow(n: int) -> None:
     _powers[0] = _inverses[0] = 1
 
 
+_geometry: dict[tuple[int, int, int], tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], int]] = {}
+MAX_GEOMETRIES = 1 << 14  # (blocks, block size, unit) shapes kept
+
+
+def _shape(
+    num_blocks: int, block_size: int, unit: int
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.intp], int]:
+    """Each block's end token count, the unit holding its last token, and the units needed:
+    they depend on the shape alone, so they are kept per shape."""
+    key = (num_blocks, block_size, unit)
+    shape = _geometry.get(key)
+    if shape is None:
+        ends = np.arange(1, num_blocks + 1, dtype=np.uint64) * np.uint64(block_size)
+        last = ((ends - np.uint64(1)) // np.uint64(unit)).astype(np.intp)
+        shape = (ends, last, int(last[-1]) + 1)
+        if len(_geometry) < MAX_GEOMETRIES:
+            _geometry[key] = shape
+    return shape
+
+
 def block_hashes(
     content: Sequence[int] | np.ndarray, unit: int, covered_tokens: int, block_size: int
 ) -> tuple[int, ...]:
@@ -46,14 +66,12 @@ def block_hashes(
     num_blocks = covered_tokens // block_size
     if num_blocks <= 0:
         return ()
-    ends = np.arange(1, num_blocks + 1, dtype=np.uint64) * np.uint64(block_size)
-    num_units = (num_blocks * block_size - 1) // unit + 1
+    ends, last, num_units = _shape(num_blocks, block_size, unit)
     if len(_powers) < num_units:
         _grow(num_units)
     ids = np.asarray(content[:num_units], dtype=np.int64).astype(np.uint64) + np.uint64(1)
     with np.errstate(over="ignore"):
         prefix = _powers[:num_units] * np.cumsum(ids * _inverses[:num_units], dtype=np.uint64)
-        last = ((ends - np.uint64(1)) // np.uint64(unit)).astype(np.intp)
         names = prefix[last] * np.uint64(_MIX) + ends
     out: list[int] = names.tolist()
     return tuple(out)
