@@ -26,6 +26,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 import yaml
@@ -58,6 +59,41 @@ def ratio(a: Value, b: Value, minus_one: bool = False) -> Value:
 def cut(before: Value, after: Value) -> Value:
     """How much lower `after` is than `before`, in percent of `before`."""
     return lambda: (1.0 - after() / before()) * 100.0
+
+
+def prefix_reuse(scenario: str, scale: float = 1.0) -> Value:
+    """Share of a shipped scenario's prompt blocks an admission would find in a cache that never
+    evicts: its leading blocks that an earlier prompt also had (the first variant's workload and
+    block size; looked up as the engine does, all but a prompt's last token)."""
+
+    def value() -> float:
+        import numpy as np
+
+        from sim.core.block_hash import block_hashes
+        from sim.scenario.load import load_scenario
+        from sim.workload.generate import generate_requests
+
+        resolved = load_scenario(ROOT / "scenarios" / f"{scenario}.yaml").variants[0]
+        spec, bs = resolved.spec, resolved.spec.policy.block_size
+        rng = np.random.default_rng(spec.seed)
+        work = generate_requests(spec.workload, rng, resolved.base_dir, spec.model.max_model_len)
+        content = work.content
+        assert content is not None
+        seen: set[int] = set()
+        looked = found = 0
+        for i, tokens in enumerate(work.prompt_tokens.tolist()):
+            names = block_hashes(content.of(i), content.unit, tokens, bs)
+            looked += len(names)
+            found += sum(1 for _ in takewhile(seen.__contains__, names[: (tokens - 1) // bs]))
+            seen.update(names)
+        return found / looked * scale
+
+    return value
+
+
+def gain(a: Value, b: Value) -> Value:
+    """a - b (points of a rate, dollars per hour)."""
+    return lambda: a() - b()
 
 
 def fit(key: str) -> Value:
@@ -101,6 +137,7 @@ SD = "scenarios/speculative_decoding.yaml"
 CP = "scenarios/chunked_prefill.yaml"
 DG = "scenarios/disaggregation_goodput.yaml"
 KV = "scenarios/kv_paging.yaml"
+KT = "scenarios/kv_tiers.yaml"
 PC = "scenarios/prefix_caching.yaml"
 PR = "scenarios/profile_comparison.yaml"
 AZURE = (ROOT / "scenarios" / "../../shared/traces/azure_llm_2023_conv.csv").resolve()
@@ -113,8 +150,21 @@ disagg = functools.partial(m, "disaggregation_goodput")
 paging = functools.partial(m, "kv_paging")
 quick = functools.partial(m, "quickstart")
 caching = functools.partial(m, "prefix_caching")
+tiers = functools.partial(m, "kv_tiers")
 pricing = functools.partial(m, "profile_comparison")
 spec = functools.partial(m, "speculative_decoding")
+
+# kv_tiers.yaml's table: block hit rate, then by tier where the variant has it, and the rest
+KT_HIT = [("prefix_cache_block_hit_rate", PCT), ("kv_block_hit_rate_gpu", PCT)]
+KT_DRAM, KT_REMOTE = ("kv_block_hit_rate_dram", PCT), ("kv_block_hit_rate_remote", PCT)
+KT_REST = [("ttft_p50_s", S), ("ttft_p99_s", S), ("fleet_usd_per_hour", S),
+           ("usd_per_million_output_tokens", S), ("kv_load_wait_s", S)]
+KT_TAIL = rf"{NUM} s\s+{NUM} s\s+{NUM}\s+{NUM}\s+{NUM} s\n"
+
+
+def kt_hit(variant: str) -> Value:
+    return tiers(variant, "prefix_cache_block_hit_rate", PCT)
+
 
 # fmt: off
 QUOTES: list[Quote] = [
@@ -181,6 +231,45 @@ QUOTES: list[Quote] = [
     Quote(PC, rf"which raises its TTFT p99 by {NUM}% over least-load",
           (ratio(caching("session-sticky", "ttft_p99_s"), caching("least-load", "ttft_p99_s"),
                  True),), MOONCAKE),
+    *_rows(KT, "kv_tiers", rf"{NUM}%\s+-\s+-\s+-\s+{NUM} s\s+{NUM} s\s+{NUM}\s+{NUM}\s+-\n",
+           [KT_HIT[0], *KT_REST[:4]], ["gpu-only"], MOONCAKE),
+    *_rows(KT, "kv_tiers", rf"{NUM}%\s+{NUM}%\s+{NUM}%\s+-\s+{KT_TAIL}",
+           [*KT_HIT, KT_DRAM, *KT_REST],
+           ["dram-64", "dram-256", "dram-1024", "dram-256-eviction"], MOONCAKE),
+    *_rows(KT, "kv_tiers", rf"{NUM}%\s+{NUM}%\s+-\s+{NUM}%\s+{KT_TAIL}",
+           [*KT_HIT, KT_REMOTE, *KT_REST],
+           ["remote-512", "remote-2048", "remote-unbounded", "remote-2048-overlap"], MOONCAKE),
+    *_rows(KT, "kv_tiers", rf"{NUM}%\s+{NUM}%\s+{NUM}%\s+{NUM}%\s+{KT_TAIL}",
+           [*KT_HIT, KT_DRAM, KT_REMOTE, *KT_REST],
+           ["dram-256+remote-512", "dram-256+remote-2048", "dram-256+remote-unbounded"], MOONCAKE),
+    Quote(KT, rf"as an admission looks them up, {NUM}% of prompt blocks",
+          (prefix_reuse("kv_tiers", PCT),), MOONCAKE),
+    Quote(KT, rf"and adds {NUM} points, 256 GiB serves {NUM}% of blocks and cuts TTFT p50 by "
+              rf"{NUM}% and p99 by {NUM}%, and 1024 GiB reaches {NUM}% \(p50 -{NUM}%\)",
+          (gain(kt_hit("dram-64"), kt_hit("gpu-only")), kt_hit("dram-256"),
+           cut(tiers("gpu-only", "ttft_p50_s"), tiers("dram-256", "ttft_p50_s")),
+           cut(tiers("gpu-only", "ttft_p99_s"), tiers("dram-256", "ttft_p99_s")),
+           kt_hit("dram-1024"),
+           cut(tiers("gpu-only", "ttft_p50_s"), tiers("dram-1024", "ttft_p50_s"))), MOONCAKE),
+    Quote(KT, rf"256 GiB per instance adds \${NUM}/h, \+{NUM}% per output token",
+          (gain(tiers("dram-256", "fleet_usd_per_hour"), tiers("gpu-only", "fleet_usd_per_hour")),
+           ratio(tiers("dram-256", "usd_per_million_output_tokens"),
+                 tiers("gpu-only", "usd_per_million_output_tokens"), True)), MOONCAKE),
+    Quote(KT, rf"2 TiB of it \({NUM}%\) holds more of the reuse than 4 TiB of DRAM split four ways "
+              rf"\({NUM}%\)", (kt_hit("remote-2048"), kt_hit("dram-1024")), MOONCAKE),
+    Quote(KT, rf"wait {NUM}x as long on loads \({NUM} s vs {NUM} s\)",
+          (ratio(tiers("remote-2048", "kv_load_wait_s"), tiers("dram-1024", "kv_load_wait_s")),
+           tiers("remote-2048", "kv_load_wait_s"), tiers("dram-1024", "kv_load_wait_s")), MOONCAKE),
+    Quote(KT, rf"cuts that to {NUM} s and TTFT p50 by a further {NUM}%",
+          (tiers("remote-2048-overlap", "kv_load_wait_s"),
+           cut(tiers("remote-2048", "ttft_p50_s"), tiers("remote-2048-overlap", "ttft_p50_s"))),
+          MOONCAKE),
+    Quote(KT, rf"store adds {NUM} points, 2 TiB {NUM} points and an unbounded one reaches {NUM}%",
+          (gain(kt_hit("dram-256+remote-512"), kt_hit("dram-256")),
+           gain(kt_hit("dram-256+remote-2048"), kt_hit("dram-256")),
+           kt_hit("dram-256+remote-unbounded")), MOONCAKE),
+    Quote(KT, rf"lifts 256 GiB from {NUM}% to {NUM}%",
+          (kt_hit("dram-256"), kt_hit("dram-256-eviction")), MOONCAKE),
     *_rows(PR, "profile_comparison",
            rf"{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM}\n",
            [("ttft_p50_s", MS), ("ttft_p99_s", MS), ("tpot_p50_s", MS), ("tpot_p99_s", MS),

@@ -20,6 +20,7 @@ def test_the_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
         "04_prefix_caching.ipynb", "05_speculative_decoding.ipynb", "06_deployment_search.ipynb",
+        "07_kv_tiers.ipynb",
     ]  # fmt: skip
 
 
@@ -139,6 +140,18 @@ def test_prefix_caching_replays_a_mooncake_trace(
     printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
     assert f"Mooncake trace {trace}" in printed
     assert "caching serves" in answer_of(book)
+
+
+def test_kv_tiers_runs_its_scenario_on_a_mooncake_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = mooncake_trace(tmp_path / "conversation.jsonl")
+    monkeypatch.setenv("BATCHSIM_MOONCAKE_TRACE", str(trace))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    book = execute(next(p for p in NOTEBOOKS if p.stem == "07_kv_tiers"))
+    printed = "".join(o.get("text", "") for c in book.cells for o in c.get("outputs", []))
+    assert f"Mooncake trace {trace}: the scenario as shipped" in printed
+    assert "GiB shared store reaches" in answer_of(book)
 
 
 def test_deployment_search_replays_an_azure_trace_at_the_asked_rate(
