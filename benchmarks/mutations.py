@@ -47,12 +47,12 @@ class Mutation:
     why: str
 
 
-BUDGET = ("tests/test_chunked.py", "tests/test_continuous.py", "tests/test_engine.py")
-CACHE = ("tests/test_prefix_cache.py", "tests/test_prefix_runs.py", "tests/test_kv_tiers.py")
-VICTIM = ("tests/test_preemption.py",)
-SPEC = ("tests/test_speculative.py", "tests/test_speculative_runs.py")
-SKETCH = ("tests/test_streaming.py",)
-RUNS = ("tests/test_decode_batch.py", "tests/test_engine.py", "tests/test_arrival_feed.py")
+BUDGET = ("tests/policies/test_chunked.py", "tests/policies/test_continuous.py", "tests/core/test_engine.py")
+CACHE = ("tests/core/test_prefix_cache.py", "tests/core/test_prefix_runs.py", "tests/core/test_kv_tiers.py")
+VICTIM = ("tests/policies/test_preemption.py",)
+SPEC = ("tests/policies/test_speculative.py", "tests/core/test_speculative_runs.py")
+SKETCH = ("tests/metrics/test_streaming.py",)
+RUNS = ("tests/core/test_decode_batch.py", "tests/core/test_engine.py", "tests/core/test_arrival_feed.py")
 
 MUTATIONS: list[Mutation] = [
     Mutation(
@@ -92,7 +92,7 @@ MUTATIONS: list[Mutation] = [
         "sim/core/kv/tiers.py",
         "            evicted.append(blocks.popitem(last=False)[0])\n",
         "            evicted.append(blocks.popitem(last=True)[0])\n",
-        ("tests/test_kv_tiers.py",),
+        ("tests/core/test_kv_tiers.py",),
         "a full KV tier evicts its most recently used block instead of its least",
     ),
     Mutation(
@@ -100,7 +100,7 @@ MUTATIONS: list[Mutation] = [
         "sim/core/kv/tiers.py",
         "        return self.latency_s + len(hashes) * self.block_bytes / self.read_bytes_per_s\n",
         "        return len(hashes) * self.block_bytes / self.read_bytes_per_s\n",
-        ("tests/test_kv_tiers.py",),
+        ("tests/core/test_kv_tiers.py",),
         "a load from a KV tier skips the tier's latency",
     ),
     Mutation(
@@ -108,7 +108,7 @@ MUTATIONS: list[Mutation] = [
         "sim/core/kv/tiers.py",
         "        return ready is not None and ready <= now\n",
         "        return ready is not None\n",
-        ("tests/test_kv_tiers.py",),
+        ("tests/core/test_kv_tiers.py",),
         "a block counts as a tier hit before its write has finished",
     ),
     Mutation(

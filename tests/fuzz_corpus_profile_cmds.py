@@ -3,7 +3,7 @@ reads the same sidecar): corrupt Vidur files, corrupt raw-CSV sidecars, integer 
 `--out`; and `--out` of `search` and `sweep` pointed at folders batchsim did not write.
 
 Every case is generated from a valid input (`vidur_files`, `raw_files`: checked to import
-cleanly by tests/test_profile_out.py) with one thing broken, so each names what it broke: the
+cleanly by tests/costs/test_profile_out.py) with one thing broken, so each names what it broke: the
 file and line or column, or the flag.
 """
 

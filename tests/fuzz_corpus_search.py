@@ -4,7 +4,7 @@ flags, scenarios a search cannot take, and bad prices or board power in a scenar
 A space case names the space file and the key at fault; a flag case names the flag. Spaces too
 large to expand are generated along every axis (each refused with its size before anything is
 expanded). `record_mutations` generates damaged saved results (`configs/<task id>.json`) for
-tests/test_search.py: a search recomputes those instead of failing, so they are no CLI cases.
+tests/whatif/test_search.py: a search recomputes those instead of failing, so they are no CLI cases.
 """
 
 from __future__ import annotations

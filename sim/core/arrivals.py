@@ -3,7 +3,7 @@
 `Source` pushes them with SimPy events of URGENT priority (so requests arriving at t are queued
 before any instance plans the step that starts at t); a lone instance instead pulls them as an
 `ArrivalFeed` from its own step loop, and never waits on SimPy while busy. Both deliver the same
-requests in the same order at the same instants (tests/test_arrival_feed.py).
+requests in the same order at the same instants (tests/core/test_arrival_feed.py).
 """
 
 from __future__ import annotations

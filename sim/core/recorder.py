@@ -107,7 +107,7 @@ class StepLog:
     and dropped whenever `capacity` have gathered: a streamed run keeps no table.
 
     The engine writes a row with `add`, a keyword per column (`STEP_SCHEMA`'s names, checked by
-    tests/test_recorder.py); `append` holds the columns' append functions in schema order."""
+    tests/core/test_recorder.py); `append` holds the columns' append functions in schema order."""
 
     def __init__(
         self,

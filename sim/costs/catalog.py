@@ -58,7 +58,7 @@ TP_CANDIDATES = (1, 2, 4, 8)
 
 # Real configs (Hugging Face `config.json`); parameter counts include embeddings and LM head
 # (untied in every model here), checked by summing the weight shapes of each architecture
-# (tests/test_catalog_models.py does the sums from vocab and intermediate sizes).
+# (tests/costs/test_catalog_models.py does the sums from vocab and intermediate sizes).
 _MODEL_TABLE: dict[str, dict[str, Any]] = {
     "llama-2-7b": dict(
         num_parameters=6_738_415_616,

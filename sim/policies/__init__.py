@@ -126,7 +126,7 @@ def build_chunked(spec: ChunkedPolicySpec, max_model_len: int, kv_blocks_total: 
 # (spec, max_model_len, kv_blocks_total) -> policy; each takes its own spec class
 Builder = Callable[[Any, int, int], Policy]
 
-# one entry per spec class of the schema's `PolicySpec` union (tests/test_policy_specs.py)
+# one entry per spec class of the schema's `PolicySpec` union (tests/policies/test_policy_specs.py)
 BUILDERS: dict[type, Builder] = {
     StaticPolicySpec: build_static,
     ContinuousPolicySpec: build_continuous,

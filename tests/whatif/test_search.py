@@ -356,7 +356,7 @@ def test_the_bounds_one_unit_sets_on_its_fleets() -> None:
 def test_the_shipped_search_is_valid_and_sets_aside_what_does_not_fit() -> None:
     from sim.whatif.search_question import prepare
 
-    folder = Path(__file__).resolve().parents[1] / "scenarios" / "search"
+    folder = Path(__file__).resolve().parents[2] / "scenarios" / "search"
     raw = yaml.safe_load((folder / "llama3_70b_azure.yaml").read_text())
     assert raw["workload"]["trace"]["path"].endswith("shared/traces/azure_llm_2023_conv.csv")
     raw["workload"] = {  # the trace lies outside the repository: an Azure-like stand-in

@@ -18,7 +18,7 @@ import pytest
 from calibration.fidelity import RUN_FOLDER, TOLERANCE_PP, fidelity_errors
 
 # the checkout under test (the installed package of a compiled build holds no data)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = ROOT / RUN_FOLDER / "expected_errors.json"
 
 

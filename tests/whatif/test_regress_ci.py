@@ -18,7 +18,7 @@ import sim.whatif.regress as regress_module
 from sim.simulate import simulate
 from sim.whatif.regress import baseline_path, compare, run_ci_scenario, streamed
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "scenarios" / "ci"
 BASELINES = ROOT / "results" / "baselines"
 

@@ -298,7 +298,7 @@ def test_profile_table_command(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert load_profile(tmp_path / "p" / "profile.yaml").name == "p"
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((REPO / "calibration" / "profiles" / "imported" / "vidur").glob("*.yaml"))
 
 

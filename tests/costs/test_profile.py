@@ -22,7 +22,7 @@ from sim.costs.profile import (
 )
 from sim.errors import ScenarioError
 
-ROOFLINE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles" / "roofline"
+ROOFLINE_DIR = Path(__file__).resolve().parents[2] / "calibration" / "profiles" / "roofline"
 MODEL, HW = MODELS["llama-3-8b"], HARDWARE["h100-sxm"]
 
 

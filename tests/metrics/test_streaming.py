@@ -33,7 +33,7 @@ from sim.metrics.streaming import EXACT_ROWS, Sketch
 # `sim.metrics.streaming` would pass a sketch made coarser there
 DOCUMENTED_RELATIVE_ERROR = 0.005
 ALPHA = DOCUMENTED_RELATIVE_ERROR * (1 + 1e-9)
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_readme_states_the_bound_the_tests_hold_streams_to() -> None:

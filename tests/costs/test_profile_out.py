@@ -26,7 +26,7 @@ from sim.io.destination import (
 )
 from sim.whatif.search_output import write_search
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def put(folder: Path, files: dict[str, bytes | None]) -> None:

@@ -128,5 +128,5 @@ def test_check_fits() -> None:
     # the same model on the biggest Hopper GPU still misses by a little on one GPU ...
     with pytest.raises(ValueError, match=r"usable memory 126\.4 GiB.*tensor_parallel 2 would fit"):
         check_fits(MODELS["llama-3-70b"], HARDWARE["h200"])
-    # ... and fits on two of them (tests/test_catalog_parallel.py does the arithmetic)
+    # ... and fits on two of them (tests/costs/test_catalog_parallel.py does the arithmetic)
     check_fits(MODELS["llama-3-70b"], HARDWARE["h200"].with_tensor_parallel(2))

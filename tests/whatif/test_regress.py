@@ -15,7 +15,7 @@ from sim.policies import ContinuousPolicy
 from sim.scenario.load import Scenario
 from sim.whatif.regress import compare, default_tolerance, regress
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CI = ROOT / "scenarios" / "ci"
 BASELINES = ROOT / "results" / "baselines"
 
