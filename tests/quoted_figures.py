@@ -270,6 +270,15 @@ QUOTES: list[Quote] = [
            kt_hit("dram-256+remote-unbounded")), MOONCAKE),
     Quote(KT, rf"lifts 256 GiB from {NUM}% to {NUM}%",
           (kt_hit("dram-256"), kt_hit("dram-256-eviction")), MOONCAKE),
+    Quote("README.md", rf"the GPU alone hits {NUM} % of prompt blocks; 256 GiB of DRAM per "
+                       rf"instance {NUM} % \(TTFT p50 -{NUM} % for \+{NUM} % \$ per output "
+                       rf"token\); a 2 TiB shared store {NUM} %; an unbounded store reaches the "
+                       rf"trace's {NUM} % reuse",
+          (kt_hit("gpu-only"), kt_hit("dram-256"),
+           cut(tiers("gpu-only", "ttft_p50_s"), tiers("dram-256", "ttft_p50_s")),
+           ratio(tiers("dram-256", "usd_per_million_output_tokens"),
+                 tiers("gpu-only", "usd_per_million_output_tokens"), True),
+           kt_hit("remote-2048"), prefix_reuse("kv_tiers", PCT)), MOONCAKE),
     *_rows(PR, "profile_comparison",
            rf"{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM} / {NUM}\s+{NUM}\n",
            [("ttft_p50_s", MS), ("ttft_p99_s", MS), ("tpot_p50_s", MS), ("tpot_p99_s", MS),
