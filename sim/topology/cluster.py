@@ -139,22 +139,29 @@ def build_cluster(
         bytes_per_token = kv_bytes_per_token_on(model, hw)
         speculative = getattr(group.policy, "speculative", None)
         acceptance = proposer = None
+        # a request's KV in host memory or a tier below is every model's: a draft model keeps
+        # its own KV of every token, swapped and stored with the target's
+        moved_bytes_per_token = bytes_per_token
         if speculative is not None and speculative.active:
             acceptance = acceptance_sampler(speculative, spec.seed, number, requests)
             proposer = proposal_cost(speculative, group)
+            if speculative.draft_model is not None:
+                moved_bytes_per_token += kv_bytes_per_token_on(speculative.draft_model, hw)
         for _ in range(group.count):
             index = len(instances)
-            pool = _make_pool(group, model, tiers, bytes_per_token)
+            pool = _make_pool(group, model, tiers, moved_bytes_per_token)
             policy = make_policy(
                 group.policy, max_model_len=model.max_model_len, kv_blocks_total=pool.num_total
             )
             if isinstance(policy, IterationPolicy):
                 iteration[index] = policy
-            kv = KVSpec(bytes_per_token)
+            kv = KVSpec(moved_bytes_per_token)
             if not isinstance(group.policy, StaticPolicySpec):
                 pre = group.policy.preemption
                 kv = KVSpec(
-                    bytes_per_token, pre.swap_bandwidth_gb_per_s * 1e9, pre.host_memory_gb * 1e9
+                    moved_bytes_per_token,
+                    pre.swap_bandwidth_gb_per_s * 1e9,
+                    pre.host_memory_gb * 1e9,
                 )
             steps, itl = records(index) if records is not None else (None, None)
             instance = Instance(
