@@ -47,12 +47,24 @@ class Mutation:
     why: str
 
 
-BUDGET = ("tests/policies/test_chunked.py", "tests/policies/test_continuous.py", "tests/core/test_engine.py")
-CACHE = ("tests/core/test_prefix_cache.py", "tests/core/test_prefix_runs.py", "tests/core/test_kv_tiers.py")
+BUDGET = (
+    "tests/policies/test_chunked.py",
+    "tests/policies/test_continuous.py",
+    "tests/core/test_engine.py",
+)
+CACHE = (
+    "tests/core/test_prefix_cache.py",
+    "tests/core/test_prefix_runs.py",
+    "tests/core/test_kv_tiers.py",
+)
 VICTIM = ("tests/policies/test_preemption.py",)
 SPEC = ("tests/policies/test_speculative.py", "tests/core/test_speculative_runs.py")
 SKETCH = ("tests/metrics/test_streaming.py",)
-RUNS = ("tests/core/test_decode_batch.py", "tests/core/test_engine.py", "tests/core/test_arrival_feed.py")
+RUNS = (
+    "tests/core/test_decode_batch.py",
+    "tests/core/test_engine.py",
+    "tests/core/test_arrival_feed.py",
+)
 
 MUTATIONS: list[Mutation] = [
     Mutation(

@@ -5,8 +5,9 @@ H100; its README has the source and licence). This module replays it through
 `scenarios/measured/vllm-0.11_h100_llama-2-7b.yaml` (both variants: the step-cost profile alone,
 and with the fitted engine preset `vllm-0.11_h100-sxm`) with the engine's log, and returns the
 signed errors of p50 and p90 of TTFT, TPOT and E2E and the median per-request E2E error, in
-percent. `expected_errors.json` beside the run records them; `tests/calibration/test_fidelity.py` fails when
-any moves by more than one percentage point. After an intended change:
+percent. `expected_errors.json` beside the run records them;
+`tests/calibration/test_fidelity.py` fails when any moves by more than one percentage point.
+After an intended change:
 
     python -m calibration.fidelity --write     # rerun and record the errors
 """

@@ -6,9 +6,10 @@ tokens looked up at admissions), `prefix_cache_block_hit_rate` (the same in full
 `prefill_tokens_saved` and `prefix_cache_evictions` (GPU blocks evicted). With tiers, also per
 tier kind: `kv_block_hit_rate_<tier>` for gpu and each tier below (blocks found there over blocks
 looked up; they add up to the block hit rate) and `kv_token_hit_rate_<tier>` (their tokens over
-the prompt tokens looked up; they add up to `prefix_cache_hit_rate`), `kv_<kind>_read_bytes`, `kv_<kind>_written_bytes`,
-`kv_<kind>_evicted_blocks` and `kv_<kind>_blocks` (held at the end; a shared store counted once),
-and `kv_load_wait_s`, the seconds steps waited on loads (every request in such a step waited).
+the prompt tokens looked up; they add up to `prefix_cache_hit_rate`), `kv_<kind>_read_bytes`,
+`kv_<kind>_written_bytes`, `kv_<kind>_evicted_blocks` and `kv_<kind>_blocks` (held at the end;
+a shared store counted once), and `kv_load_wait_s`, the seconds steps waited on loads (every
+request in such a step waited).
 """
 
 from __future__ import annotations
