@@ -106,8 +106,9 @@ class StepLog:
     """Step-group rows of one instance. With `on_full`, the rows are handed over (`columns()`)
     and dropped whenever `capacity` have gathered: a streamed run keeps no table.
 
-    The engine writes a row with `add`, a keyword per column (`STEP_SCHEMA`'s names, checked by
-    tests/core/test_recorder.py); `append` holds the columns' append functions in schema order."""
+    The engine writes a row through one attribute per column, named as the column (`start_s`,
+    `end_s`, ...: each takes the row's value), in schema order; `append` holds the same functions
+    as a tuple in schema order."""
 
     def __init__(
         self,
@@ -131,81 +132,43 @@ class StepLog:
                 col = self._dense.setdefault(name, array(code))
                 appends.append(col.append)
         self.append: tuple[Callable[[Any], None], ...] = tuple(appends)
+        # each column's append by the column's name: the engine writes a row through these, one
+        # per column in schema order (`sim.core.run.Run.record`; tests/core/test_recorder.py
+        # checks that every column has one)
+        by_name = dict(zip((name for name, _ in STEP_SCHEMA), appends, strict=True))
+        self.start_s = by_name["start_s"]
+        self.end_s = by_name["end_s"]
+        self.num_steps = by_name["num_steps"]
+        self.duration_s = by_name["duration_s"]
+        self.duration_increment_s = by_name["duration_increment_s"]
+        self.num_seqs = by_name["num_seqs"]
+        self.num_active_seqs = by_name["num_active_seqs"]
+        self.num_tokens = by_name["num_tokens"]
+        self.num_prefill_tokens = by_name["num_prefill_tokens"]
+        self.num_decode_tokens = by_name["num_decode_tokens"]
+        self.sum_context_tokens = by_name["sum_context_tokens"]
+        self.context_growth_per_step = by_name["context_growth_per_step"]
+        self.kv_blocks_used = by_name["kv_blocks_used"]
+        self.kv_block_seconds = by_name["kv_block_seconds"]
+        self.num_waiting = by_name["num_waiting"]
+        self.num_running = by_name["num_running"]
+        self.num_preempted = by_name["num_preempted"]
+        self.kv_stored_token_seconds = by_name["kv_stored_token_seconds"]
+        self.kv_fragment_token_seconds = by_name["kv_fragment_token_seconds"]
+        self.swap_s = by_name["swap_s"]
+        self.kv_blocks_cached = by_name["kv_blocks_cached"]
+        self.num_spec_seqs = by_name["num_spec_seqs"]
+        self.num_spec_proposed = by_name["num_spec_proposed"]
+        self.num_spec_accepted = by_name["num_spec_accepted"]
+        self.spec_proposal_s = by_name["spec_proposal_s"]
+        self.spec_verify_s = by_name["spec_verify_s"]
+        self.kv_load_s = by_name["kv_load_s"]
+        self.kv_dram_blocks = by_name["kv_dram_blocks"]
+        self.kv_nvme_blocks = by_name["kv_nvme_blocks"]
+        self.kv_remote_blocks = by_name["kv_remote_blocks"]
 
     def __len__(self) -> int:
         return len(self._first)
-
-    def add(
-        self,
-        *,
-        start_s: float,
-        end_s: float,
-        num_steps: int,
-        duration_s: float,
-        duration_increment_s: float,
-        num_seqs: int,
-        num_active_seqs: int,
-        num_tokens: int,
-        num_prefill_tokens: int,
-        num_decode_tokens: int,
-        sum_context_tokens: int,
-        context_growth_per_step: int,
-        kv_blocks_used: int,
-        kv_block_seconds: float,
-        num_waiting: int,
-        num_running: int,
-        num_preempted: int,
-        kv_stored_token_seconds: float,
-        kv_fragment_token_seconds: float,
-        swap_s: float,
-        kv_blocks_cached: int,
-        num_spec_seqs: int = 0,
-        num_spec_proposed: int = 0,
-        num_spec_accepted: int = 0,
-        spec_proposal_s: float = 0.0,
-        spec_verify_s: float = 0.0,
-        kv_load_s: float = 0.0,
-        kv_dram_blocks: int = 0,
-        kv_nvme_blocks: int = 0,
-        kv_remote_blocks: int = 0,
-    ) -> None:
-        """Write one row (a step group), each value by its column's name."""
-        # typed as objects: a tuple of ints and floats would be iterated as floats when compiled
-        # (mypy joins int and float to float), and an int column refuses a float
-        row: tuple[Any, ...] = (
-            start_s,
-            end_s,
-            num_steps,
-            duration_s,
-            duration_increment_s,
-            num_seqs,
-            num_active_seqs,
-            num_tokens,
-            num_prefill_tokens,
-            num_decode_tokens,
-            sum_context_tokens,
-            context_growth_per_step,
-            kv_blocks_used,
-            kv_block_seconds,
-            num_waiting,
-            num_running,
-            num_preempted,
-            kv_stored_token_seconds,
-            kv_fragment_token_seconds,
-            swap_s,
-            kv_blocks_cached,
-            num_spec_seqs,
-            num_spec_proposed,
-            num_spec_accepted,
-            spec_proposal_s,
-            spec_verify_s,
-            kv_load_s,
-            kv_dram_blocks,
-            kv_nvme_blocks,
-            kv_remote_blocks,
-        )
-        for append, value in zip(self.append, row, strict=True):
-            append(value)
 
     def hand_over(self, *, force: bool = False) -> None:
         """Give the rows to `on_full` when there are `capacity` of them (or any, `force`)."""

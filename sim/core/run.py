@@ -107,35 +107,39 @@ class Run:
         their KV integrals `piece`, the cached free blocks, the accepted speculative tokens,
         the queues after them and the blocks in the DRAM, NVMe and remote tiers."""
         f, times, spec = self.features, self.times, self.spec
-        steps.add(
-            start_s=times.start_s,
-            end_s=end,
-            num_steps=num_steps,
-            duration_s=times.first_duration_s,
-            duration_increment_s=times.increment_s,
-            num_seqs=f.num_seqs,
-            num_active_seqs=f.num_active_seqs,
-            num_tokens=f.num_tokens,
-            num_prefill_tokens=f.num_prefill_tokens,
-            num_decode_tokens=f.num_decode_tokens,
-            sum_context_tokens=f.sum_context_tokens,
-            context_growth_per_step=f.context_growth_per_step,
-            kv_blocks_used=piece.blocks_held,
-            kv_block_seconds=piece.block_seconds,
-            num_waiting=num_waiting,
-            num_running=num_running,
-            num_preempted=self.num_preempted,
-            kv_stored_token_seconds=piece.stored_token_seconds,
-            kv_fragment_token_seconds=piece.fragment_token_seconds,
-            swap_s=self.swap_s,
-            kv_blocks_cached=cached,
-            num_spec_seqs=spec.num_spec_seqs if spec is not None else 0,
-            num_spec_proposed=spec.num_proposed if spec is not None else 0,
-            num_spec_accepted=accepted,
-            spec_proposal_s=self.proposal_s,
-            spec_verify_s=self.verify_s,
-            kv_load_s=self.load_s,
-            kv_dram_blocks=tiers[0],
-            kv_nvme_blocks=tiers[1],
-            kv_remote_blocks=tiers[2],
-        )
+        s = steps
+        s.start_s(times.start_s)
+        s.end_s(end)
+        s.num_steps(num_steps)
+        s.duration_s(times.first_duration_s)
+        s.duration_increment_s(times.increment_s)
+        s.num_seqs(f.num_seqs)
+        s.num_active_seqs(f.num_active_seqs)
+        s.num_tokens(f.num_tokens)
+        s.num_prefill_tokens(f.num_prefill_tokens)
+        s.num_decode_tokens(f.num_decode_tokens)
+        s.sum_context_tokens(f.sum_context_tokens)
+        s.context_growth_per_step(f.context_growth_per_step)
+        s.kv_blocks_used(piece.blocks_held)
+        s.kv_block_seconds(piece.block_seconds)
+        s.num_waiting(num_waiting)
+        s.num_running(num_running)
+        s.num_preempted(self.num_preempted)
+        s.kv_stored_token_seconds(piece.stored_token_seconds)
+        s.kv_fragment_token_seconds(piece.fragment_token_seconds)
+        s.swap_s(self.swap_s)
+        s.kv_blocks_cached(cached)
+        if spec is not None:
+            s.num_spec_seqs(spec.num_spec_seqs)
+            s.num_spec_proposed(spec.num_proposed)
+            s.num_spec_accepted(accepted)
+        else:
+            s.num_spec_seqs(0)
+            s.num_spec_proposed(0)
+            s.num_spec_accepted(0)
+        s.spec_proposal_s(self.proposal_s)
+        s.spec_verify_s(self.verify_s)
+        s.kv_load_s(self.load_s)
+        s.kv_dram_blocks(tiers[0])
+        s.kv_nvme_blocks(tiers[1])
+        s.kv_remote_blocks(tiers[2])
