@@ -51,6 +51,8 @@ from sim.core.step_times import StepTimes, steps_before
 
 __all__ = ["Instance", "KVSpec", "Load", "StepPricer"]
 
+NO_PROMPTS: Prompts = (0, 0, 0, 0, ())
+
 
 class Instance(InstanceState):
     """One serving instance: its state (`InstanceState`) and the step loop (see the module
@@ -151,9 +153,8 @@ class Instance(InstanceState):
 
     def _start(self, plan: StepPlan) -> Run:
         """A step's start: the plan's moves, its requests' blocks, then its price."""
-        now = self._clock
+        now = self._clock  # the pool is at it already (set before the plan was made)
         self.usage.step_started(now)
-        self.pool.at(now)
         num_preempted, swap_s = self._carried
         freed = False
         if plan.seat or plan.preempt or plan.swap_in or plan.admit:
@@ -165,7 +166,7 @@ class Instance(InstanceState):
             return Run(plan, NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
         if num_preempted or swap_s:
             self._carried = NO_CARRY
-        prompts = self._start_prefills(plan)
+        prompts = self._start_prefills(plan) if plan.prefill else NO_PROMPTS
         spec = None
         if plan.speculate:  # decodes with lookahead, one by one (`sim.core.speculative_step`)
             assert self.speculator is not None and plan.decode

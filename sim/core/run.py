@@ -15,6 +15,13 @@ from sim.core.speculative_step import SpecStart
 from sim.core.step_times import StepTimes, steps_before
 
 NO_FEATURES = StepFeatures(0, 0, 0, 0, 0, 0)
+NO_TIERS = (0, 0, 0)
+# written only when nonzero (`Run.record`): they must stay sparse
+SKIPPED_WHEN_ZERO = (
+    "num_preempted", "swap_s", "kv_blocks_cached", "num_spec_seqs", "num_spec_proposed",
+    "num_spec_accepted", "spec_proposal_s", "spec_verify_s", "kv_load_s", "kv_dram_blocks",
+    "kv_nvme_blocks", "kv_remote_blocks",
+)  # fmt: skip
 
 
 class Run:
@@ -124,22 +131,27 @@ class Run:
         s.kv_block_seconds(piece.block_seconds)
         s.num_waiting(num_waiting)
         s.num_running(num_running)
-        s.num_preempted(self.num_preempted)
+        # sparse columns (`sim.core.recorder.SPARSE_COLUMNS`) keep only their nonzero rows, so
+        # a zero is not written (tests/core/test_recorder.py checks these are sparse)
+        if self.num_preempted:
+            s.num_preempted(self.num_preempted)
         s.kv_stored_token_seconds(piece.stored_token_seconds)
         s.kv_fragment_token_seconds(piece.fragment_token_seconds)
-        s.swap_s(self.swap_s)
-        s.kv_blocks_cached(cached)
+        if self.swap_s:
+            s.swap_s(self.swap_s)
+        if cached:
+            s.kv_blocks_cached(cached)
         if spec is not None:
             s.num_spec_seqs(spec.num_spec_seqs)
             s.num_spec_proposed(spec.num_proposed)
             s.num_spec_accepted(accepted)
-        else:
-            s.num_spec_seqs(0)
-            s.num_spec_proposed(0)
-            s.num_spec_accepted(0)
-        s.spec_proposal_s(self.proposal_s)
-        s.spec_verify_s(self.verify_s)
-        s.kv_load_s(self.load_s)
-        s.kv_dram_blocks(tiers[0])
-        s.kv_nvme_blocks(tiers[1])
-        s.kv_remote_blocks(tiers[2])
+        if self.proposal_s:
+            s.spec_proposal_s(self.proposal_s)
+        if self.verify_s:
+            s.spec_verify_s(self.verify_s)
+        if self.load_s:
+            s.kv_load_s(self.load_s)
+        if tiers != NO_TIERS:
+            s.kv_dram_blocks(tiers[0])
+            s.kv_nvme_blocks(tiers[1])
+            s.kv_remote_blocks(tiers[2])

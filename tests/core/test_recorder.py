@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sim.core.recorder import STEP_SCHEMA, StepLog
+from sim.core.recorder import SPARSE_COLUMNS, STEP_SCHEMA, StepLog
+from sim.core.run import SKIPPED_WHEN_ZERO
 
 
 def test_every_column_has_a_writer_of_its_name_in_schema_order() -> None:
@@ -22,3 +23,9 @@ def test_each_writer_writes_its_own_column() -> None:
     for name, value in values.items():
         expected = [value, 0 if name in ("swap_s", "num_spec_seqs") else value]
         assert cols[name].tolist() == expected, name
+
+
+def test_the_columns_a_run_skips_when_zero_are_sparse() -> None:
+    # a sparse column keeps only its nonzero rows, so not writing a zero leaves it exact; a
+    # dense column skipped would shift every later row
+    assert set(SKIPPED_WHEN_ZERO) <= SPARSE_COLUMNS

@@ -54,6 +54,9 @@ class KVPool:
             raise ValueError(f"bad KV pool: {num_blocks} blocks of {block_size} tokens")
         if tiers is not None and not caching:
             raise ValueError("KV tiers below the GPU need prefix caching")
+        # fixed figures, read as attributes (the hot path reads block_size often)
+        self.num_total = num_blocks
+        self.block_size = block_size
         self._total = num_blocks
         self._block_size = block_size
         self._free = num_blocks  # never-cached free blocks
@@ -68,14 +71,6 @@ class KVPool:
         self.load_wait_s = 0.0  # seconds steps waited on loads from the tiers below
 
     # -- counts --------------------------------------------------------------------------------
-
-    @property
-    def num_total(self) -> int:
-        return self._total
-
-    @property
-    def block_size(self) -> int:
-        return self._block_size
 
     @property
     def num_free(self) -> int:
@@ -332,8 +327,10 @@ class KVPool:
         if self._free + plain + len(self._lru) > self._total:
             raise AssertionError(f"KV pool over-freed by request {req.id}")
         self._free += plain
-        cached.clear()
-        req.set_kv_scanned(0)
+        if cached:
+            cached.clear()
+        if self._caching:
+            req.set_kv_scanned(0)
         req.drop_kv()
         return shared * self._block_size
 
