@@ -43,201 +43,27 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.costs.architecture import architecture_problem, routed_expert_parameters
+from sim.costs.catalog_gpus import HARDWARE_TABLE as _HARDWARE_TABLE
+from sim.costs.catalog_models import MODEL_TABLE as _MODEL_TABLE
 from sim.costs.prices import GpuEconomics, economics
 from sim.inputs.strict_model import StrictModel
 
 GiB = 1024**3
 MiB = 1024**2
 
-WeightDtype = Literal["bf16", "fp16", "fp8", "int4"]
-KVDtype = Literal["bf16", "fp16", "fp8"]
-DTYPE_BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5}
+WeightDtype = Literal["bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"]
+KVDtype = Literal["bf16", "fp16", "fp8", "nvfp4"]
+# bytes per element, block scales included: MXFP4 is 4-bit E2M1 with one 8-bit scale per 32
+# elements (4.25 bits), NVFP4 one fp8 scale per 16 elements (4.5 bits; its per-tensor fp32 scale
+# is negligible) - the OCP Microscaling spec v1.0 and NVIDIA's NVFP4 description
+DTYPE_BYTES: dict[str, float] = {
+    "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8,
+}  # fmt: skip
+FP4_DTYPES = ("mxfp4", "nvfp4")
 
 # Tensor-parallel degrees `check_fits` suggests from (one NVLink domain holds at most 8 GPUs here).
 TP_CANDIDATES = (1, 2, 4, 8)
-
-# Real configs (Hugging Face `config.json`); parameter counts include embeddings and LM head
-# (untied in every model here), checked by summing the weight shapes of each architecture
-# (tests/costs/test_catalog_models.py does the sums from vocab and intermediate sizes).
-_MODEL_TABLE: dict[str, dict[str, Any]] = {
-    "llama-2-7b": dict(
-        num_parameters=6_738_415_616,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=32,
-        head_dim=128,
-        max_model_len=4096,
-    ),
-    "llama-2-13b": dict(
-        num_parameters=13_015_864_320,
-        num_layers=40,
-        hidden_size=5120,
-        num_attention_heads=40,
-        num_kv_heads=40,
-        head_dim=128,
-        max_model_len=4096,
-    ),
-    # meta-llama/Llama-2-70b-hf: vocab 32000, intermediate 28672, GQA with 8 KV heads
-    "llama-2-70b": dict(
-        num_parameters=68_976_648_192,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=4096,
-    ),
-    "llama-3-8b": dict(
-        num_parameters=8_030_261_248,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=8192,
-    ),
-    "llama-3-70b": dict(
-        num_parameters=70_553_706_496,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=8192,
-    ),
-    # Mistral-7B-v0.1: 32k positions (its 4k sliding window is not modelled: KV is kept in full)
-    "mistral-7b": dict(
-        num_parameters=7_241_732_096,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=32768,
-    ),
-    # codellama/CodeLlama-34b-hf (and -Instruct-hf): vocab 32000, intermediate 22016, GQA with 8
-    # KV heads, 16k positions (rope theta 1e6)
-    "codellama-34b": dict(
-        num_parameters=33_743_970_304,
-        num_layers=48,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=16384,
-    ),
-    # mistralai/Mixtral-8x7B-v0.1: vocab 32000, 8 experts of intermediate 14336, top-2 routing.
-    # Total 46.7B (all experts: memory); active 12.9B (attention, router, 2 experts, embeddings).
-    "mixtral-8x7b": dict(
-        num_parameters=46_702_792_704,
-        num_active_parameters=12_879_925_248,
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=32768,
-    ),
-    # Qwen/Qwen2.5-7B: vocab 152064, intermediate 18944, QKV biases, untied LM head; 32k in the
-    # config (128k needs YaRN rope scaling, not modelled)
-    "qwen2.5-7b": dict(
-        num_parameters=7_615_616_512,
-        num_layers=28,
-        hidden_size=3584,
-        num_attention_heads=28,
-        num_kv_heads=4,
-        head_dim=128,
-        max_model_len=32768,
-    ),
-    # Qwen/Qwen2.5-72B: vocab 152064, intermediate 29568, QKV biases, untied LM head
-    "qwen2.5-72b": dict(
-        num_parameters=72_706_203_648,
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        head_dim=128,
-        max_model_len=32768,
-    ),
-}
-
-# memory_bytes is the total the driver reports (nvidia-smi "MiB"), which is what an engine's
-# gpu_memory_utilization multiplies; the datasheet "GB" label is a rounded figure. FLOP/s are
-# dense (the datasheets' larger figures assume 2:4 sparsity). interconnect_bandwidth_bytes_per_s
-# is the datasheet's per-GPU figure, both directions together (NVLink, or PCIe where the GPU has
-# no NVLink switch); a ring all-reduce moves data one way at half of it.
-_HARDWARE_TABLE: dict[str, dict[str, Any]] = {
-    # NVIDIA A100 datasheet (2021): 40GB SXM 1,555 GB/s, 80GB SXM 2,039 GB/s; BF16 dense 312 TFLOPS;
-    # no FP8 tensor cores; NVLink 3 600 GB/s
-    "a100-40g": dict(
-        memory_bytes=40_960 * MiB,
-        hbm_bandwidth_bytes_per_s=1.555e12,
-        peak_flops=312e12,
-        interconnect_bandwidth_bytes_per_s=600e9,
-    ),
-    "a100-80g": dict(
-        memory_bytes=81_920 * MiB,
-        hbm_bandwidth_bytes_per_s=2.039e12,
-        peak_flops=312e12,
-        interconnect_bandwidth_bytes_per_s=600e9,
-    ),
-    # NVIDIA A40 datasheet (2021): 48 GB GDDR6 with ECC (nvidia-smi 46,068 MiB, as the L40S), 696
-    # GB/s, BF16 dense 149.7 TFLOPS (299.4 is sparse); no FP8 tensor cores; PCIe Gen4 x16 64 GB/s
-    # (the 112.5 GB/s NVLink bridge joins pairs only, not modelled)
-    "a40": dict(
-        memory_bytes=46_068 * MiB,
-        hbm_bandwidth_bytes_per_s=696e9,
-        peak_flops=149.7e12,
-        interconnect_bandwidth_bytes_per_s=64e9,
-    ),
-    # NVIDIA H100 datasheet, SXM5: 80 GB HBM3, 3.35 TB/s, BF16 dense 989 TFLOPS (1,979 is sparse),
-    # FP8 dense 1,979 TFLOPS, NVLink 4 900 GB/s
-    "h100-sxm": dict(
-        memory_bytes=81_559 * MiB,
-        hbm_bandwidth_bytes_per_s=3.35e12,
-        peak_flops=989e12,
-        fp8_peak_flops=1979e12,
-        interconnect_bandwidth_bytes_per_s=900e9,
-    ),
-    # NVIDIA H100 datasheet, PCIe: 80 GB HBM2e, 2.0 TB/s, BF16 dense 756 TFLOPS, FP8 dense 1,513
-    # TFLOPS; PCIe Gen5 x16 128 GB/s (the 600 GB/s NVLink bridge joins pairs only, not modelled)
-    "h100-pcie": dict(
-        memory_bytes=81_559 * MiB,
-        hbm_bandwidth_bytes_per_s=2.0e12,
-        peak_flops=756e12,
-        fp8_peak_flops=1513e12,
-        interconnect_bandwidth_bytes_per_s=128e9,
-    ),
-    # NVIDIA H200 datasheet, SXM: 141 GB HBM3e, 4.8 TB/s, BF16 dense 989 TFLOPS (same die as H100),
-    # FP8 dense 1,979 TFLOPS, NVLink 4 900 GB/s
-    "h200": dict(
-        memory_bytes=143_771 * MiB,
-        hbm_bandwidth_bytes_per_s=4.8e12,
-        peak_flops=989e12,
-        fp8_peak_flops=1979e12,
-        interconnect_bandwidth_bytes_per_s=900e9,
-    ),
-    # NVIDIA L40S datasheet: 48 GB GDDR6 (nvidia-smi 46,068 MiB with ECC), 864 GB/s, BF16 dense
-    # 362.05 TFLOPS, FP8 dense 733 TFLOPS; no NVLink: PCIe Gen4 x16 64 GB/s
-    "l40s": dict(
-        memory_bytes=46_068 * MiB,
-        hbm_bandwidth_bytes_per_s=864e9,
-        peak_flops=362.05e12,
-        fp8_peak_flops=733e12,
-        interconnect_bandwidth_bytes_per_s=64e9,
-    ),
-    # NVIDIA HGX B200 datasheet (per GPU = 1/8 of the 8-GPU board): HBM3e 8 TB/s, FP16/BF16 dense
-    # 2.25 PFLOPS (4.5 sparse), FP8 dense 4.5 PFLOPS, NVLink 5 1.8 TB/s. Memory: the board's
-    # 180 GB label; nvidia-smi reports 183,359 MiB, used here as for the other GPUs.
-    "b200": dict(
-        memory_bytes=183_359 * MiB,
-        hbm_bandwidth_bytes_per_s=8.0e12,
-        peak_flops=2.25e15,
-        fp8_peak_flops=4.5e15,
-        interconnect_bandwidth_bytes_per_s=1.8e12,
-    ),
-}
 
 # fields that an explicit (non-catalog) spec must give
 _REQUIRED = {
@@ -297,6 +123,26 @@ class ModelSpec(StrictModel):
     # None: bf16, or what dtype_bytes says (a dumped scenario then validates again unchanged)
     weight_dtype: WeightDtype | None = None
     kv_dtype: KVDtype | None = None
+    # Mixture of experts (sim/costs/architecture.py): routed experts per MoE layer, top-k,
+    # always-on shared experts, one expert's FFN width, MoE layers (None: every layer), the
+    # routed experts' dtype (None: weight_dtype), the hottest expert's share of routed tokens
+    # (None: uniform routing, 1 / num_experts)
+    num_experts: int | None = Field(default=None, ge=2, le=65_536)
+    experts_per_token: int | None = Field(default=None, ge=1, le=65_536)
+    num_shared_experts: int = Field(default=0, ge=0, le=1024)
+    moe_intermediate_size: int | None = Field(default=None, gt=0, le=1_000_000)
+    num_moe_layers: int | None = Field(default=None, gt=0)
+    expert_weight_dtype: WeightDtype | None = None
+    expert_hottest_share: float | None = Field(default=None, gt=0, lt=1)
+    # Multi-head latent attention: KV is one latent of kv_lora_rank + qk_rope_head_dim per layer
+    kv_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
+    qk_rope_head_dim: int | None = Field(default=None, gt=0, le=1_000_000)
+    v_head_dim: int | None = Field(default=None, gt=0, le=1_000_000)  # None: head_dim
+    # Sliding-window layers keep the last `sliding_window` tokens' KV only
+    sliding_window: int | None = Field(default=None, gt=0, le=100_000_000)
+    num_sliding_layers: int = Field(default=0, ge=0)
+    # multi-token prediction modules shipped with the model (speculative method `mtp`)
+    num_mtp_layers: int = Field(default=0, ge=0, le=64)
 
     @model_validator(mode="before")
     @classmethod
@@ -319,6 +165,9 @@ class ModelSpec(StrictModel):
                 f"num_active_parameters ({self.num_active_parameters}) cannot exceed "
                 f"num_parameters ({self.num_parameters})"
             )
+        problem = architecture_problem(self)
+        if problem:
+            raise ValueError(problem)
         named = {k for k in ("weight_dtype", "kv_dtype") if getattr(self, k) is not None}
         if self.dtype_bytes is not None and named:
             raise ValueError(
@@ -349,21 +198,84 @@ class ModelSpec(StrictModel):
         return DTYPE_BYTES[self.kv_dtype or "bf16"]
 
     @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def expert_bytes_per_parameter(self) -> float:
+        """Bytes per parameter of the routed experts (`expert_weight_dtype`, else the weights')."""
+        if self.expert_weight_dtype is not None:
+            return DTYPE_BYTES[self.expert_weight_dtype]
+        return self.weight_bytes_per_parameter
+
+    @property
+    def expert_parameters(self) -> int:
+        """Parameters of one routed expert in one layer (gate, up and down projections)."""
+        return 3 * self.hidden_size * (self.moe_intermediate_size or 0)
+
+    @property
+    def moe_layers(self) -> int:
+        return (self.num_moe_layers or self.num_layers) if self.is_moe else 0
+
+    @property
+    def routed_parameters(self) -> int:
+        """Every routed expert of every MoE layer (0 for a dense model)."""
+        return routed_expert_parameters(self)
+
+    @property
+    def dense_parameters(self) -> int:
+        """What every step reads whatever the routing: all but the routed experts."""
+        return self.num_parameters - self.routed_parameters
+
+    @property
     def active_parameters(self) -> int:
-        return (
-            self.num_parameters
-            if self.num_active_parameters is None
-            else (self.num_active_parameters)
-        )
+        """Parameters one token multiplies through: `num_active_parameters`, else for a mixture
+        of experts the dense part plus its top-k experts in every MoE layer, else all."""
+        if self.num_active_parameters is not None:
+            return self.num_active_parameters
+        if self.is_moe:
+            assert self.experts_per_token is not None
+            routed = self.moe_layers * self.experts_per_token * self.expert_parameters
+            return self.dense_parameters + routed
+        return self.num_parameters
+
+    @property
+    def dense_weight_bytes(self) -> float:
+        return self.dense_parameters * self.weight_bytes_per_parameter
+
+    @property
+    def routed_weight_bytes(self) -> float:
+        return self.routed_parameters * self.expert_bytes_per_parameter
 
     @property
     def weight_bytes(self) -> float:
-        return self.num_parameters * self.weight_bytes_per_parameter
+        if not self.is_moe:
+            return self.num_parameters * self.weight_bytes_per_parameter
+        return self.dense_weight_bytes + self.routed_weight_bytes
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def kv_elements_per_layer(self) -> int:
+        """KV elements one token keeps in one layer: K and V of every KV head (grouped-query
+        attention shares them), or one latent vector (latent attention)."""
+        if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
 
     @property
     def kv_bytes_per_token(self) -> float:
-        # K and V, in every layer, for every KV head (grouped-query attention shares them)
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_bytes_per_element
+        """KV bytes per token in the block pool: the full-attention layers."""
+        return self.full_attention_layers * self.kv_elements_per_layer * self.kv_bytes_per_element
+
+    @property
+    def sliding_kv_bytes_per_seq(self) -> float:
+        """KV bytes one running sequence keeps in the sliding-window layers (their window)."""
+        window = self.sliding_window or 0
+        per_token = self.kv_elements_per_layer * self.kv_bytes_per_element
+        return self.num_sliding_layers * per_token * window
 
     @property
     def flops_per_token(self) -> float:
@@ -402,6 +314,23 @@ class HardwareSpec(StrictModel):
     usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     tdp_w: float | None = Field(default=None, gt=0)
     idle_w: float | None = Field(default=None, ge=0)
+    # per GPU, dense fp4 tensor cores (NVFP4/MXFP4); None where the GPU has none: fp4 weights
+    # are then dequantized (weight-only) and run at the bf16 rate
+    fp4_peak_flops: float | None = Field(default=None, gt=0)
+    # Mixture of experts (sim/costs/parallel.py). data_parallel: attention ranks of
+    # tensor_parallel GPUs each, every rank with its own share of the batch and its own KV,
+    # all behind one set of expert layers. expert_parallel: 1 (experts split by tensor over the
+    # instance's GPUs) or every GPU of the instance (tensor_parallel x data_parallel), each GPU
+    # then holding num_experts / expert_parallel whole experts.
+    data_parallel: int = Field(default=1, ge=1, le=1024)
+    expert_parallel: int = Field(default=1, ge=1, le=1024)
+    # GPUs one NVLink / Infinity Fabric domain joins (8 in an HGX node, 72 in a GB200 NVL72);
+    # expert all-to-alls beyond it cross the scale-out network
+    scaleup_domain_gpus: int = Field(default=8, ge=1, le=1024)
+    # per GPU, one direction: its scale-out NIC (400 Gb/s InfiniBand or RoCE: 50e9 bytes/s),
+    # and the one-way latency of a message across it
+    scaleout_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
+    scaleout_latency_s: float = Field(default=5e-6, ge=0, le=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -410,6 +339,12 @@ class HardwareSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check_power(self) -> HardwareSpec:
+        gpus, ep = self.num_gpus, self.expert_parallel
+        if ep not in (1, gpus):
+            raise ValueError(
+                f"expert_parallel ({ep}) must be 1 (experts split by tensor) or every GPU of the "
+                f"instance: tensor_parallel x data_parallel = {gpus}"
+            )
         figures = self.economics
         if figures.idle_w > figures.tdp_w:
             raise ValueError(
@@ -426,15 +361,20 @@ class HardwareSpec(StrictModel):
     @property
     def usable_bytes(self) -> float:
         """Memory the engine may use on the whole instance (all tensor-parallel GPUs)."""
-        return self.tensor_parallel * self.memory_bytes * self.gpu_memory_utilization
+        return self.num_gpus * self.memory_bytes * self.gpu_memory_utilization
 
     @property
     def instance_peak_flops(self) -> float:
-        return self.tensor_parallel * self.peak_flops
+        return self.num_gpus * self.peak_flops
 
     @property
     def instance_hbm_bandwidth_bytes_per_s(self) -> float:
-        return self.tensor_parallel * self.hbm_bandwidth_bytes_per_s
+        return self.num_gpus * self.hbm_bandwidth_bytes_per_s
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the instance: tensor_parallel for each data-parallel rank."""
+        return self.tensor_parallel * self.data_parallel
 
     def with_tensor_parallel(self, tp: int) -> HardwareSpec:
         return HardwareSpec.model_validate(self.model_dump() | {"tensor_parallel": tp})
@@ -444,18 +384,56 @@ MODELS: dict[str, ModelSpec] = {n: ModelSpec.model_validate(n) for n in _MODEL_T
 HARDWARE: dict[str, HardwareSpec] = {n: HardwareSpec.model_validate(n) for n in _HARDWARE_TABLE}
 
 
+def _kv_copies(model: ModelSpec, hw: HardwareSpec) -> tuple[int, int]:
+    """(KV heads or latents stored per layer, elements each) on one data-parallel rank."""
+    tp = hw.tensor_parallel
+    if model.kv_lora_rank is not None:  # one latent every head shares: each GPU keeps it whole
+        return tp, model.kv_elements_per_layer
+    return max(model.num_kv_heads, tp), 2 * model.head_dim
+
+
 def kv_bytes_per_token_on(model: ModelSpec, hw: HardwareSpec) -> float:
-    """KV bytes one token takes on the whole instance.
+    """KV bytes one token takes on the instance (in the block pool: full-attention layers).
 
     With tensor parallelism each GPU holds `num_kv_heads / tp` KV heads; when tp exceeds the KV
-    heads each GPU still holds one, so the instance stores `tp` copies' worth of heads."""
-    heads = max(model.num_kv_heads, hw.tensor_parallel)
-    return 2 * model.num_layers * heads * model.head_dim * model.kv_bytes_per_element
+    heads each GPU still holds one, so the instance stores `tp` copies' worth of heads. A latent
+    (multi-head latent attention) is kept whole on every GPU of the rank. With data-parallel
+    attention a token lives on one rank."""
+    copies, elements = _kv_copies(model, hw)
+    if model.kv_lora_rank is not None:
+        return model.full_attention_layers * copies * elements * model.kv_bytes_per_element
+    heads = copies
+    return 2 * model.full_attention_layers * heads * model.head_dim * model.kv_bytes_per_element
 
 
-def _free_kv_bytes(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None) -> float:
-    reserve = hw.tensor_parallel * hw.activation_reserve_bytes
-    weights = model.weight_bytes + (draft.weight_bytes if draft is not None else 0.0)
+def sliding_kv_bytes_per_seq_on(model: ModelSpec, hw: HardwareSpec) -> float:
+    """KV bytes one running sequence keeps on the instance in the sliding-window layers."""
+    if not model.num_sliding_layers:
+        return 0.0
+    heads, _ = _kv_copies(model, hw)
+    window = model.sliding_window or 0
+    per_head = model.head_dim * model.kv_bytes_per_element * window
+    return 2 * model.num_sliding_layers * heads * per_head
+
+
+def stored_weight_bytes(model: ModelSpec, hw: HardwareSpec) -> float:
+    """Weight bytes the instance holds: with data-parallel attention every rank keeps its own
+    copy of the dense part (attention, dense layers, shared experts, embeddings), while the
+    routed experts are held once across all GPUs."""
+    if hw.data_parallel == 1:
+        return model.weight_bytes
+    return model.weight_bytes + (hw.data_parallel - 1) * model.dense_weight_bytes
+
+
+def _free_kv_bytes(
+    model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None, max_seqs: int = 0
+) -> float:
+    reserve = float(hw.num_gpus * hw.activation_reserve_bytes)
+    weights = stored_weight_bytes(model, hw)
+    if draft is not None:
+        weights += stored_weight_bytes(draft, hw)
+    if max_seqs:
+        reserve += max_seqs * sliding_kv_bytes_per_seq_on(model, hw)
     return hw.usable_bytes - weights - reserve
 
 
@@ -472,16 +450,26 @@ def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | No
 
 
 def kv_capacity_blocks(
-    model: ModelSpec, hw: HardwareSpec, block_size: int, draft: ModelSpec | None = None
+    model: ModelSpec,
+    hw: HardwareSpec,
+    block_size: int,
+    draft: ModelSpec | None = None,
+    max_seqs: int = 0,
 ) -> int:
-    """Whole KV blocks of `block_size` tokens; a partial block is unusable."""
+    """Whole KV blocks of `block_size` tokens; a partial block is unusable. Sliding-window
+    layers set aside their window for `max_seqs` running sequences first."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    return int(_free_kv_bytes(model, hw, draft) // (block_size * _token_bytes(model, hw, draft)))
+    free = _free_kv_bytes(model, hw, draft, max_seqs)
+    return int(free // (block_size * _token_bytes(model, hw, draft)))
 
 
 def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
-    """Raise ValueError when `hw.tensor_parallel` cannot shard `model` or lacks a link figure."""
+    """Raise ValueError when `hw.tensor_parallel` cannot shard `model` or lacks a link figure,
+    or when its data and expert parallelism do not fit the model (`expert_layout_problem`)."""
+    problem = expert_layout_problem(model, hw)
+    if problem:
+        raise ValueError(problem)
     tp = hw.tensor_parallel
     if tp == 1:
         return
@@ -500,6 +488,33 @@ def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
             f"hardware.interconnect_bandwidth_bytes_per_s is required when tensor_parallel > 1 "
             f"({hw.name} has none)"
         )
+
+
+def expert_layout_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
+    """Why `hw`'s data and expert parallelism cannot serve `model`, or None."""
+    dp, ep = hw.data_parallel, hw.expert_parallel
+    if not model.is_moe:
+        if dp > 1 or ep > 1:
+            field = "data_parallel" if dp > 1 else "expert_parallel"
+            return (
+                f"hardware.{field} needs a mixture-of-experts model ({model.name} is dense; "
+                "replicas of a dense model are separate instances: `instances: N`)"
+            )
+        return None
+    assert model.num_experts is not None
+    if ep > 1 and model.num_experts % ep:
+        return (
+            f"hardware.expert_parallel ({ep}) must divide {model.name}'s num_experts "
+            f"({model.num_experts})"
+        )
+    if hw.num_gpus > 1 and hw.interconnect_bandwidth_bytes_per_s is None:
+        return f"hardware.interconnect_bandwidth_bytes_per_s is required ({hw.name} has none)"
+    if hw.num_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
+        return (
+            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's {hw.num_gpus} "
+            f"GPUs span more than one scale-up domain of {hw.scaleup_domain_gpus}"
+        )
+    return None
 
 
 def min_tensor_parallel(model: ModelSpec, hw: HardwareSpec) -> int | None:
@@ -529,15 +544,20 @@ def check_draft_fits(model: ModelSpec, draft: ModelSpec, hw: HardwareSpec) -> No
 def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
     """Raise ValueError when the weights and the activation reserve leave no room for KV.
 
-    Also rejects a tensor-parallel degree that cannot shard the model (`check_parallelism`)."""
+    Also rejects a layout that cannot shard the model (`check_parallelism`)."""
     check_parallelism(model, hw)
     if kv_capacity_tokens(model, hw) > 0:
         return
-    tp = hw.tensor_parallel
-    where = f"one {hw.name}" if tp == 1 else f"{tp} x {hw.name} (tensor_parallel {tp})"
-    reserve = tp * hw.activation_reserve_bytes
+    tp, gpus = hw.tensor_parallel, hw.num_gpus
+    if gpus == 1:
+        where = f"one {hw.name}"
+    elif hw.data_parallel == 1:
+        where = f"{tp} x {hw.name} (tensor_parallel {tp})"
+    else:
+        where = f"{gpus} x {hw.name} (tensor_parallel {tp} x data_parallel {hw.data_parallel})"
+    reserve = gpus * hw.activation_reserve_bytes
     hint = ""
-    if hw.interconnect_bandwidth_bytes_per_s is not None:
+    if hw.interconnect_bandwidth_bytes_per_s is not None and hw.data_parallel == 1:
         need = min_tensor_parallel(model, hw)
         if need is None:
             hint = f"; not even hardware.tensor_parallel {TP_CANDIDATES[-1]} fits"
@@ -548,11 +568,20 @@ def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
         if model.dtype_bytes is not None
         else (f"weight_dtype {model.weight_dtype_name}")
     )
+    if model.expert_weight_dtype is not None:
+        dtype += f", expert_weight_dtype {model.expert_weight_dtype}"
+    stored = stored_weight_bytes(model, hw)
+    copies = ""
+    if hw.data_parallel > 1:
+        copies = (
+            f", the dense {model.dense_weight_bytes / GiB:.1f} GiB held by each of "
+            f"{hw.data_parallel} data-parallel ranks"
+        )
     raise ValueError(
-        f"{model.name} does not fit on {where}: weights {model.weight_bytes / GiB:.1f} GiB "
+        f"{model.name} does not fit on {where}: weights {stored / GiB:.1f} GiB "
         f"({model.num_parameters / 1e9:.1f}B parameters x {model.weight_bytes_per_parameter:g} "
-        f"bytes, {dtype}) "
+        f"bytes, {dtype}{copies}) "
         f"+ activation reserve {reserve / GiB:.1f} GiB vs usable memory "
-        f"{hw.usable_bytes / GiB:.1f} GiB ({tp} x {hw.memory_bytes / GiB:.1f} GiB x "
+        f"{hw.usable_bytes / GiB:.1f} GiB ({gpus} x {hw.memory_bytes / GiB:.1f} GiB x "
         f"gpu_memory_utilization {hw.gpu_memory_utilization}){hint}"
     )

@@ -230,11 +230,9 @@ def roofline_profile(
         }
     provenance: dict[str, Any] = {
         "generator": "python -m sim.costs.profile roofline (batchsim sim/costs/profile.py)",
-        "device": hw.model_dump(
-            exclude={"gpu_memory_utilization", "activation_reserve_bytes"}, exclude_none=True
-        )
+        "device": _dump(hw, exclude={"gpu_memory_utilization", "activation_reserve_bytes"})
         | {"source": "vendor datasheet (HBM bandwidth, dense bf16 tensor-core FLOP/s)"},
-        "model": model.model_dump(exclude_none=True)
+        "model": _dump(model)
         | {"weight_dtype": model.weight_dtype_name, "kv_dtype": model.kv_dtype_name},
         "dtype": model.dtype_label,
         "efficiency": efficiency,
@@ -254,6 +252,23 @@ def roofline_profile(
         coefficients=coefficients,
         provenance=provenance,
     )
+
+
+# Fields a provenance names only where they differ from their defaults (a dense model on one
+# data-parallel rank writes the same provenance as before these fields existed).
+_QUIET_DEFAULTS = frozenset({
+    "num_shared_experts", "num_sliding_layers", "num_mtp_layers", "data_parallel",
+    "expert_parallel", "scaleup_domain_gpus", "scaleout_latency_s",
+})  # fmt: skip
+
+
+def _dump(spec: ModelSpec | HardwareSpec, exclude: set[str] | None = None) -> dict[str, Any]:
+    """The spec's fields for a provenance: None and quiet defaults left out."""
+    out = spec.model_dump(exclude=exclude, exclude_none=True)
+    fields = type(spec).model_fields
+    return {
+        k: v for k, v in out.items() if not (k in _QUIET_DEFAULTS and v == fields[k].default)
+    }
 
 
 def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
