@@ -302,7 +302,7 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
 def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
     """(GPUs, dollars per GPU-hour, TDP and idle watts) of one instance, in instance order."""
     figures = hw.economics
-    return hw.tensor_parallel, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
+    return hw.num_gpus, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
 
 
 def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:

@@ -25,15 +25,58 @@ decoder it may state:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sim.costs.catalog import ModelSpec
+from typing import Protocol
 
 _MOE_FIELDS = ("num_experts", "experts_per_token", "moe_intermediate_size")
 
 
-def routed_expert_parameters(spec: ModelSpec) -> int:
+class Architecture(Protocol):
+    """The ModelSpec fields these rules read (read-only: the spec is frozen)."""
+
+    @property
+    def num_parameters(self) -> int: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    @property
+    def num_experts(self) -> int | None: ...
+
+    @property
+    def experts_per_token(self) -> int | None: ...
+
+    @property
+    def num_shared_experts(self) -> int: ...
+
+    @property
+    def moe_intermediate_size(self) -> int | None: ...
+
+    @property
+    def num_moe_layers(self) -> int | None: ...
+
+    @property
+    def expert_weight_dtype(self) -> str | None: ...
+
+    @property
+    def expert_hottest_share(self) -> float | None: ...
+
+    @property
+    def kv_lora_rank(self) -> int | None: ...
+
+    @property
+    def qk_rope_head_dim(self) -> int | None: ...
+
+    @property
+    def sliding_window(self) -> int | None: ...
+
+    @property
+    def num_sliding_layers(self) -> int: ...
+
+
+def routed_expert_parameters(spec: Architecture) -> int:
     """Parameters of all routed experts of all MoE layers (0 for a dense model)."""
     if spec.num_experts is None or spec.moe_intermediate_size is None:
         return 0
@@ -41,7 +84,7 @@ def routed_expert_parameters(spec: ModelSpec) -> int:
     return layers * spec.num_experts * 3 * spec.hidden_size * spec.moe_intermediate_size
 
 
-def architecture_problem(spec: ModelSpec) -> str | None:
+def architecture_problem(spec: Architecture) -> str | None:
     """Why the architecture fields contradict each other, or None when they agree."""
     given = [f for f in _MOE_FIELDS if getattr(spec, f) is not None]
     if given and len(given) < len(_MOE_FIELDS):
@@ -70,7 +113,7 @@ def architecture_problem(spec: ModelSpec) -> str | None:
     return None
 
 
-def _moe_problem(spec: ModelSpec) -> str | None:
+def _moe_problem(spec: Architecture) -> str | None:
     e, k = spec.num_experts, spec.experts_per_token
     assert e is not None and k is not None
     if k > e:

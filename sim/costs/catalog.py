@@ -331,6 +331,9 @@ class HardwareSpec(StrictModel):
     # and the one-way latency of a message across it
     scaleout_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     scaleout_latency_s: float = Field(default=5e-6, ge=0, le=1)
+    # the busiest expert-parallel GPU's routed tokens over the mean (1: perfectly balanced, e.g.
+    # by redundant experts); None: drawn from the model's routing (sim/costs/moe.py)
+    expert_imbalance: float | None = Field(default=None, ge=1, le=1024)
 
     @model_validator(mode="before")
     @classmethod
@@ -344,6 +347,11 @@ class HardwareSpec(StrictModel):
             raise ValueError(
                 f"expert_parallel ({ep}) must be 1 (experts split by tensor) or every GPU of the "
                 f"instance: tensor_parallel x data_parallel = {gpus}"
+            )
+        if self.expert_imbalance is not None and self.expert_imbalance > ep:
+            raise ValueError(
+                f"expert_imbalance ({self.expert_imbalance:g}) cannot exceed expert_parallel "
+                f"({ep}): the busiest GPU holds at most every routed token"
             )
         figures = self.economics
         if figures.idle_w > figures.tdp_w:
@@ -443,10 +451,13 @@ def _token_bytes(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None) ->
     return own if draft is None else own + kv_bytes_per_token_on(draft, hw)
 
 
-def kv_capacity_tokens(model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None) -> int:
+def kv_capacity_tokens(
+    model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None, max_seqs: int = 0
+) -> int:
     """Tokens of KV that fit next to the weights; zero or negative when nothing fits. With a
-    speculative `draft` model, its weights take memory too and every token also has its KV."""
-    return int(_free_kv_bytes(model, hw, draft) // _token_bytes(model, hw, draft))
+    speculative `draft` model, its weights take memory too and every token also has its KV;
+    sliding-window layers set aside their window for `max_seqs` running sequences first."""
+    return int(_free_kv_bytes(model, hw, draft, max_seqs) // _token_bytes(model, hw, draft))
 
 
 def kv_capacity_blocks(

@@ -22,6 +22,7 @@ with their own slopes and adds a per-sequence term and causal prompt attention b
 
 from __future__ import annotations
 
+from sim.costs.expert_terms import ExpertStepCost
 from sim.costs.features import StepFeaturesLike, causal_pairs, chunk_shapes
 from sim.costs.knobs import BIG
 from sim.costs.profile import Profile
@@ -31,6 +32,7 @@ class CostModel:
     """Prices steps with one profile's coefficients (for a table profile: its fallback form)."""
 
     __slots__ = (
+        "experts",
         "profile",
         "ridge_tokens",
         "split",
@@ -68,6 +70,10 @@ class CostModel:
         self.t_decode_s_per_token = float(c.t_decode_s_per_token or 0.0)
         self.t_seq_s_per_seq = float(c.t_seq_s_per_seq)
         self.t_attn_s_per_pair = float(c.t_attn_s_per_pair)
+        terms = profile.experts
+        self.experts: ExpertStepCost | None = (
+            ExpertStepCost(terms) if terms is not None else None
+        )
 
     def step_time(
         self, num_tokens: int, sum_context_tokens: int, prefill_attention_term: int
@@ -89,13 +95,15 @@ class CostModel:
 
     def plan_time(self, plan: StepFeaturesLike) -> float:
         """Seconds for the first step of a step's features."""
+        if self.experts is not None:
+            return self.price(plan, plan.num_tokens, plan.num_seqs)[0]
         return self.step_time(plan.num_tokens, plan.sum_context_tokens, plan.prefill_attention_term)
 
     def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
         """The first step's seconds, and how much longer each repeated step is: attention reads
         `context_growth_per_step` more KV tokens per step, and a repeated prompt chunk does
         `attention_growth_per_step` more attention work."""
-        if self.split:
+        if self.split or self.experts is not None:
             first, increment, _, _ = self.price(features, features.num_tokens, features.num_seqs)
             return first, increment
         n = features.num_tokens
@@ -150,6 +158,12 @@ class CostModel:
             increment += (
                 self.t_attn_s_per_token2 + self.t_attn_s_per_pair
             ) * features.attention_growth_per_step
+        experts = self.experts
+        if experts is not None:
+            # the busiest data-parallel rank's share of the per-rank terms, then the experts
+            u = experts.rank_factor(num_seqs)
+            first = self.t_mem_s + (first - self.t_mem_s) * u + experts.seconds(num_tokens)
+            increment *= u
         return first, increment, BIG, False
 
     def linear_steps(self, features: StepFeaturesLike) -> int:

@@ -36,6 +36,7 @@ from sim.costs.catalog import (
     kv_bytes_per_token_on,
     min_tensor_parallel,
 )
+from sim.costs.parallel import compute_peak, expert_terms, kv_seconds_per_token
 from sim.costs.profile_file import (
     _SPLIT_DEFAULTS,
     Coefficients,
@@ -132,10 +133,9 @@ def _compute_flops(model: ModelSpec, hw: HardwareSpec) -> tuple[float, str]:
 
     fp8 weights run fp8 x fp8 GEMMs (W8A8) on GPUs with fp8 tensor cores, else they are
     dequantized to bf16 (A100: weight-only fp8, as vLLM's Marlin kernels do); int4 weights are
-    weight-only (W4A16), so their GEMMs run at the bf16 rate."""
-    if model.weight_dtype == "fp8" and hw.fp8_peak_flops:
-        return hw.fp8_peak_flops, "fp8"
-    return hw.peak_flops, "bf16"
+    weight-only (W4A16), so their GEMMs run at the bf16 rate; fp4 weights (MXFP4, NVFP4) run on
+    fp4 tensor cores where the GPU has them, else dequantized at the bf16 rate."""
+    return compute_peak(model.weight_dtype or "bf16", hw)
 
 
 def allreduce_terms(
@@ -202,6 +202,16 @@ def roofline_profile(
         t_kv_s_per_token=kv_bytes_per_token_on(model, hw) / bandwidth,
         t_attn_s_per_token2=attn_flops_per_pair / attn_flops,
     )
+    experts = None
+    if model.is_moe:
+        coefficients = _rank_coefficients(
+            model, hw, bandwidth, flops, attn_flops, allreduce_s_per_step + host_step_s,
+            allreduce_s_per_token,
+        )  # fmt: skip
+        experts, expert_provenance = expert_terms(
+            model, hw, mem_efficiency=mem_efficiency, flop_efficiency=flop_efficiency,
+            link_efficiency=link_efficiency, latency_s=allreduce_latency_for(hw)[0],
+        )  # fmt: skip
     efficiency: dict[str, Any] = {
         "mem": mem_efficiency,
         "flop": flop_efficiency,
@@ -242,8 +252,11 @@ def roofline_profile(
     if compute_dtype != "bf16":
         provenance["compute_dtype"] = compute_dtype  # peak_flops above is then fp8_peak_flops
         formulas["t_flop_s_per_token"] = formulas["t_flop_s_per_token"].replace(
-            "peak_flops", "fp8_peak_flops", 1
+            "peak_flops", f"{compute_dtype}_peak_flops", 1
         )
+    if experts is not None:
+        formulas |= _RANK_FORMULAS
+        provenance["experts"] = expert_provenance
     return Profile(
         schema_version=1,
         name=f"roofline-{roofline_stem(model, hw)}",
@@ -251,6 +264,41 @@ def roofline_profile(
         model_form="extended",
         coefficients=coefficients,
         provenance=provenance,
+        experts=experts,
+    )
+
+
+_RANK_FORMULAS = {
+    "t_mem_s": "dense_weight_bytes / (tp * hbm_bandwidth * mem) + 2 * layers * "
+    "allreduce_latency_s (tp > 1) + host_step_s",
+    "t_flop_s_per_token": "(2 * dense_parameters / (tp * peak_flops * flop) + all-reduce per "
+    "token) / dp",
+    "t_kv_s_per_token": "max(kv_bytes_per_token(tp) / (tp * hbm_bandwidth * mem), latent "
+    "attention FLOPs per context token / (tp * peak_flops * flop)) / dp",
+    "t_attn_s_per_token2": "2 * layers * heads * (head_dim + v_head_dim) / (tp * peak_flops * "
+    "flop) / dp",
+}
+
+
+def _rank_coefficients(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    bandwidth: float,
+    flops: float,
+    attn_flops: float,
+    per_step_s: float,
+    allreduce_s_per_token: float,
+) -> Coefficients:
+    """A mixture of experts' dense part per data-parallel rank, as the ranks' aggregate
+    (sim/costs/parallel.py): the routed experts are priced by the `experts:` block."""
+    dp = hw.data_parallel
+    v_head = model.v_head_dim or model.head_dim
+    attn_pair = 2 * model.num_layers * model.num_attention_heads * (model.head_dim + v_head)
+    return Coefficients(
+        t_mem_s=model.dense_weight_bytes / bandwidth + per_step_s,
+        t_flop_s_per_token=(2.0 * model.dense_parameters / flops + allreduce_s_per_token) / dp,
+        t_kv_s_per_token=kv_seconds_per_token(model, hw, bandwidth, attn_flops) / dp,
+        t_attn_s_per_token2=attn_pair / attn_flops / dp,
     )
 
 
@@ -266,9 +314,7 @@ def _dump(spec: ModelSpec | HardwareSpec, exclude: set[str] | None = None) -> di
     """The spec's fields for a provenance: None and quiet defaults left out."""
     out = spec.model_dump(exclude=exclude, exclude_none=True)
     fields = type(spec).model_fields
-    return {
-        k: v for k, v in out.items() if not (k in _QUIET_DEFAULTS and v == fields[k].default)
-    }
+    return {k: v for k, v in out.items() if not (k in _QUIET_DEFAULTS and v == fields[k].default)}
 
 
 def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:

@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from sim.costs.expert_terms import ExpertTerms
 from sim.costs.knobs import PricingSpec
 from sim.costs.tables import AnalyticForm, TableSpec
 from sim.errors import ScenarioError
@@ -152,6 +153,8 @@ class Profile(StrictModel):
     fit: FitSummary | None = None
     table: TableSpec | None = None  # model_form table: the tabulated parts (sim/costs/tables.py)
     pricing: PricingSpec | None = None  # engine effects priced on top (sim/costs/pricing.py)
+    # a mixture of experts' routed layers and data-parallel ranks (sim/costs/expert_terms.py)
+    experts: ExpertTerms | None = None
 
     @property
     def analytic_form(self) -> AnalyticForm:
@@ -167,13 +170,15 @@ class Profile(StrictModel):
             need = "required" if self.table is None else "only allowed"
             raise _KeyedError("table", f"{need} when model_form is table")
         check_form(self.analytic_form, self.coefficients)
+        if self.experts is not None and self.model_form != "extended":
+            raise _KeyedError("experts", "only allowed when model_form is extended")
         return self
 
     @model_serializer(mode="wrap")
     def _leave_out_absent_blocks(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):  # analytic profiles read as they always did
-            for key in ("table", "pricing"):
+            for key in ("table", "pricing", "experts"):
                 if key in data and data[key] is None:
                     del data[key]
         return data

@@ -84,7 +84,7 @@ class _Tiers:
         if spec is None or not spec.given():
             return None
         block_bytes = block_size * bytes_per_token
-        tp = group.hardware.tensor_parallel
+        tp = group.hardware.num_gpus  # each GPU has its own path to the tiers
         tiers = []
         for kind, tier in spec.given():
             if kind != "remote":
@@ -104,12 +104,12 @@ def _make_pool(
 ) -> KVPool:
     policy = group.policy
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
-        return KVPool(kv_capacity_tokens(model, group.hardware), 1)
+        return KVPool(kv_capacity_tokens(model, group.hardware, None, policy.max_batch_size), 1)
     speculative = policy.speculative
     # a draft model's weights take memory, and every token has its KV in the draft too
     draft = speculative.draft_model if speculative is not None and speculative.active else None
     blocks = policy.num_gpu_blocks or kv_capacity_blocks(
-        model, group.hardware, policy.block_size, draft
+        model, group.hardware, policy.block_size, draft, policy.max_num_seqs
     )
     if policy.prefix_caching:
         stack = tiers.stack(group, policy.block_size, bytes_per_token)
@@ -187,7 +187,7 @@ def build_cluster(
                     index,
                     group.role,
                     group.name,
-                    hw.name if hw.tensor_parallel == 1 else f"{hw.name}x{hw.tensor_parallel}",
+                    hw.name if hw.num_gpus == 1 else f"{hw.name}x{hw.num_gpus}",
                     pool.num_total,
                     pool.block_size,
                     "memory" if getattr(group.policy, "num_gpu_blocks", None) is None else "stated",
@@ -232,7 +232,7 @@ def build_cluster(
     if d.link.via == "store":  # each instance's path to the shared store, scaled by its TP
         remote = spec.kv_tiers.remote if spec.kv_tiers is not None else None
         assert remote is not None  # the schema checked
-        tp = [g.hardware.tensor_parallel for g in resolved.groups for _ in range(g.count)]
+        tp = [g.hardware.num_gpus for g in resolved.groups for _ in range(g.count)]
         store = [
             TierGeometry("remote", remote, i.block_size * i.kv_bytes_per_token, tp[i.index])
             for i in info
