@@ -329,6 +329,14 @@ def _draft_profile(
     """The step costs of a speculative draft model on `hw` (None without one), after checking
     that the draft fits next to the target."""
     speculative = getattr(policy, "speculative", None)
+    if speculative is not None and speculative.method == "mtp" and not spec.model.num_mtp_layers:
+        where, note = _where(f"{policy_key}.speculative.method", variant, override)
+        raise ScenarioError(
+            f"'mtp' drafts with the model's multi-token prediction module, and "
+            f"{spec.model.name} has none (num_mtp_layers 0){note}",
+            file=file,
+            path=where,
+        )
     if speculative is None or not speculative.active or speculative.method != "draft":
         return None
     draft = speculative.draft_model

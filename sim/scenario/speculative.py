@@ -5,7 +5,12 @@ the context) proposes up to `num_speculative_tokens` (k) tokens per decoding req
 verifies them, plus the request's own next token, in one step, accepts a leading run of them and
 emits the accepted ones and one more token of its own. What the schema states:
 
-* `method` and the proposal's cost: `draft` runs `draft_model` (a catalog name or a mapping,
+* `method` and the proposal's cost: `mtp` drafts with the target's own multi-token prediction
+  module (DeepSeek-V3 ships one: `num_mtp_layers` of the model), run k times in a row like a
+  sequential head, each pass costing `head_fraction` of the target's decode step of those
+  requests, by default `mtp_fraction(model)`: one decoder layer plus the shared LM head, taken
+  as two layers' worth of the target's step (DeepSeek-V3's LM head, 0.93B parameters, is about
+  one MoE layer's active parameters). `draft` runs `draft_model` (a catalog name or a mapping,
   priced by `draft_profile`: roofline on the same GPU by default) k times in a row on the
   speculating requests; its weights and its KV take GPU memory next to the target's. `heads`
   costs `head_fraction` of the target's decode step of those requests per pass, k passes one
@@ -101,11 +106,12 @@ _METHOD_FIELDS = {
     "draft": ("draft_model", "draft_profile"),
     "heads": ("head_fraction", "head_passes"),
     "ngram": ("ngram_s",),
+    "mtp": ("head_fraction",),
 }
 
 
 class SpeculativeSpec(_Strict):
-    method: Literal["draft", "heads", "ngram"]
+    method: Literal["draft", "heads", "ngram", "mtp"]
     num_speculative_tokens: int = Field(ge=0, le=MAX_SPECULATIVE_TOKENS)
     acceptance: AcceptanceSpec
     # draft: the draft model, and its step costs ("roofline" on the target's GPU by default,
@@ -127,11 +133,10 @@ class SpeculativeSpec(_Strict):
 
     @model_validator(mode="after")
     def _method_fields(self) -> SpeculativeSpec:
+        allowed = set(_METHOD_FIELDS[self.method])
         for method, names in _METHOD_FIELDS.items():
-            if method == self.method:
-                continue
             for name in names:
-                if getattr(self, name) is not None:
+                if name not in allowed and getattr(self, name) is not None:
                     raise ValueError(f"{name} is for method {method}, not {self.method}")
         if self.method == "draft" and self.draft_model is None:
             raise ValueError("method 'draft' needs draft_model (a catalog name or a mapping)")
@@ -152,3 +157,9 @@ class SpeculativeSpec(_Strict):
     @property
     def ngram_seconds(self) -> float:
         return DEFAULT_NGRAM_S if self.ngram_s is None else self.ngram_s
+
+
+def mtp_fraction(model: ModelSpec) -> float:
+    """One multi-token-prediction pass as a fraction of the target's decode step: its decoder
+    layer and the LM head it shares with the target, two layers' worth."""
+    return min(1.0, 2.0 / model.num_layers)

@@ -144,7 +144,7 @@ def build_cluster(
         moved_bytes_per_token = bytes_per_token
         if speculative is not None and speculative.active:
             acceptance = acceptance_sampler(speculative, spec.seed, number, requests)
-            proposer = proposal_cost(speculative, group)
+            proposer = proposal_cost(speculative, group, model)
             if speculative.draft_model is not None:
                 moved_bytes_per_token += kv_bytes_per_token_on(speculative.draft_model, hw)
         for _ in range(group.count):

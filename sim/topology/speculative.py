@@ -12,10 +12,16 @@ from __future__ import annotations
 import numpy as np
 
 from sim.core.acceptance import AcceptanceSampler, thresholds
+from sim.costs.catalog import ModelSpec
 from sim.costs.pricer import make_cost_model
 from sim.costs.proposal import ProposalCost
 from sim.scenario.load import ResolvedGroup
-from sim.scenario.speculative import AcceptanceRatesSpec, RateDistributionSpec, SpeculativeSpec
+from sim.scenario.speculative import (
+    AcceptanceRatesSpec,
+    RateDistributionSpec,
+    SpeculativeSpec,
+    mtp_fraction,
+)
 from sim.workload import RequestArrays
 
 SPEC_RATES_STREAM = 2  # the routers' stream is [seed, 1]
@@ -67,8 +73,13 @@ def acceptance_sampler(
     )
 
 
-def proposal_cost(spec: SpeculativeSpec, group: ResolvedGroup) -> ProposalCost:
-    """The proposal's pricer of one group's instances."""
+def proposal_cost(spec: SpeculativeSpec, group: ResolvedGroup, model: ModelSpec) -> ProposalCost:
+    """The proposal's pricer of one group's instances (`model`: the target)."""
+    if spec.method == "mtp":  # the target's own module, passes one after the other
+        fraction = spec.head_fraction if spec.head_fraction is not None else mtp_fraction(model)
+        return ProposalCost(
+            "heads", pricer=make_cost_model(group.profile), fraction=fraction, sequential=True
+        )
     if spec.method == "draft":
         assert group.draft_profile is not None  # resolved at load
         return ProposalCost("draft", pricer=make_cost_model(group.draft_profile))
