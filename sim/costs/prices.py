@@ -60,6 +60,19 @@ DEFAULT_ECONOMICS: dict[str, GpuEconomics] = {
     "l40s": _gpu(0.86, 350.0),
     # Lambda on-demand 8x B200 SXM node per GPU; HGX B200 datasheet up to 1,000 W per GPU
     "b200": _gpu(4.99, 1000.0),
+    # CoreWeave on-demand GB200 NVL72 instance, $42.00 an hour for 4 GPUs (2025), per GPU;
+    # NVIDIA GB200 NVL72 specifications: configurable up to 1,200 W per GPU (nvidia-smi's cap)
+    "gb200": _gpu(10.50, 1200.0),
+    # Vultr on-demand MI300X, $1.85 per GPU-hour (listed 2025-2026); datasheet 750 W
+    "mi300x": _gpu(1.85, 750.0),
+    # TensorWave on-demand MI325X, $1.95 per GPU-hour (listed 2026); datasheet 1,000 W
+    "mi325x": _gpu(1.95, 1000.0),
+    # No on-demand list price found; assumed: the B200's $4.99 times the MI300X / H100 SXM price
+    # ratio of this table (1.85 / 2.99), as AMD parts rent below their NVIDIA peers. Datasheet
+    # 1,400 W (liquid-cooled; the air-cooled MI350X is 1,000 W)
+    "mi355x": _gpu(3.09, 1400.0),
+    # RunPod on-demand RTX 4090 24GB, $0.60 per GPU-hour (listed 2026-03); 450 W board power
+    "rtx-4090": _gpu(0.60, 450.0),
 }
 
 UNKNOWN = GpuEconomics(float("nan"), float("nan"), float("nan"))

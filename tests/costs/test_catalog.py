@@ -53,7 +53,8 @@ def test_catalog_entries_match_datasheets() -> None:
     assert HARDWARE["a40"].hbm_bandwidth_bytes_per_s == 696e9
     assert HARDWARE["a40"].peak_flops == 149.7e12 and HARDWARE["a40"].fp8_peak_flops is None
     assert set(HARDWARE) == {
-        "a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "l40s", "b200"
+        "a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "l40s", "b200", "gb200",
+        "mi300x", "mi325x", "mi355x", "rtx-4090",
     }  # fmt: skip
     for hw in HARDWARE.values():
         assert hw.tensor_parallel == 1 and hw.interconnect_bandwidth_bytes_per_s is not None
@@ -62,8 +63,13 @@ def test_catalog_entries_match_datasheets() -> None:
         assert fp8 is None or fp8 == pytest.approx(2 * hw.peak_flops, rel=0.02)
     assert MODELS["llama-3-70b"].num_parameters == 70_553_706_496
     assert MODELS["llama-3-8b"].num_parameters == 8_030_261_248
+    # hidden = heads x head_dim, except where the config sets head_dim apart (Qwen3, gpt-oss)
+    # or latent attention's query/key head is wider (DeepSeek-V3: 128 + 64)
+    apart = {"deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "gpt-oss-120b",
+             "gpt-oss-20b"}  # fmt: skip
     for model in MODELS.values():
-        assert model.hidden_size == model.num_attention_heads * model.head_dim
+        same = model.hidden_size == model.num_attention_heads * model.head_dim
+        assert same == (model.name not in apart), model.name
 
 
 def test_name_string_and_override_dict() -> None:

@@ -154,14 +154,20 @@ def test_moe_flops_use_active_and_memory_uses_total() -> None:
     assert moe.flops_per_token == 2 * 12_879_925_248
     assert moe.weight_bytes == 46_702_792_704 * 2
     hw = HARDWARE["h200"]
-    c = roofline_profile(moe, hw).coefficients
+    profile = roofline_profile(moe, hw)
+    c, experts = profile.coefficients, profile.experts
+    assert experts is not None and (experts.num_experts, experts.experts_per_token) == (8, 2)
     flops, bw = 989e12 * ROOFLINE_FLOP_EFFICIENCY, 4.8e12 * ROOFLINE_MEM_EFFICIENCY
-    assert c.t_flop_s_per_token == pytest.approx(2 * 12_879_925_248 / flops, rel=1e-12)
-    assert c.t_mem_s == pytest.approx(46_702_792_704 * 2 / bw + HOST_STEP_S, rel=1e-12)
+    # the dense part plus 2 experts of each of the 32 layers: the 12.9B active parameters
+    per_token = c.t_flop_s_per_token + 2 * experts.t_expert_pair_s
+    assert per_token == pytest.approx(2 * 12_879_925_248 / flops, rel=1e-12)
+    # a step touching all 8 experts streams every weight: the 46.7B parameters
+    per_step = c.t_mem_s + 8 * experts.t_expert_read_s
+    assert per_step == pytest.approx(46_702_792_704 * 2 / bw + HOST_STEP_S, rel=1e-12)
     # per token it computes like a 13B dense model, but streams 3.6x the weights each step
     d = roofline_profile(dense, hw).coefficients
-    assert c.t_flop_s_per_token / d.t_flop_s_per_token == pytest.approx(0.99, abs=0.01)
-    assert (c.t_mem_s - HOST_STEP_S) / (d.t_mem_s - HOST_STEP_S) == pytest.approx(3.59, abs=0.01)
+    assert per_token / d.t_flop_s_per_token == pytest.approx(0.99, abs=0.01)
+    assert (per_step - HOST_STEP_S) / (d.t_mem_s - HOST_STEP_S) == pytest.approx(3.59, abs=0.01)
     # memory: 87 GiB of weights do not fit one 80 GB H100 but do fit one H200
     assert kv_capacity_tokens(moe, HARDWARE["h100-sxm"]) < 0
     free = 143_771 * MiB * 0.9 - 46_702_792_704 * 2 - GiB
