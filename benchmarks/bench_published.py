@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.costs import profile as profile_module  # noqa: E402
+from sim.costs.catalog import MODELS  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
 
 DEFAULT_BATCHED_TOKENS = 8192
@@ -80,10 +81,30 @@ def scenario(row: Any) -> dict[str, Any]:
             },
         },
         "model": model,
-        "hardware": {"name": row.gpu, "tensor_parallel": int(row.tensor_parallel)},
+        "hardware": hardware(row),
         "profile": "roofline",
         "policy": {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": batched},
     }
+
+
+def _degree(value: Any) -> int:
+    return int(value) if _given(value) else 1
+
+
+def hardware(row: Any) -> dict[str, Any]:
+    """The row's GPUs: tensor parallel, and data-parallel attention ranks with expert
+    parallelism over all of them where the row says so."""
+    out: dict[str, Any] = {"name": row.gpu, "tensor_parallel": int(row.tensor_parallel)}
+    dp, ep = _degree(row.data_parallel), _degree(row.expert_parallel)
+    if dp > 1:
+        out["data_parallel"] = dp
+    if ep > 1:
+        out["expert_parallel"] = ep
+    return out
+
+
+def num_gpus(row: Any) -> int:
+    return int(row.tensor_parallel) * _degree(row.data_parallel)
 
 
 def use_old_constants() -> None:
@@ -98,18 +119,23 @@ def use_old_constants() -> None:
 def compare(row: Any) -> dict[str, Any]:
     """Measured and simulated throughput, TPOT and TTFT of one row."""
     summary = next(iter(simulate(scenario(row)).variants.values())).summary()
-    tp = int(row.tensor_parallel)
+    tp, gpus = int(row.tensor_parallel), num_gpus(row)
     stat = "mean" if row.statistic == "mean" else "p50"
     if _given(row.throughput_per_gpu_tok_s):
         kind, tput_meas = "total/gpu", float(row.throughput_per_gpu_tok_s)
-        tput_sim = summary["total_tokens_per_s"] / tp
+        tput_sim = summary["total_tokens_per_s"] / gpus
     else:  # the instance's output tokens per second (NaN where the row publishes neither)
         kind, tput_meas = "output", float(row.output_throughput_tok_s)
         tput_sim = summary["output_tokens_per_s"]
     lengths = f"{int(row.isl)}/{int(row.osl)}"
+    layout = f"tp{tp}" + (f" dp{_degree(row.data_parallel)}" if gpus > tp else "")
+    layout += f" ep{_degree(row.expert_parallel)}" if _degree(row.expert_parallel) > 1 else ""
     return {
         "engine": row.engine,
-        "point": f"{row.engine} {row.gpu} tp{tp} {row.model} {lengths} c{int(row.concurrency)}",
+        "model": row.model,
+        "gpu": row.gpu,
+        "concurrency": int(row.concurrency),
+        "point": f"{row.engine} {row.gpu} {layout} {row.model} {lengths} c{int(row.concurrency)}",
         "tput": kind,
         "tput_meas": tput_meas,
         "tput_sim": tput_sim,
@@ -145,13 +171,46 @@ def median_errors(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def class_errors(table: pd.DataFrame) -> list[str]:
+    """Median and worst |error| of throughput per GPU and TPOT, for mixture-of-experts and
+    dense models apart."""
+    moe = table["model"].map(lambda name: MODELS[name].is_moe)
+    lines = []
+    for label, group in (("mixture of experts", table[moe]), ("dense", table[~moe])):
+        parts = []
+        for metric in ("tput", "tpot"):
+            errors = [abs(v) for v in group[f"{metric}_err_%"] if not math.isnan(v)]
+            if errors:
+                parts.append(f"{metric} median {statistics.median(errors):.1f} %, worst "
+                             f"{max(errors):.1f} % (n={len(errors)})")
+        lines.append(f"{label}: " + "; ".join(parts))
+    return lines
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The per-point table as Markdown: measured, simulated and error of each metric."""
+    head = ("| point | throughput measured | simulated | error | TPOT ms measured | simulated "
+            "| error | TTFT ms measured | simulated | error |")
+    lines = [head, "|" + "---|" * 10]
+    for row in table.to_dict("records"):
+        cells = [str(row["point"])]
+        for metric in METRICS:
+            meas, sim, err = row[f"{metric}_meas"], row[f"{metric}_sim"], row[f"{metric}_err_%"]
+            if math.isnan(meas):
+                cells += ["-", f"{sim:.1f}", "-"]
+            else:
+                cells += [f"{meas:.1f}", f"{sim:.1f}", f"{err:+.0f} %"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def read_rows(folder: Path) -> pd.DataFrame:
     frames = [pd.read_csv(p) for p in sorted(folder.glob("*.csv"))]
     rows = pd.concat(frames, ignore_index=True)
     # columns a file may leave out (older files predate them)
     for column in ("kv_dtype", "isl_min", "osl_min", "num_requests", "max_num_batched_tokens",
                    "max_model_len", "throughput_per_gpu_tok_s", "output_throughput_tok_s",
-                   "statistic"):
+                   "statistic", "data_parallel", "expert_parallel"):
         if column not in rows:
             rows[column] = float("nan")
     return rows
@@ -161,15 +220,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="the roofline's old constants")
     parser.add_argument("--data", type=Path, default=ROOT / "calibration/published")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the per-point table as Markdown to this file")
     parser.add_argument("--assume-kv", choices=("bf16", "fp16", "fp8"), default=None,
                         help="KV dtype for rows that publish none (default: the catalog's bf16)")
     args = parser.parse_args(argv)
     table = run(read_rows(args.data), args.old, args.assume_kv)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
-        shown = table.drop(columns="engine")
+        shown = table.drop(columns=["engine", "model", "gpu", "concurrency"])
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     for line in median_errors(table):
         print(line)
+    for line in class_errors(table):
+        print(line)
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(table))
+        print(f"wrote {args.markdown}")
     return 0
 
 

@@ -6,8 +6,9 @@ gpu_memory_utilization: 0.8}`, `{name: llama-3-70b, weight_dtype: fp8}`), or as 
 mapping whose name is not in the catalog (then every required field must be present). The specs
 are frozen pydantic models, so a resolved spec can be shared by every instance of a run.
 
-Data types. `weight_dtype` (bf16 | fp16 | fp8 | int4: 2, 2, 1, 0.5 bytes per parameter) sets the
-weight bytes; `kv_dtype` (bf16 | fp16 | fp8) sets the KV bytes per token. Both default to bf16.
+Data types. `weight_dtype` (bf16 | fp16 | fp8 | int4 | mxfp4 | nvfp4: 2, 2, 1, 0.5, 0.53, 0.56
+bytes per parameter) sets the weight bytes; `kv_dtype` (bf16 | fp16 | fp8 | nvfp4) the KV bytes per
+token. Both default to bf16.
 The older `dtype_bytes` still works as an explicit override of both (the tiny test models use it)
 and may not be combined with the dtype names (which then stay None; fp8 GEMM rates need
 `weight_dtype: fp8`, so a legacy `dtype_bytes: 1` model keeps its bf16-rate roofline). int4
@@ -18,8 +19,10 @@ FLOP rate assumed per weight dtype (sim/costs/profile.py): bf16/fp16 at the dens
 the GPU's dense fp8 peak (W8A8) where it has fp8 tensor cores, else at bf16 (weight-only, A100);
 int4 weight-only (W4A16) at bf16. Attention always at bf16, also with an fp8 KV cache.
 
-Mixture of experts. `num_parameters` is the total (memory, weight reads); `num_active_parameters`
-(default: the total) is what one token multiplies through (FLOPs), e.g. 2 of 8 experts.
+Mixture of experts. `num_parameters` is the total (memory); the expert fields (sim/costs/
+architecture.py) say which part a step reads by routing; data and expert parallelism in the
+HardwareSpec (sim/costs/parallel.py). `num_active_parameters` (default: derived from the expert
+fields, else the total) is what one token multiplies through.
 
 Price and power. A GPU's rent per hour and board power (`usd_per_gpu_hour`, `tdp_w`, `idle_w`)
 default to the table in sim/costs/prices.py (its source and date are there) and may be set like
@@ -123,10 +126,7 @@ class ModelSpec(StrictModel):
     # None: bf16, or what dtype_bytes says (a dumped scenario then validates again unchanged)
     weight_dtype: WeightDtype | None = None
     kv_dtype: KVDtype | None = None
-    # Mixture of experts (sim/costs/architecture.py): routed experts per MoE layer, top-k,
-    # always-on shared experts, one expert's FFN width, MoE layers (None: every layer), the
-    # routed experts' dtype (None: weight_dtype), the hottest expert's share of routed tokens
-    # (None: uniform routing, 1 / num_experts)
+    # mixture of experts, latent attention, sliding windows, MTP: sim/costs/architecture.py
     num_experts: int | None = Field(default=None, ge=2, le=65_536)
     experts_per_token: int | None = Field(default=None, ge=1, le=65_536)
     num_shared_experts: int = Field(default=0, ge=0, le=1024)
@@ -134,14 +134,11 @@ class ModelSpec(StrictModel):
     num_moe_layers: int | None = Field(default=None, gt=0)
     expert_weight_dtype: WeightDtype | None = None
     expert_hottest_share: float | None = Field(default=None, gt=0, lt=1)
-    # Multi-head latent attention: KV is one latent of kv_lora_rank + qk_rope_head_dim per layer
     kv_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000)
     qk_rope_head_dim: int | None = Field(default=None, gt=0, le=1_000_000)
     v_head_dim: int | None = Field(default=None, gt=0, le=1_000_000)  # None: head_dim
-    # Sliding-window layers keep the last `sliding_window` tokens' KV only
     sliding_window: int | None = Field(default=None, gt=0, le=100_000_000)
     num_sliding_layers: int = Field(default=0, ge=0)
-    # multi-token prediction modules shipped with the model (speculative method `mtp`)
     num_mtp_layers: int = Field(default=0, ge=0, le=64)
 
     @model_validator(mode="before")
@@ -309,30 +306,24 @@ class HardwareSpec(StrictModel):
     interconnect_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     # GPUs per instance: weights and KV heads split across them, all-reduces between them
     tensor_parallel: int = Field(default=1, ge=1)
-    # rent per GPU-hour (US dollars) and board power per GPU (watts); None: the catalog default
-    # (sim/costs/prices.py), unknown (NaN) for a GPU outside the catalog
+    # rent per GPU-hour (US dollars), board power per GPU (watts); None: sim/costs/prices.py
     usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     tdp_w: float | None = Field(default=None, gt=0)
     idle_w: float | None = Field(default=None, ge=0)
     # per GPU, dense fp4 tensor cores (NVFP4/MXFP4); None where the GPU has none: fp4 weights
     # are then dequantized (weight-only) and run at the bf16 rate
     fp4_peak_flops: float | None = Field(default=None, gt=0)
-    # Mixture of experts (sim/costs/parallel.py). data_parallel: attention ranks of
-    # tensor_parallel GPUs each, every rank with its own share of the batch and its own KV,
-    # all behind one set of expert layers. expert_parallel: 1 (experts split by tensor over the
-    # instance's GPUs) or every GPU of the instance (tensor_parallel x data_parallel), each GPU
-    # then holding num_experts / expert_parallel whole experts.
+    # Mixture of experts (sim/costs/parallel.py): data_parallel attention ranks of
+    # tensor_parallel GPUs each behind one set of expert layers; expert_parallel 1 (experts
+    # split by tensor) or every GPU of the instance (num_experts / ep whole experts per GPU)
     data_parallel: int = Field(default=1, ge=1, le=1024)
     expert_parallel: int = Field(default=1, ge=1, le=1024)
-    # GPUs one NVLink / Infinity Fabric domain joins (8 in an HGX node, 72 in a GB200 NVL72);
-    # expert all-to-alls beyond it cross the scale-out network
+    # GPUs one NVLink / Infinity Fabric domain joins (8: HGX, 72: GB200 NVL72); beyond it the
+    # scale-out NIC, per GPU and direction (400 Gb/s: 50e9 bytes/s), and its one-way latency
     scaleup_domain_gpus: int = Field(default=8, ge=1, le=1024)
-    # per GPU, one direction: its scale-out NIC (400 Gb/s InfiniBand or RoCE: 50e9 bytes/s),
-    # and the one-way latency of a message across it
     scaleout_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     scaleout_latency_s: float = Field(default=5e-6, ge=0, le=1)
-    # the busiest expert-parallel GPU's routed tokens over the mean (1: perfectly balanced, e.g.
-    # by redundant experts); None: drawn from the model's routing (sim/costs/moe.py)
+    # busiest expert-parallel GPU's routed tokens over the mean (None: drawn, sim/costs/moe.py)
     expert_imbalance: float | None = Field(default=None, ge=1, le=1024)
 
     @model_validator(mode="before")
@@ -433,7 +424,7 @@ def stored_weight_bytes(model: ModelSpec, hw: HardwareSpec) -> float:
     return model.weight_bytes + (hw.data_parallel - 1) * model.dense_weight_bytes
 
 
-def _free_kv_bytes(
+def free_kv_bytes(
     model: ModelSpec, hw: HardwareSpec, draft: ModelSpec | None = None, max_seqs: int = 0
 ) -> float:
     reserve = float(hw.num_gpus * hw.activation_reserve_bytes)
@@ -457,7 +448,7 @@ def kv_capacity_tokens(
     """Tokens of KV that fit next to the weights; zero or negative when nothing fits. With a
     speculative `draft` model, its weights take memory too and every token also has its KV;
     sliding-window layers set aside their window for `max_seqs` running sequences first."""
-    return int(_free_kv_bytes(model, hw, draft, max_seqs) // _token_bytes(model, hw, draft))
+    return int(free_kv_bytes(model, hw, draft, max_seqs) // _token_bytes(model, hw, draft))
 
 
 def kv_capacity_blocks(
@@ -471,7 +462,7 @@ def kv_capacity_blocks(
     layers set aside their window for `max_seqs` running sequences first."""
     if block_size <= 0:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    free = _free_kv_bytes(model, hw, draft, max_seqs)
+    free = free_kv_bytes(model, hw, draft, max_seqs)
     return int(free // (block_size * _token_bytes(model, hw, draft)))
 
 
@@ -596,3 +587,4 @@ def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
         f"{hw.usable_bytes / GiB:.1f} GiB ({gpus} x {hw.memory_bytes / GiB:.1f} GiB x "
         f"gpu_memory_utilization {hw.gpu_memory_utilization}){hint}"
     )
+

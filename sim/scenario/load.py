@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from sim.costs.catalog import HardwareSpec, check_draft_fits, check_fits
 from sim.costs.profile import Profile, resolve_profile
+from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
@@ -309,11 +310,36 @@ def _resolve(
                 raise
         policy = g.policy or spec.policy
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
+        _check_windows(spec, policy, hw, policy_key, variant, override, file)
         draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
         groups.append(ResolvedGroup(role, group_name, g.count, hw, policy, group_profile, draft))
     return ResolvedScenario(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
     )
+
+
+def _check_windows(
+    spec: Scenario,
+    policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    hw: HardwareSpec,
+    policy_key: str,
+    variant: str | None,
+    override: dict[str, Any],
+    file: str,
+) -> None:
+    """Sliding-window layers set aside their window per running sequence: the policy's limit
+    on running sequences must leave room for KV blocks."""
+    if isinstance(policy, StaticPolicySpec):
+        key, seqs, block = "max_batch_size", policy.max_batch_size, 1
+    elif policy.num_gpu_blocks is not None:
+        return
+    else:
+        key, seqs, block = "max_num_seqs", policy.max_num_seqs, policy.block_size
+    try:
+        check_sliding_fits(spec.model, hw, seqs, block)
+    except ValueError as exc:
+        where, note = _where(f"{policy_key}.{key}", variant, override)
+        raise ScenarioError(str(exc) + note, file=file, path=where) from None
 
 
 def _draft_profile(

@@ -82,8 +82,11 @@ def catalog_model(name: str) -> str | None:
     last = name.rstrip("/").rsplit("/", 1)[-1].lower()
     last = re.sub(r"^(meta-)", "", last)
     last = re.sub(r"-(hf|instruct|chat|chat-hf|instruct-hf)$", "", last)
-    candidates = {last, last.replace("llama-3.1", "llama-3").replace("llama-3.3", "llama-3")}
-    candidates |= {c.replace("-instruct", "") for c in candidates}
+    last = re.sub(r"^deepseek-r1(-0528)?$", "deepseek-v3", last)  # R1: V3's architecture
+    last = re.sub(r"^deepseek-v3(-0324|-base)?$", "deepseek-v3", last)
+    # the exact name first, then the same architecture under an older name
+    candidates = [last, last.replace("llama-3.1", "llama-3").replace("llama-3.3", "llama-3")]
+    candidates += [c.replace("-instruct", "") for c in candidates]
     for candidate in candidates:
         if candidate in MODELS:
             return candidate

@@ -72,3 +72,13 @@ def test_mtp_takes_no_draft_model() -> None:
                    hardware=GPU)  # fmt: skip
     with pytest.raises(ScenarioError, match="draft_model is for method draft, not mtp"):
         load_scenario_dict(raw)
+
+
+def test_sliding_windows_for_too_many_sequences_are_refused_with_the_arithmetic() -> None:
+    policy = {"name": "continuous", "max_num_seqs": 4096}
+    raw = scenario(policy=policy, model="llama-4-scout", hardware="mi355x")
+    raw["profile"] = "roofline"
+    with pytest.raises(ScenarioError, match=r"policy\.max_num_seqs: .*sliding-window layers keep"):
+        load_scenario_dict(raw)
+    raw["policy"]["max_num_seqs"] = 16
+    load_scenario_dict(raw)  # fits

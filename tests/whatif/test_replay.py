@@ -240,7 +240,11 @@ def test_an_eager_engine_has_no_cuda_graphs() -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [("meta-llama/Llama-2-7b-hf", "llama-2-7b"), ("/models/Llama-2-7b-hf/", "llama-2-7b"),
-     ("llama-2-7b", "llama-2-7b"), ("acme/not-a-model-9b", None)],
+     ("llama-2-7b", "llama-2-7b"), ("acme/not-a-model-9b", None),
+     ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.3-70b"),  # its own entry, not Llama-3's
+     ("meta-llama/Llama-3.1-70B-Instruct", "llama-3-70b"),
+     ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3"),
+     ("openai/gpt-oss-120b", "gpt-oss-120b")],
 )  # fmt: skip
 def test_catalog_model(name: str, expected: str | None) -> None:
     assert catalog_model(name) == expected
