@@ -55,8 +55,9 @@ def _lengths(high: Any, low: Any) -> dict[str, Any]:
     return {"dist": "fixed", "value": int(high)}
 
 
-def scenario(row: Any) -> dict[str, Any]:
-    """The scenario that reproduces one published point (a pandas row)."""
+def scenario(row: Any, step_s: float = 0.0) -> dict[str, Any]:
+    """The scenario that reproduces one published point (a pandas row), with `step_s` more
+    engine time per step than the roofline's (`engine.pricing.cpu_overhead.per_step_s`)."""
     conc = int(row.concurrency)
     requests = int(row.num_requests) if _given(row.num_requests) else max(50, 10 * conc)
     batched = (
@@ -84,6 +85,7 @@ def scenario(row: Any) -> dict[str, Any]:
         "hardware": hardware(row),
         "profile": "roofline",
         "policy": {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": batched},
+        "engine": {"pricing": {"cpu_overhead": {"per_step_s": step_s}}},
     }
 
 
@@ -93,9 +95,11 @@ def _degree(value: Any) -> int:
 
 def hardware(row: Any) -> dict[str, Any]:
     """The row's GPUs: tensor parallel, and data-parallel attention ranks with expert
-    parallelism over all of them where the row says so."""
-    out: dict[str, Any] = {"name": row.gpu, "tensor_parallel": int(row.tensor_parallel)}
+    parallelism over all of them where the row says so. A row's `tensor_parallel` counts every
+    GPU of the instance where `num_gpus` says so (SGLang's `--tp` with `--dp`): each attention
+    rank then has `num_gpus / data_parallel` of them."""
     dp, ep = _degree(row.data_parallel), _degree(row.expert_parallel)
+    out: dict[str, Any] = {"name": row.gpu, "tensor_parallel": num_gpus(row) // dp}
     if dp > 1:
         out["data_parallel"] = dp
     if ep > 1:
@@ -104,6 +108,8 @@ def hardware(row: Any) -> dict[str, Any]:
 
 
 def num_gpus(row: Any) -> int:
+    if _given(row.num_gpus):
+        return int(row.num_gpus)
     return int(row.tensor_parallel) * _degree(row.data_parallel)
 
 
@@ -116,10 +122,43 @@ def use_old_constants() -> None:
     defaults["host_step_s"] = 0.0
 
 
-def compare(row: Any) -> dict[str, Any]:
+def simulated(row: Any, step_s: float = 0.0) -> dict[str, float]:
+    return next(iter(simulate(scenario(row, step_s)).variants.values())).summary()
+
+
+# one deployment: the rows that differ only in concurrency
+DEPLOYMENT = ["source_id", "engine", "engine_version", "gpu", "model", "weight_dtype",
+              "tensor_parallel", "data_parallel", "expert_parallel", "isl", "osl"]  # fmt: skip
+
+
+def lowest_point_steps(rows: pd.DataFrame) -> dict[int, float]:
+    """For each deployment measured at two or more concurrencies: the engine time per step
+    beyond the roofline that makes its lowest-concurrency TPOT match (two fixed-point steps),
+    by row index, for the rows above that concurrency only (the lowest one is the fit, not a
+    prediction). At low concurrency a decode step is almost all fixed cost, so the difference
+    is the deployment's per-step time the roofline does not see (kernel floors, host work)."""
+    scales: dict[int, float] = {}
+    keyed = rows.assign(**{c: rows[c].fillna(-1) for c in DEPLOYMENT if rows[c].isna().any()})
+    for _, group in keyed.groupby(DEPLOYMENT, sort=False):
+        if group["concurrency"].nunique() < 2:
+            continue
+        first = rows.loc[group["concurrency"].idxmin()]
+        stat = "mean" if first.statistic == "mean" else "p50"
+        step = 0.0
+        for _ in range(2):
+            tpot = simulated(first, step)[f"tpot_{stat}_s"]
+            step = min(10.0, max(0.0, step + float(first.tpot_ms) / 1e3 - tpot))
+        for index in group.index:
+            if rows.loc[index, "concurrency"] > first.concurrency:
+                scales[index] = step
+    return scales
+
+
+def compare(row: Any, step_s: float = 0.0) -> dict[str, Any]:
     """Measured and simulated throughput, TPOT and TTFT of one row."""
-    summary = next(iter(simulate(scenario(row)).variants.values())).summary()
-    tp, gpus = int(row.tensor_parallel), num_gpus(row)
+    summary = simulated(row, step_s)
+    gpus = num_gpus(row)
+    tp = gpus // _degree(row.data_parallel)
     stat = "mean" if row.statistic == "mean" else "p50"
     if _given(row.throughput_per_gpu_tok_s):
         kind, tput_meas = "total/gpu", float(row.throughput_per_gpu_tok_s)
@@ -146,12 +185,22 @@ def compare(row: Any) -> dict[str, Any]:
     }
 
 
-def run(rows: pd.DataFrame, old: bool, assume_kv: str | None = None) -> pd.DataFrame:
+def run(
+    rows: pd.DataFrame, old: bool, assume_kv: str | None = None, calibrated: bool = False
+) -> pd.DataFrame:
+    """Every row compared; `calibrated`: only the rows above their deployment's lowest
+    concurrency, each at the GPU time scale fitted on that lowest point."""
     if old:
         use_old_constants()
     if assume_kv is not None:  # a row that does not publish its KV dtype gets this one
         rows = rows.assign(kv_dtype=rows["kv_dtype"].where(rows["kv_dtype"].notna(), assume_kv))
-    table = pd.DataFrame([compare(row) for row in rows.itertuples()])
+    if calibrated:
+        scales = lowest_point_steps(rows)
+        picked = rows.loc[list(scales)]
+        table = pd.DataFrame([compare(row, scales[row.Index]) for row in picked.itertuples()])
+        table.insert(1, "step_ms", [scales[i] * 1e3 for i in picked.index])
+    else:
+        table = pd.DataFrame([compare(row) for row in rows.itertuples()])
     for metric in METRICS:
         table[f"{metric}_err_%"] = (table[f"{metric}_sim"] / table[f"{metric}_meas"] - 1) * 100
     return table
@@ -210,7 +259,7 @@ def read_rows(folder: Path) -> pd.DataFrame:
     # columns a file may leave out (older files predate them)
     for column in ("kv_dtype", "isl_min", "osl_min", "num_requests", "max_num_batched_tokens",
                    "max_model_len", "throughput_per_gpu_tok_s", "output_throughput_tok_s",
-                   "statistic", "data_parallel", "expert_parallel"):
+                   "statistic", "data_parallel", "expert_parallel", "num_gpus"):
         if column not in rows:
             rows[column] = float("nan")
     return rows
@@ -220,12 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="the roofline's old constants")
     parser.add_argument("--data", type=Path, default=ROOT / "calibration/published")
+    parser.add_argument("--calibrated", action="store_true",
+                        help="fit each deployment's engine time per step on its lowest-"
+                        "concurrency point and predict its other points")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the per-point table as Markdown to this file")
     parser.add_argument("--assume-kv", choices=("bf16", "fp16", "fp8"), default=None,
                         help="KV dtype for rows that publish none (default: the catalog's bf16)")
     args = parser.parse_args(argv)
-    table = run(read_rows(args.data), args.old, args.assume_kv)
+    table = run(read_rows(args.data), args.old, args.assume_kv, args.calibrated)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         shown = table.drop(columns=["engine", "model", "gpu", "concurrency"])
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.1f}"))
