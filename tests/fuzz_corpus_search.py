@@ -1,5 +1,6 @@
-"""The fuzz corpus, part 4: `batchsim search`: bad space files (their KV tier options too), bad
-flags, scenarios a search cannot take, and bad prices or board power in a scenario's hardware.
+"""The fuzz corpus, part 4: `batchsim search`: bad space files (their KV tier options, data and
+expert parallelism and P/D layouts with pools of their own too), bad flags, scenarios a search
+cannot take, and bad prices or board power in a scenario's hardware.
 
 A space case names the space file and the key at fault; a flag case names the flag. Spaces too
 large to expand are generated along every axis (each refused with its size before anything is
@@ -53,6 +54,8 @@ def _space(path: str, value: Any) -> dict[str, Any]:
 SPACE_KEYS: dict[str, tuple[str, ...]] = {
     "gpus": tuple(BAD),
     "tensor_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
+    "data_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
+    "expert_parallel": tuple(BAD),  # [1, 2]: numbers, not true or false
     "layouts": tuple(BAD),
     "policies": tuple(BAD),
     "kv_tiers": tuple(BAD),
@@ -92,6 +95,55 @@ def space_cases() -> list[Case]:
         "layout-zero": (_space("layouts", ["1p0d"]), ("layouts.0", "'1p0d'")),
         "layout-word": (_space("layouts", ["disaggregated"]), ("layouts.0",)),
         "layout-twice": (_space("layouts", ["1p1d", "1p1d"]), ("layouts", "twice")),
+        "dp-zero": (_space("data_parallel", [0]), ("data_parallel.0", ">= 1")),
+        "dp-huge": (_space("data_parallel", [2048]), ("data_parallel.0", "<= 1024")),
+        "dp-twice": (_space("data_parallel", [8, 8]), ("data_parallel", "twice")),
+        "dp-empty": (_space("data_parallel", []), ("space.yaml", "data_parallel")),
+        "ep-maybe": (_space("expert_parallel", ["maybe"]), ("expert_parallel.0", "true or false")),
+        "ep-number": (_space("expert_parallel", [8]), ("expert_parallel.0", "true or false")),
+        "ep-scalar": (_space("expert_parallel", True), ("expert_parallel", "list")),
+        "ep-twice": (_space("expert_parallel", [True, True]), ("expert_parallel", "twice")),
+        "gpus-dp": (_space("gpus", [{**a100, "data_parallel": 2}]), ("gpus.0.data_parallel",)),
+        "gpus-ep": (_space("gpus", [{**a100, "expert_parallel": 8}]),
+                    ("gpus.0.expert_parallel",)),
+        "gpus-imbalance": (_space("gpus", [{**a100, "expert_imbalance": 0.5}]),
+                           ("gpus.0.expert_imbalance",)),
+        "layout-role-key": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "decode_hardware": {"pipeline_parallel": 2}}]),
+            ("layouts.0.decode_hardware.pipeline_parallel", "unknown key"),
+        ),
+        "layout-role-gpu": (
+            _space("layouts", [{"prefill": 1, "decode": 1, "prefill_hardware": {"name": "h200"}}]),
+            ("layouts.0.prefill_hardware.name", "unknown key"),
+        ),
+        "layout-role-ep": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "decode_hardware": {"data_parallel": 4, "expert_parallel": 3}}]),
+            ("layouts.0.decode_hardware.expert_parallel", "every GPU of the pool"),
+        ),
+        "layout-role-ep-maybe": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "decode_hardware": {"expert_parallel": "maybe"}}]),
+            ("layouts.0.decode_hardware.expert_parallel", "true or false"),
+        ),
+        "layout-role-tp": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "prefill_hardware": {"tensor_parallel": 0}}]),
+            ("layouts.0.prefill_hardware.tensor_parallel", ">= 1"),
+        ),
+        "layout-role-text": (
+            _space("layouts", [{"prefill": 1, "decode": 1, "prefill_hardware": "tp8"}]),
+            ("layouts.0.prefill_hardware", "mapping"),
+        ),
+        "layout-role-no-decode": (_space("layouts", [{"prefill": 1}]), ("layouts.0.decode",)),
+        "layout-role-count": (_space("layouts", [{"prefill": 1, "decode": 17}]),
+                              ("layouts.0.decode", "<= 16")),
+        "layout-role-key-top": (_space("layouts", [{"prefill": 1, "decode": 1, "ratio": 2}]),
+                                ("layouts.0.ratio", "unknown key")),
+        "layout-role-twice": (
+            _space("layouts", ["1p1d", {"prefill": 1, "decode": 1}]), ("layouts.1", "twice")
+        ),
         "policy-name": (_space("policies", [{"name": "dynamic"}]), ("policies.0", "dynamic")),
         "policy-no-name": (_space("policies", [{"max_num_seqs": 4}]), ("policies.0", "name")),
         "policy-value": (
@@ -251,6 +303,10 @@ def size_cases() -> list[Case]:
                                                   for y in range(1, 17)],
                      "policies": [{"name": "continuous", "max_num_seqs": [8] * 20}]},
                     "5140 configurations"),
+        "data-parallel": ({"data_parallel": list(range(1, 101)), "expert_parallel": [False, True],
+                           "policies": [{"name": "continuous", "max_num_seqs": [8] * 30}]},
+                          "6000 configurations (1 GPUs x 1 degrees x 100 data-parallel degrees "
+                          "x 2 expert-parallel options"),
     }  # fmt: skip
     cases = [
         _search(f"search-size-{axis}", space={**SPACE, **edit},

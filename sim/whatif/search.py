@@ -1,6 +1,7 @@
 """Deployment search: the cheapest fleet (or the one using least energy) that serves a workload
-at its rate under its SLOs, over a space of GPUs, tensor-parallel degrees, layouts, policies and
-KV tiers below the GPU (whose rent the fleet's dollars per hour include).
+at its rate under its SLOs, over a space of GPUs, degrees of tensor, data and expert parallelism,
+layouts (P/D pools at their own parallelism too), policies and KV tiers below the GPU (whose rent
+the fleet's dollars per hour include).
 
     search("scenario.yaml", "space.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20)
 
@@ -13,7 +14,8 @@ for `batchsim capacity` (`ttft_p99=2`, `slo_attainment>=0.99`). The rate is the 
 Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
 
 1. set aside what cannot run (`search_space.expand`: the model does not fit, the degree cannot
-   shard it, static batching split into pools, KV tiers without prefix caching, a unit larger
+   shard it, data or expert parallelism of a dense model, static batching split into pools, KV
+   tiers without prefix caching, the same fleets as an earlier configuration, a unit larger
    than `max_instances`);
 2. probe one unit of every other configuration at the whole rate (`search_probe.unit_probe`):
    what it completes bounds the units any of its fleets needs (`search_prune`), which sets aside
@@ -233,7 +235,9 @@ def _row(
         row["status"] = "no fleet"
         row["note"] = f"no fleet of up to {question.max_instances} instances meets the SLOs"
     parts = {"gpu": config.gpu, "tensor_parallel": config.tensor_parallel,
-             "layout": config.layout, "policy": config.policy_label}  # fmt: skip
+             "data_parallel": config.data_parallel,
+             "expert_parallel": config.expert_parallel_degree, "layout": config.layout,
+             "policy": config.policy_label}  # fmt: skip
     if config.tiers_label is not None:  # the space lists tier options
         parts["kv_tiers"] = config.tiers_label
     return row | parts | {"config_id": config.id}

@@ -2,8 +2,9 @@
 units (or prefill and decode instances) that serve the whole rate.
 
 A probe is one streamed simulation (`simulate(..., tables=False)`: only the summary is needed) of
-the base scenario with the configuration's GPU, degree, policy and KV tiers, a fleet of given
-size, the offered rate and a seed. The rate is the workload's arrival rate, or for a trace its
+the base scenario with the configuration's GPU, degree (tensor, data and expert parallel; a P/D
+layout's pools at their own where it gives them), policy and KV tiers, a fleet of given size,
+the offered rate and a seed. The rate is the workload's arrival rate, or for a trace its
 `rate_scale` times the own rate of the window that seed replays (`Question.windows`: a trace
 replays the same requests whatever the seed, so each seed replays its own stretch of the trace,
 and a fleet confirmed on every seed holds on several windows of it). A probe passes when every
@@ -11,7 +12,8 @@ SLO holds (`meets`: on the exact percentiles, which a probe of up to
 `sim.metrics.streaming.EXACT_ROWS` requests keeps, else at the unfavourable end of the sketch's
 bound), so a fleet found here meets its SLOs when `batchsim run` reruns it.
 
-A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD).
+A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD);
+an instance is tensor x data parallel GPUs.
 
 * One unit (`unit_probe`): one probe of one unit at the whole rate, on the first seed. If it
   meets the SLOs the answer may be one unit; if not, the requests/s it completed (all it was
@@ -80,12 +82,18 @@ def unit_counts(config: Config, units: int = 1) -> Counts:
     return (units * config.prefill, units * config.decode) if config.prefill else (units, 0)
 
 
-def _pool(base: dict[str, Any], role: str, count: int, router: str) -> dict[str, Any]:
+def _pool(
+    base: dict[str, Any], role: str, count: int, router: str, config: Config
+) -> dict[str, Any]:
+    """A pool of the P/D fleet: the scenario's router for it, `count` instances, and the
+    hardware of the layout's pool where it has its own parallelism."""
     own = base.get(role)
-    return {
+    pool = {
         "router": own.get("router", router) if isinstance(own, dict) else router,
         "count": count,
     }
+    hardware = config.prefill_hardware if role == "prefill" else config.decode_hardware
+    return pool if hardware is None else pool | {"hardware": copy.deepcopy(hardware)}
 
 
 def scenario_of(
@@ -94,7 +102,7 @@ def scenario_of(
     """The base scenario with this configuration, fleet, rate and seed (a mapping to load)."""
     raw = copy.deepcopy(question.raw)
     raw["seed"] = seed
-    raw["hardware"] = copy.deepcopy(config.hardware)
+    raw["hardware"] = copy.deepcopy(config.base_hardware)
     raw["policy"] = copy.deepcopy(config.policy)
     if config.tiers_label is not None:  # the space's tier option replaces the scenario's own
         raw.pop("kv_tiers", None)
@@ -104,8 +112,8 @@ def scenario_of(
     pd = raw.pop("disaggregation", None) or {}
     if config.prefill:
         raw["disaggregation"] = {
-            "prefill": _pool(pd, "prefill", counts[0], "least_outstanding_requests"),
-            "decode": _pool(pd, "decode", counts[1], "least_kv"),
+            "prefill": _pool(pd, "prefill", counts[0], "least_outstanding_requests", config),
+            "decode": _pool(pd, "decode", counts[1], "least_kv", config),
             "link": copy.deepcopy(question.link or pd.get("link") or {}),
         }
     else:

@@ -26,6 +26,13 @@ From that bound:
 
 The order and the waves depend on the configurations only, never on the backend or the number
 of workers, so the same configurations are sized and pruned whatever runs them.
+
+Nothing here assumes that more GPUs serve more: the bound compares a configuration's fleets
+with one unit of the same configuration only (a fleet is whole units of identical instances,
+each behind its router), so it holds for any degree, and the price of a unit counts every GPU
+of it (`Config.unit_gpus`: tensor x data parallel per instance, each P/D pool at its own
+parallelism). Data and expert parallelism live inside an instance: its ranks share one step, and
+fleets still grow by whole instances.
 """
 
 from __future__ import annotations

@@ -208,7 +208,7 @@ def prepare(
     replaced = (*REPLACED, "kv_tiers") if spec.kv_tiers is not None else REPLACED
     base = {k: v for k, v in raw.items() if k not in replaced}
     if expanded.configs:
-        base["hardware"] = expanded.configs[0].hardware
+        base["hardware"] = expanded.configs[0].base_hardware
     elif "hardware" in raw:
         base["hardware"] = raw["hardware"]
     try:

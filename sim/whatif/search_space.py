@@ -1,11 +1,15 @@
-"""A deployment search space: which GPUs, tensor-parallel degrees, layouts, policies and KV tiers
+"""A deployment search space: which GPUs, degrees of parallelism, layouts, policies and KV tiers
 to try.
 
 The space is a YAML file (or a mapping) read as strictly as a scenario:
 
     gpus: [a100-80g, h100-sxm, {name: h200, usd_per_gpu_hour: 3.5}]  # catalog names or mappings
-    tensor_parallel: [1, 2, 4, 8]          # GPUs per instance (default: these four)
+    tensor_parallel: [1, 2, 4, 8]          # GPUs per attention rank (default: these four)
+    data_parallel: [1, 8]                  # attention ranks per instance (default: [1])
+    expert_parallel: [false, true]         # true: whole experts on every GPU (default: [false])
     layouts: [colocated, 1p1d, 1p2d]       # colocated, or xPyD: x prefill per y decode instances
+      # or a mapping giving a pool its own parallelism (sim/whatif/search_layouts.py):
+      # {prefill: 1, decode: 1, decode_hardware: {data_parallel: 32, expert_parallel: true}}
     policies:                              # policy mappings; a list of values: one per value
       - {name: continuous, max_num_seqs: [128, 256]}
       - {name: chunked, max_num_batched_tokens: [512, 2048]}
@@ -17,20 +21,35 @@ The space is a YAML file (or a mapping) read as strictly as a scenario:
     link: {bandwidth_gb_per_s: 50}         # P/D KV link (default: the scenario's)
     max_instances: 64                      # the most instances a fleet may have
 
-A GPU entry takes any hardware field (price and power included) and an optional `label` that
-names it in the results (to offer one GPU at two prices). A `kv_tiers` option is null (no tiers)
-or a scenario's `kv_tiers` mapping (`sim.scenario.kv_tiers`), named in the results by its tiers
-(`dram256+remote2048`, `no tiers`; `eviction` and `overlap` when it says so) or by its own
-`label`; its rent joins the fleet's dollars per hour. Without the key every configuration keeps
-the scenario's own tiers and its label says nothing of them.
+A GPU entry takes any hardware field (price, power and the scale-out network included) but the
+degrees, and an optional `label` that names it in the results (to offer one GPU at two prices).
+A `kv_tiers` option is null (no tiers) or a scenario's `kv_tiers` mapping
+(`sim.scenario.kv_tiers`), named in the results by its tiers (`dram256+remote2048`, `no tiers`;
+`eviction` and `overlap` when it says so) or by its own `label`; its rent joins the fleet's
+dollars per hour. Without the key every configuration keeps the scenario's own tiers and its
+label says nothing of them.
 
-A configuration is one GPU, one degree, one layout, one policy and one tier option; the space is
-their product. Configurations that cannot run are set aside here, before anything is simulated:
-the model does not fit the GPUs at that degree (or the degree cannot shard it), static batching
-is asked to split into prefill and decode pools, or a tier option meets a policy without prefix
-caching (a tier holds blocks by content hash). The last is set aside rather than refused, so
-that one space can weigh a policy without caching (and no tiers) against caching with tiers.
-Every other problem (a bad key or value) is an error naming the space file and the key.
+Mixture-of-experts models (sim/costs/parallel.py): an instance has `data_parallel` attention
+ranks of `tensor_parallel` GPUs each, tp x dp GPUs behind one set of expert layers, which are
+split by tensor over them (`expert_parallel: false`) or held whole, num_experts / (tp x dp) on
+every GPU (`true`). Every GPU count (an instance's, a unit's, the fleet's, its dollars) counts
+tp x dp per instance. A configuration is named `h200 tp1 dp8 ep8 | 1p1d[P tp8 / D dp32 ep32] |
+<policy>`: data parallelism where it is above one, expert parallelism where the axis is true.
+
+A configuration is one GPU, one degree (tensor, data and expert parallel), one layout, one
+policy and one tier option; the space is their product. Configurations that cannot run are set
+aside here, before anything is simulated, with the reason `check_fits` gives: the model does not
+fit the GPUs at that degree (`does not fit`), the degree cannot shard it (`cannot shard`: heads
+or experts that do not divide, a missing link figure), data or expert parallelism of a dense
+model (`dense model`), an instance wider than one scale-up domain on a GPU without a scale-out
+network (`no scale-out network`); static batching asked to split into prefill and decode pools;
+a tier option meeting a policy without prefix caching (a tier holds blocks by content hash); a
+configuration that deploys the very fleets of an earlier one (`duplicate`: expert parallelism
+on one GPU, or a layout whose pools both have their own parallelism, met again at another axis
+value). Tier options and duplicates are set aside rather than refused, so that one space can
+weigh a policy without caching (and no tiers) against caching with tiers, and lists axes that
+only some layouts use. Every other problem (a bad key or value) is an error naming the space
+file and the key.
 """
 
 from __future__ import annotations
@@ -47,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, Strict, TypeAdapter, ValidationError
 
 from sim.costs.catalog import HardwareSpec, ModelSpec, check_fits
 from sim.errors import ScenarioError
@@ -57,30 +76,19 @@ from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import read_text
 from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.schema import LinkSpec, PolicySpec, RouterName
+from sim.whatif.search_layouts import (
+    LAYOUT,
+    ROLES,
+    Layout,
+    SplitLayout,
+    check_layout,
+    parallel_hardware,
+)
 
 MAX_CONFIGS = 5000
-LAYOUT = re.compile(r"(\d+)p(\d+)d")
 # short names of policy limits in a configuration's label
 SHORT = {"max_num_seqs": "seqs", "max_num_batched_tokens": "budget",
          "max_batch_size": "batch", "max_prefill_seqs": "prefills"}  # fmt: skip
-
-
-def _layout(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
-        raise ValueError(
-            "not a layout: write colocated or xPyD such as 1p2d (YAML reads an unquoted 1:2 as "
-            "a number in base 60)"
-        )
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a layout: write colocated or xPyD such as 1p2d")
-    found = LAYOUT.fullmatch(value)
-    counts = (int(found[1]), int(found[2])) if found else (0, 0)
-    if value != "colocated" and not all(1 <= n <= 16 for n in counts):
-        raise ValueError(
-            f"{value!r} is not a layout: write colocated or xPyD such as 1p2d (x prefill per y "
-            "decode instances, each from 1 to 16)"
-        )
-    return value
 
 
 class SpaceSpec(StrictModel):
@@ -88,7 +96,9 @@ class SpaceSpec(StrictModel):
     tensor_parallel: list[Annotated[int, Field(ge=1, le=64)]] = Field(
         default=[1, 2, 4, 8], min_length=1
     )
-    layouts: list[Annotated[Any, AfterValidator(_layout)]] = Field(
+    data_parallel: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1], min_length=1)
+    expert_parallel: list[Annotated[bool, Strict()]] = Field(default=[False], min_length=1)
+    layouts: list[Annotated[Any, AfterValidator(check_layout)]] = Field(
         default=["colocated"], min_length=1
     )
     policies: list[dict[str, Any]] | None = Field(default=None, min_length=1)
@@ -100,13 +110,13 @@ class SpaceSpec(StrictModel):
 
 @dataclass(frozen=True)
 class Config:
-    """One point of the space: a GPU at a degree, a layout and a policy."""
+    """One point of the space: a GPU at a degree, a layout, a policy and a tier option."""
 
     id: str
     gpu: str  # the GPU's label
-    hardware: dict[str, Any]  # the hardware mapping, tensor_parallel included
+    hardware: dict[str, Any]  # the hardware mapping at the degree (tensor_parallel included)
     tensor_parallel: int
-    layout: str  # colocated | xPyD
+    layout: str  # colocated | xPyD | xPyD[P ... / D ...]
     prefill: int  # per unit (0: colocated)
     decode: int
     policy: dict[str, Any]
@@ -115,11 +125,44 @@ class Config:
     # space lists no kv_tiers, so the scenario's own apply
     kv_tiers: dict[str, Any] | None = None
     tiers_label: str | None = None
+    data_parallel: int = 1
+    expert_parallel: bool = False  # whole experts on every GPU of the instance
+    # a P/D layout's pools with their own parallelism: the hardware mapping of each (None: the
+    # pool takes `hardware`)
+    prefill_hardware: dict[str, Any] | None = None
+    decode_hardware: dict[str, Any] | None = None
+
+    @property
+    def degree(self) -> str:
+        """`tp2`, `tp1 dp8`, `tp1 dp8 ep8`: data parallelism above one, experts when whole."""
+        text = f"tp{self.tensor_parallel}"
+        if self.data_parallel > 1:
+            text += f" dp{self.data_parallel}"
+        return f"{text} ep{self.expert_parallel_degree}" if self.expert_parallel else text
+
+    @property
+    def expert_parallel_degree(self) -> int:
+        """The instance's expert_parallel: every GPU when whole, else 1 (split by tensor)."""
+        return self.tensor_parallel * self.data_parallel if self.expert_parallel else 1
 
     @property
     def label(self) -> str:
-        label = f"{self.gpu} tp{self.tensor_parallel} | {self.layout} | {self.policy_label}"
+        label = f"{self.gpu} {self.degree} | {self.layout} | {self.policy_label}"
         return label if self.tiers_label is None else f"{label} | {self.tiers_label}"
+
+    def pool_hardware(self, role: str) -> dict[str, Any]:
+        """The hardware of a pool (`prefill`, `decode`; `serve` colocated): its own, or the
+        configuration's."""
+        own = {"prefill": self.prefill_hardware, "decode": self.decode_hardware}.get(role)
+        return own if own is not None else self.hardware
+
+    @property
+    def base_hardware(self) -> dict[str, Any]:
+        """The scenario's top-level hardware: the configuration's, unless both pools have their
+        own (then the decode pool's: the configuration's degree is used by no instance)."""
+        if self.prefill_hardware is not None and self.decode_hardware is not None:
+            return self.decode_hardware
+        return self.hardware
 
     @property
     def unit_size(self) -> int:
@@ -127,8 +170,25 @@ class Config:
         return self.prefill + self.decode if self.prefill else 1
 
     @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance at the configuration's degree: tensor x data parallel."""
+        return self.tensor_parallel * self.data_parallel
+
+    @property
     def unit_gpus(self) -> int:
-        return self.unit_size * self.tensor_parallel
+        """GPUs of one unit: tensor x data parallel per instance, each pool at its own."""
+        if not self.prefill:
+            return self.instance_gpus
+        return sum(
+            count * (self.instance_gpus if own is None else gpus_of(own))
+            for count, own in ((self.prefill, self.prefill_hardware),
+                               (self.decode, self.decode_hardware))
+        )  # fmt: skip
+
+
+def gpus_of(hardware: dict[str, Any]) -> int:
+    """GPUs of one instance of a hardware mapping (`HardwareSpec.num_gpus`)."""
+    return int(hardware.get("tensor_parallel", 1)) * int(hardware.get("data_parallel", 1))
 
 
 @dataclass(frozen=True)
@@ -149,7 +209,9 @@ def read_space(space: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Space
         raw = load_yaml(read_text(Path(space), "search space file"), file)
     if not isinstance(raw, dict):
         raise ScenarioError("a search space must be a YAML mapping", file=file)
-    return validated(SpaceSpec, raw, file, ""), file
+    spec = validated(SpaceSpec, raw, file, "")
+    read_layouts(spec, file)  # a layout mapping's keys, checked before anything is counted
+    return spec, file
 
 
 def validated(kind: type[BaseModel], data: Any, file: str, prefix: str) -> Any:
@@ -176,13 +238,18 @@ def _gpus(space: SpaceSpec, file: str) -> list[tuple[str, dict[str, Any]]]:
             raise ScenarioError(
                 "needs a `name` (a catalog GPU or your own)", file=file, path=f"gpus.{i}"
             )
-        if "tensor_parallel" in mapping:
-            raise ScenarioError(
-                "set degrees in the space's tensor_parallel list, not per GPU",
-                file=file,
-                path=f"gpus.{i}.tensor_parallel",
-            )
-        validated(HardwareSpec, mapping, file, f"gpus.{i}")
+        for key in ("tensor_parallel", "data_parallel", "expert_parallel"):
+            if key in mapping:
+                raise ScenarioError(
+                    f"set degrees in the space's {key} list, not per GPU",
+                    file=file,
+                    path=f"gpus.{i}.{key}",
+                )
+        # expert_imbalance is checked against each degree's expert_parallel (set aside there)
+        validated(HardwareSpec, {**mapping, "expert_imbalance": None}, file, f"gpus.{i}")
+        if mapping.get("expert_imbalance") is not None:
+            widest = {**mapping, "data_parallel": 1024, "expert_parallel": 1024}
+            validated(HardwareSpec, widest, file, f"gpus.{i}")
         if label in out:
             raise ScenarioError(
                 f"{label} is listed twice; give one entry a `label` of its own",
@@ -280,6 +347,12 @@ def check_size(space: SpaceSpec, file: str, base_policy: dict[str, Any]) -> int:
         counts.append(math.prod(lengths))
     num_policies = sum(counts)
     size = len(space.gpus) * len(space.tensor_parallel) * len(space.layouts) * num_policies
+    axes = ""
+    for key, what in (("data_parallel", "data-parallel degrees"),
+                      ("expert_parallel", "expert-parallel options")):  # fmt: skip
+        if key in space.model_fields_set:  # named only where the space lists it
+            size *= len(getattr(space, key))
+            axes += f" x {len(getattr(space, key))} {what}"
     tiers = ""
     if space.kv_tiers is not None:
         size *= len(space.kv_tiers)
@@ -287,8 +360,8 @@ def check_size(space: SpaceSpec, file: str, base_policy: dict[str, Any]) -> int:
     if size > MAX_CONFIGS:
         raise ScenarioError(
             f"{size} configurations ({len(space.gpus)} GPUs x {len(space.tensor_parallel)} "
-            f"degrees x {len(space.layouts)} layouts x {num_policies} policies{tiers}); at most "
-            f"{MAX_CONFIGS}",
+            f"degrees{axes} x {len(space.layouts)} layouts x {num_policies} policies{tiers}); "
+            f"at most {MAX_CONFIGS}",
             file=file,
         )
     return size
@@ -311,6 +384,100 @@ def policies(
     return out
 
 
+def read_layouts(space: SpaceSpec, file: str) -> list[Layout]:
+    """The space's layouts (`sim.whatif.search_layouts`), each mapping validated (its errors
+    name `layouts.<i>.<key>`); a layout listed twice (the same name: the same counts and pools)
+    is refused."""
+    out: list[Layout] = []
+    for i, value in enumerate(space.layouts):
+        if isinstance(value, str):
+            found = LAYOUT.fullmatch(value)
+            prefill, decode = (int(found[1]), int(found[2])) if found else (0, 0)
+            layout = Layout(value, prefill, decode)
+        else:
+            spec = validated(SplitLayout, value, file, f"layouts.{i}")
+            given = {r: p for r in ROLES if (p := getattr(spec, f"{r}_hardware")) is not None}
+            name = f"{spec.prefill}p{spec.decode}d"
+            if given:
+                name += f"[{' / '.join(f'{r[0].upper()} {p.name}' for r, p in given.items())}]"
+            roles = {role: par.hardware() for role, par in given.items()}
+            layout = Layout(name, spec.prefill, spec.decode, roles)
+        if any(layout.name == other.name for other in out):
+            raise ScenarioError(f"{layout.name} is listed twice", file=file, path=f"layouts.{i}")
+        out.append(layout)
+    return out
+
+
+DENSE_EXPERTS = (
+    "expert_parallel needs a mixture-of-experts model ({} is dense; replicas of a dense model "
+    "are separate instances: `instances: N`)"
+)
+
+
+def _category(reason: str) -> str:
+    if "does not fit" in reason:
+        return "does not fit"
+    if "needs a mixture-of-experts model" in reason:
+        return "dense model"
+    if "scaleout_bandwidth_bytes_per_s is required" in reason:
+        return "no scale-out network"
+    return "cannot shard"
+
+
+def pool_problem(model: ModelSpec, hardware: dict[str, Any]) -> tuple[str, str] | None:
+    """(category, reason) when instances of `hardware` cannot serve `model` (`check_fits`'s
+    reason, the degrees named as the space's keys), else None."""
+    try:
+        hw = HardwareSpec.model_validate(hardware)
+    except ValidationError as exc:  # expert_imbalance above expert_parallel, ep above 1024
+        found = problems(exc, HardwareSpec)
+        return "cannot shard", "; ".join(f"{k}: {why}" if k else why for k, why in found)
+    try:
+        check_fits(model, hw)
+    except ValueError as exc:
+        reason = re.sub(r"hardware\.(tensor|data|expert)_parallel", r"\1_parallel", str(exc))
+        return _category(reason), reason
+    if not model.is_moe and "expert_parallel" in hardware:  # asked for on one GPU
+        return "dense model", DENSE_EXPERTS.format(model.name)
+    return None
+
+
+def _problem(model: ModelSpec, config: Config, uncached: str | None) -> tuple[str, str] | None:
+    """Why `config` cannot run (category, reason), or None: each hardware its pools use, then
+    static batching split into pools, then a tier option without prefix caching."""
+    pools: list[tuple[str, dict[str, Any]]] = []
+    if not config.prefill or None in (config.prefill_hardware, config.decode_hardware):
+        pools.append(("", config.hardware))
+    for role in ROLES if config.prefill else ():
+        own = config.prefill_hardware if role == "prefill" else config.decode_hardware
+        if own is not None:
+            pools.append((f"{role} pool: ", own))
+    for prefix, hardware in pools:
+        found = pool_problem(model, hardware)
+        if found is not None:
+            return found[0], prefix + found[1]
+    if config.prefill and config.policy.get("name") == "static":
+        return "static P/D", "static batching cannot be split into prefill and decode pools"
+    if config.kv_tiers is not None and uncached is not None:
+        return "no prefix caching", uncached
+    return None
+
+
+def _normal(hardware: dict[str, Any]) -> dict[str, Any]:
+    """A hardware mapping as the instance it deploys: degrees of one left out."""
+    out = {k: v for k, v in hardware.items() if k not in ("data_parallel", "expert_parallel")}
+    return out | {k: v for k in ("data_parallel", "expert_parallel")
+                  if (v := hardware.get(k, 1)) != 1}  # fmt: skip
+
+
+def deployment(config: Config) -> str:
+    """What `config` deploys (the hardware of each pool, their counts, the policy and tiers),
+    hashed: two configurations with the same deploy the very same fleets."""
+    pools = [_normal(config.pool_hardware(r)) for r in (ROLES if config.prefill else ("serve",))]
+    return _digest([config.gpu, pools, config.prefill, config.decode, config.policy,
+                    config.kv_tiers, config.tiers_label])  # fmt: skip
+
+
 def expand(
     space: SpaceSpec, file: str, model: ModelSpec, expanded: list[tuple[str, dict[str, Any], int]]
 ) -> Expanded:
@@ -318,40 +485,40 @@ def expand(
     them first, and checked by the caller); those that cannot run set aside with the reason."""
     gpus = _gpus(space, file)
     tiers = _tiers(space, file)
+    layouts = read_layouts(space, file)
     uncached = [_caching(policy) for _, policy, _ in expanded]
-    for key in ("tensor_parallel", "layouts"):
+    for key in ("tensor_parallel", "data_parallel", "expert_parallel"):
         values = getattr(space, key)
         if len(set(values)) < len(values):
             raise ScenarioError("a value is listed twice", file=file, path=key)
     configs: list[Config] = []
     aside: list[tuple[Config, str, str]] = []
     every: list[Config] = []
-    for (gpu, mapping), tp, layout, k, (tiers_label, tiers_mapping) in itertools.product(
-        gpus, space.tensor_parallel, space.layouts, range(len(expanded)), tiers
-    ):
+    seen: dict[str, str] = {}  # deployment -> the label of the first configuration with it
+    product = itertools.product(gpus, space.tensor_parallel, space.data_parallel,
+                                space.expert_parallel, layouts, range(len(expanded)),
+                                tiers)  # fmt: skip
+    for (gpu, mapping), tp, dp, ep, layout, k, (tiers_label, tiers_mapping) in product:
         policy_label, policy, _ = expanded[k]
-        hardware = {**mapping, "tensor_parallel": tp}
-        found = LAYOUT.fullmatch(layout)
-        prefill, decode = (int(found[1]), int(found[2])) if found else (0, 0)
-        ident: list[Any] = [hardware, layout, policy, gpu]
+        hardware = {**mapping, **parallel_hardware(tp, dp, ep)}
+        roles = {role: {**mapping, **par} for role, par in layout.roles.items()}
+        ident: list[Any] = [hardware, layout.name, policy, gpu]
+        if roles:  # the id of a layout without pools of their own is as it was
+            ident.append(roles)
         if tiers_label is not None:  # the id of a space without kv_tiers is as it was
             ident += [tiers_mapping, tiers_label]
-        config = Config(_digest(ident), gpu, hardware, tp, layout, prefill, decode, policy,
-                        policy_label, tiers_mapping, tiers_label)  # fmt: skip
+        config = Config(_digest(ident), gpu, hardware, tp, layout.name, layout.prefill,
+                        layout.decode, policy, policy_label, tiers_mapping, tiers_label, dp, ep,
+                        roles.get("prefill"), roles.get("decode"))  # fmt: skip
         every.append(config)
-        try:
-            check_fits(model, HardwareSpec.model_validate(hardware))
-        except ValueError as exc:
-            reason = str(exc).replace("hardware.tensor_parallel", "tensor_parallel")
-            category = "does not fit" if "does not fit" in reason else "cannot shard"
-            aside.append((config, category, reason))
+        found = _problem(model, config, uncached[k])
+        if found is not None:
+            aside.append((config, *found))
             continue
-        if prefill and policy.get("name") == "static":
-            reason = "static batching cannot be split into prefill and decode pools"
-            aside.append((config, "static P/D", reason))
+        key = deployment(config)
+        if key in seen:
+            aside.append((config, "duplicate", f"the same fleets as {seen[key]}"))
             continue
-        if tiers_mapping is not None and uncached[k] is not None:
-            aside.append((config, "no prefix caching", str(uncached[k])))
-            continue
+        seen[key] = config.label
         configs.append(config)
     return Expanded(space, file, configs, aside, every)
