@@ -154,6 +154,27 @@ tiers = functools.partial(m, "kv_tiers")
 pricing = functools.partial(m, "profile_comparison")
 spec = functools.partial(m, "speculative_decoding")
 
+SN = "scenarios/moe_single_node.yaml"
+WE = "scenarios/moe_wide_ep.yaml"
+node = functools.partial(m, "moe_single_node")
+wide = functools.partial(m, "moe_wide_ep")
+MOE_ROW = rf"{NUM}\s+{NUM}%\s+{NUM}/{NUM}\s+{NUM}/{NUM}\s+{NUM}\s+{NUM}\n"
+MOE_METRICS = [("goodput_rps", S), ("slo_attainment", PCT), ("ttft_p50_s", MS),
+               ("ttft_p99_s", MS), ("tpot_p50_s", MS), ("tpot_p99_s", MS),
+               ("mean_batch_size", S), ("usd_per_million_output_tokens", S)]
+
+
+def experts_touched(experts: int, top_k: int, tokens: int) -> Value:
+    """Distinct experts per layer that `tokens` uniformly routed tokens touch (sim/costs/moe.py)."""
+
+    def value() -> float:
+        from sim.costs.moe import ExpertRouting
+
+        return ExpertRouting(experts, top_k).distinct(tokens)
+
+    return value
+
+
 # kv_tiers.yaml's table: block hit rate, then by tier where the variant has it, and the rest
 KT_HIT = [("prefix_cache_block_hit_rate", PCT), ("kv_block_hit_rate_gpu", PCT)]
 KT_DRAM, KT_REMOTE = ("kv_block_hit_rate_dram", PCT), ("kv_block_hit_rate_remote", PCT)
@@ -332,6 +353,23 @@ QUOTES: list[Quote] = [
            ratio(spec("k4", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
     Quote("README.md", rf"two-regime fit, R\^2 {NUM}, worst error {NUM} %",
           (fit("r2"), lambda: fit("max_rel_error")() * 100.0)),
+    *_rows(SN, "moe_single_node", MOE_ROW, MOE_METRICS,
+           ["h100-8x-tp1", "h100-4x-tp2", "h100-1x-tp8", "h100-1x-dp8-ep8", "h200-8x-tp1",
+            "b200-8x-tp1", "mi300x-8x-tp1"]),
+    Quote(SN, rf"at a batch of 40, about {NUM} of the 128 per", (experts_touched(128, 4, 40),)),
+    Quote(SN, rf"\(dp8-ep8: {NUM} % less per",
+          (cut(node("h100-8x-tp1", "usd_per_million_output_tokens"),
+               node("h100-1x-dp8-ep8", "usd_per_million_output_tokens")),)),
+    Quote(SN, rf"\(B200 {NUM} ms\)", (node("b200-8x-tp1", "tpot_p50_s", MS),)),
+    *_rows(WE, "moe_wide_ep", MOE_ROW, MOE_METRICS,
+           ["tp8-x6", "dp8-ep8-x6", "wide-ep-2p1d", "wide-ep-2p1d-mtp"]),
+    Quote(WE, rf"Wide EP decodes at {NUM} ms, {NUM}x faster than eight-way",
+          (wide("wide-ep-2p1d", "tpot_p50_s", MS),
+           ratio(wide("tp8-x6", "tpot_p50_s"), wide("wide-ep-2p1d", "tpot_p50_s")))),
+    Quote(WE, rf"MTP cuts the TPOT to {NUM} ms and the cost per token by {NUM} %",
+          (wide("wide-ep-2p1d-mtp", "tpot_p50_s", MS),
+           cut(wide("wide-ep-2p1d", "usd_per_million_output_tokens"),
+               wide("wide-ep-2p1d-mtp", "usd_per_million_output_tokens")))),
 ]
 # fmt: on
 
