@@ -11,7 +11,9 @@
   table or coefficients that price a step at no time;
 - a `long_prompts: drop` that drops every request of the trace;
 - KV tiers and P/D through the shared store, out of range or combined wrongly
-  (tests/fuzz_corpus_tiers.py).
+  (tests/fuzz_corpus_tiers.py);
+- mixture-of-experts models, their parallelism and multi-token prediction
+  (tests/fuzz_corpus_moe.py).
 
 Every size is far beyond any machine's memory, so the cases hold wherever the suite runs.
 """
@@ -24,6 +26,7 @@ import math
 from typing import Any
 
 from fuzz_corpus import BASE, RUN, Case, dump, edited, scenario_case
+from fuzz_corpus_moe import moe_cases
 from fuzz_corpus_tiers import tier_cases
 
 HUGE_TOKENS = 2**31 - 1
@@ -259,4 +262,4 @@ def _impossible_cases() -> list[Case]:
 
 def bounds_cases() -> list[Case]:
     return [*_memory_cases(), *_trace_integer_cases(), *_knob_cases(), *_impossible_cases(),
-            *tier_cases()]
+            *tier_cases(), *moe_cases()]
