@@ -220,6 +220,20 @@ def median_errors(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def class_rows(table: pd.DataFrame) -> list[str]:
+    """`class_errors` as the Markdown rows of docs/moe.md's summary tables."""
+    moe = table["model"].map(lambda name: MODELS[name].is_moe)
+    rows = []
+    for label, group in (("mixture of experts", table[moe]), ("dense", table[~moe])):
+        cells = []
+        for metric in ("tput", "tpot"):
+            errors = [abs(v) for v in group[f"{metric}_err_%"] if not math.isnan(v)]
+            cells.append(f"median {statistics.median(errors):.1f} %, worst {max(errors):.1f} % "
+                         f"({len(errors)} points)")
+        rows.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return rows
+
+
 def class_errors(table: pd.DataFrame) -> list[str]:
     """Median and worst |error| of throughput per GPU and TPOT, for mixture-of-experts and
     dense models apart."""
