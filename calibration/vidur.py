@@ -51,14 +51,8 @@ from calibration.table_build import (
     grid_from_points,
     make_profile,
 )
-from sim.costs.catalog import (
-    HARDWARE,
-    MODELS,
-    HardwareSpec,
-    ModelSpec,
-    check_parallelism,
-    min_tensor_parallel,
-)
+from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec
+from sim.costs.fits import check_parallelism, min_tensor_parallel
 from sim.costs.profile import (
     LINK_NOTE,
     Profile,

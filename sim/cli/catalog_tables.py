@@ -17,12 +17,11 @@ from sim.costs.catalog import (
     GiB,
     HardwareSpec,
     ModelSpec,
-    check_fits,
     kv_bytes_per_token_on,
     kv_capacity_blocks,
     kv_capacity_tokens,
-    min_tensor_parallel,
 )
+from sim.costs.fits import check_fits, min_tensor_parallel
 from sim.costs.prices import PRICES_AS_OF
 from sim.errors import ScenarioError
 

@@ -36,8 +36,9 @@ activation reserve, so
                             - tp * activation_reserve) / kv_bytes_per_token(tp)
 
 where `kv_bytes_per_token(tp)` is the model's KV bytes per token, except that when tp exceeds the
-number of KV heads each GPU keeps one (replicated) KV head, as vLLM does. `check_fits` rejects a
-model whose weights leave no room for KV and names the smallest tensor_parallel that would fit.
+number of KV heads each GPU keeps one (replicated) KV head, as vLLM does. `check_fits`
+(sim/costs/fits.py) rejects a model whose weights leave no room for KV and names the smallest
+tensor_parallel that would fit.
 """
 
 from __future__ import annotations
@@ -318,6 +319,9 @@ class HardwareSpec(StrictModel):
     # split by tensor) or every GPU of the instance (num_experts / ep whole experts per GPU)
     data_parallel: int = Field(default=1, ge=1, le=1024)
     expert_parallel: int = Field(default=1, ge=1, le=1024)
+    # pipeline stages, each `tensor_parallel x data_parallel` GPUs holding a share of the layers
+    # (sim/costs/pipeline.py): as many batches in flight as stages
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
     # GPUs one NVLink / Infinity Fabric domain joins (8: HGX, 72: GB200 NVL72); beyond it the
     # scale-out NIC, per GPU and direction (400 Gb/s: 50e9 bytes/s), and its one-way latency
     scaleup_domain_gpus: int = Field(default=8, ge=1, le=1024)
@@ -333,11 +337,11 @@ class HardwareSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check_power(self) -> HardwareSpec:
-        gpus, ep = self.num_gpus, self.expert_parallel
+        gpus, ep = self.stage_gpus, self.expert_parallel
         if ep not in (1, gpus):
             raise ValueError(
-                f"expert_parallel ({ep}) must be 1 (experts split by tensor) or every GPU of the "
-                f"instance: tensor_parallel x data_parallel = {gpus}"
+                f"expert_parallel ({ep}) must be 1 (experts split by tensor) or every GPU of a "
+                f"stage: tensor_parallel x data_parallel = {gpus}"
             )
         if self.expert_imbalance is not None and self.expert_imbalance > ep:
             raise ValueError(
@@ -371,9 +375,14 @@ class HardwareSpec(StrictModel):
         return self.num_gpus * self.hbm_bandwidth_bytes_per_s
 
     @property
-    def num_gpus(self) -> int:
-        """GPUs of the instance: tensor_parallel for each data-parallel rank."""
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: tensor_parallel for each data-parallel rank."""
         return self.tensor_parallel * self.data_parallel
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the instance: every stage's."""
+        return self.stage_gpus * self.pipeline_parallel
 
     def with_tensor_parallel(self, tp: int) -> HardwareSpec:
         return HardwareSpec.model_validate(self.model_dump() | {"tensor_parallel": tp})
@@ -464,127 +473,3 @@ def kv_capacity_blocks(
         raise ValueError(f"block_size must be positive, got {block_size}")
     free = free_kv_bytes(model, hw, draft, max_seqs)
     return int(free // (block_size * _token_bytes(model, hw, draft)))
-
-
-def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
-    """Raise ValueError when `hw.tensor_parallel` cannot shard `model` or lacks a link figure,
-    or when its data and expert parallelism do not fit the model (`expert_layout_problem`)."""
-    problem = expert_layout_problem(model, hw)
-    if problem:
-        raise ValueError(problem)
-    tp = hw.tensor_parallel
-    if tp == 1:
-        return
-    if model.num_attention_heads % tp:
-        raise ValueError(
-            f"hardware.tensor_parallel ({tp}) must divide {model.name}'s num_attention_heads "
-            f"({model.num_attention_heads})"
-        )
-    if model.num_kv_heads % tp and tp % model.num_kv_heads:
-        raise ValueError(
-            f"hardware.tensor_parallel ({tp}) must divide or be a multiple of {model.name}'s "
-            f"num_kv_heads ({model.num_kv_heads})"
-        )
-    if hw.interconnect_bandwidth_bytes_per_s is None:
-        raise ValueError(
-            f"hardware.interconnect_bandwidth_bytes_per_s is required when tensor_parallel > 1 "
-            f"({hw.name} has none)"
-        )
-
-
-def expert_layout_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
-    """Why `hw`'s data and expert parallelism cannot serve `model`, or None."""
-    dp, ep = hw.data_parallel, hw.expert_parallel
-    if not model.is_moe:
-        if dp > 1 or ep > 1:
-            field = "data_parallel" if dp > 1 else "expert_parallel"
-            return (
-                f"hardware.{field} needs a mixture-of-experts model ({model.name} is dense; "
-                "replicas of a dense model are separate instances: `instances: N`)"
-            )
-        return None
-    assert model.num_experts is not None
-    if ep > 1 and model.num_experts % ep:
-        return (
-            f"hardware.expert_parallel ({ep}) must divide {model.name}'s num_experts "
-            f"({model.num_experts})"
-        )
-    if hw.num_gpus > 1 and hw.interconnect_bandwidth_bytes_per_s is None:
-        return f"hardware.interconnect_bandwidth_bytes_per_s is required ({hw.name} has none)"
-    if hw.num_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
-        return (
-            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's {hw.num_gpus} "
-            f"GPUs span more than one scale-up domain of {hw.scaleup_domain_gpus}"
-        )
-    return None
-
-
-def min_tensor_parallel(model: ModelSpec, hw: HardwareSpec) -> int | None:
-    """The smallest degree in TP_CANDIDATES that shards `model` and leaves room for KV."""
-    for tp in TP_CANDIDATES:
-        candidate = hw.with_tensor_parallel(tp)
-        try:
-            check_parallelism(model, candidate)
-        except ValueError:
-            continue
-        if kv_capacity_tokens(model, candidate) > 0:
-            return tp
-    return None
-
-
-def check_draft_fits(model: ModelSpec, draft: ModelSpec, hw: HardwareSpec) -> None:
-    """Raise ValueError when a speculative draft model cannot run next to `model` on `hw`."""
-    check_parallelism(draft, hw)
-    if kv_capacity_tokens(model, hw, draft) > 0:
-        return
-    raise ValueError(
-        f"{draft.name} ({draft.weight_bytes / GiB:.1f} GiB of weights) leaves no room for KV "
-        f"next to {model.name} ({model.weight_bytes / GiB:.1f} GiB) on {hw.name}"
-    )
-
-
-def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
-    """Raise ValueError when the weights and the activation reserve leave no room for KV.
-
-    Also rejects a layout that cannot shard the model (`check_parallelism`)."""
-    check_parallelism(model, hw)
-    if kv_capacity_tokens(model, hw) > 0:
-        return
-    tp, gpus = hw.tensor_parallel, hw.num_gpus
-    if gpus == 1:
-        where = f"one {hw.name}"
-    elif hw.data_parallel == 1:
-        where = f"{tp} x {hw.name} (tensor_parallel {tp})"
-    else:
-        where = f"{gpus} x {hw.name} (tensor_parallel {tp} x data_parallel {hw.data_parallel})"
-    reserve = gpus * hw.activation_reserve_bytes
-    hint = ""
-    if hw.interconnect_bandwidth_bytes_per_s is not None and hw.data_parallel == 1:
-        need = min_tensor_parallel(model, hw)
-        if need is None:
-            hint = f"; not even hardware.tensor_parallel {TP_CANDIDATES[-1]} fits"
-        elif need > tp:
-            hint = f"; hardware.tensor_parallel {need} would fit"
-    dtype = (
-        f"dtype_bytes {model.dtype_bytes:g}"
-        if model.dtype_bytes is not None
-        else (f"weight_dtype {model.weight_dtype_name}")
-    )
-    if model.expert_weight_dtype is not None:
-        dtype += f", expert_weight_dtype {model.expert_weight_dtype}"
-    stored = stored_weight_bytes(model, hw)
-    copies = ""
-    if hw.data_parallel > 1:
-        copies = (
-            f", the dense {model.dense_weight_bytes / GiB:.1f} GiB held by each of "
-            f"{hw.data_parallel} data-parallel ranks"
-        )
-    raise ValueError(
-        f"{model.name} does not fit on {where}: weights {stored / GiB:.1f} GiB "
-        f"({model.num_parameters / 1e9:.1f}B parameters x {model.weight_bytes_per_parameter:g} "
-        f"bytes, {dtype}{copies}) "
-        f"+ activation reserve {reserve / GiB:.1f} GiB vs usable memory "
-        f"{hw.usable_bytes / GiB:.1f} GiB ({gpus} x {hw.memory_bytes / GiB:.1f} GiB x "
-        f"gpu_memory_utilization {hw.gpu_memory_utilization}){hint}"
-    )
-

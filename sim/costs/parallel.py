@@ -71,7 +71,7 @@ def exchange_terms(
     model: ModelSpec, hw: HardwareSpec, link_efficiency: float, latency_s: float
 ) -> tuple[float, float]:
     """(seconds per step token, seconds per step) of the expert layers' token exchange."""
-    g, layers = hw.num_gpus, model.moe_layers
+    g, layers = hw.stage_gpus, model.moe_layers
     if g == 1:
         return 0.0, 0.0
     assert hw.interconnect_bandwidth_bytes_per_s is not None  # expert_layout_problem
@@ -117,7 +117,7 @@ def expert_terms(
         experts_per_token=model.experts_per_token,
         hottest_share=model.expert_hottest_share,
         expert_parallel=hw.expert_parallel,
-        gpus=hw.num_gpus,
+        gpus=hw.stage_gpus,
         imbalance=hw.expert_imbalance,
         data_parallel=hw.data_parallel,
         t_expert_read_s=expert_params

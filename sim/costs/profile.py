@@ -27,15 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.costs.catalog import (
-    HARDWARE,
-    MODELS,
-    HardwareSpec,
-    ModelSpec,
-    check_parallelism,
-    kv_bytes_per_token_on,
-    min_tensor_parallel,
-)
+from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, kv_bytes_per_token_on
+from sim.costs.fits import check_parallelism, min_tensor_parallel
 from sim.costs.parallel import compute_peak, expert_terms, kv_seconds_per_token
 from sim.costs.profile_file import (
     _SPLIT_DEFAULTS,
@@ -306,7 +299,7 @@ def _rank_coefficients(
 # data-parallel rank writes the same provenance as before these fields existed).
 _QUIET_DEFAULTS = frozenset({
     "num_shared_experts", "num_sliding_layers", "num_mtp_layers", "data_parallel",
-    "expert_parallel", "scaleup_domain_gpus", "scaleout_latency_s",
+    "expert_parallel", "scaleup_domain_gpus", "scaleout_latency_s", "pipeline_parallel",
 })  # fmt: skip
 
 

@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec, check_draft_fits, check_fits
+from sim.costs.catalog import HardwareSpec
+from sim.costs.fits import check_draft_fits, check_fits
 from sim.costs.profile import Profile, resolve_profile
 from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError

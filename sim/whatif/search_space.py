@@ -68,7 +68,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, Field, Strict, TypeAdapter, ValidationError
 
-from sim.costs.catalog import HardwareSpec, ModelSpec, check_fits
+from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.costs.fits import check_fits
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, problems
 from sim.inputs.strict_model import StrictModel

@@ -11,10 +11,10 @@ from sim.costs.catalog import (
     GiB,
     HardwareSpec,
     ModelSpec,
-    check_fits,
     kv_capacity_blocks,
     kv_capacity_tokens,
 )
+from sim.costs.fits import check_fits
 
 MiB = 1024**2
 

@@ -14,13 +14,12 @@ from sim.costs.catalog import (
     GiB,
     HardwareSpec,
     ModelSpec,
-    check_fits,
     kv_bytes_per_token_on,
     kv_capacity_blocks,
     kv_capacity_tokens,
-    min_tensor_parallel,
 )
 from sim.costs.cost_model import CostModel
+from sim.costs.fits import check_fits, min_tensor_parallel
 from sim.costs.profile import (
     HOST_STEP_S,
     ROOFLINE_FLOP_EFFICIENCY,

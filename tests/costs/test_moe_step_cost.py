@@ -10,15 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.costs.catalog import (
-    HardwareSpec,
-    ModelSpec,
-    check_fits,
-    kv_bytes_per_token_on,
-    kv_capacity_blocks,
-)
+from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
 from sim.costs.cost_model import CostModel
 from sim.costs.expert_terms import ExpertStepCost, ExpertTerms
+from sim.costs.fits import check_fits
 from sim.costs.moe import ExpertRouting, expected_distinct, routing_shares
 from sim.costs.parallel import compute_peak, exchange_terms
 from sim.costs.profile import (

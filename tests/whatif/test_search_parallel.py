@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from helpers_search import GPUS, HAND_SLO, expected_instances, gpu, hand_scenario, hand_space
 
-from sim.costs.catalog import HardwareSpec, ModelSpec, check_fits
+from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.costs.fits import check_fits
 from sim.errors import ScenarioError
 from sim.scenario.load import load_scenario_dict
 from sim.whatif.search import search
