@@ -289,8 +289,11 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
         memory_usd_per_hour=tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances)),
+        # one entry per engine: a pipelined instance's virtual engines each bill a stage's GPUs
         fleet=tuple(
-            _fleet(group.hardware) for group in resolved.groups for _ in range(group.count)
+            _fleet(group.hardware)
+            for group in resolved.groups
+            for _ in range(group.count * group.hardware.pipeline_parallel)
         ),
         speculative=any(
             s is not None and s.active
@@ -300,9 +303,11 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
 
 
 def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
-    """(GPUs, dollars per GPU-hour, TDP and idle watts) of one instance, in instance order."""
+    """(GPUs, dollars per GPU-hour, TDP and idle watts) of one engine, in engine order: an
+    instance's, or one stage's for each virtual engine of a pipelined instance."""
     figures = hw.economics
-    return hw.num_gpus, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
+    gpus = hw.num_gpus // hw.pipeline_parallel
+    return gpus, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
 
 
 def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:

@@ -1,4 +1,5 @@
-"""The fuzz corpus: mixture-of-experts models, their parallelism and multi-token prediction.
+"""The fuzz corpus: mixture-of-experts models, their parallelism (pipeline stages too) and
+multi-token prediction.
 
 - every new model field (experts, top-k, shared experts, expert width, MoE layers, expert
   dtype, routing skew, latent attention, sliding windows, MTP modules) given each value of the
@@ -44,7 +45,7 @@ MODEL_KEYS: dict[str, tuple[str, ...]] = {
 HARDWARE_KEYS: dict[str, tuple[str, ...]] = {
     "fp4_peak_flops": NUMBERS, "data_parallel": NUMBERS, "expert_parallel": NUMBERS,
     "scaleup_domain_gpus": NUMBERS, "scaleout_bandwidth_bytes_per_s": NUMBERS,
-    "scaleout_latency_s": NUMBERS, "expert_imbalance": NUMBERS,
+    "scaleout_latency_s": NUMBERS, "expert_imbalance": NUMBERS, "pipeline_parallel": NUMBERS,
 }  # fmt: skip
 # in range for the type, past the documented bounds: (key, value, gist)
 MODEL_PAST = (
@@ -61,6 +62,8 @@ HARDWARE_PAST = (
     ("expert_parallel", 0, ">= 1"),
     ("expert_imbalance", 0.5, ">= 1"),
     ("scaleout_latency_s", 2, "<= 1"),
+    ("pipeline_parallel", 0, ">= 1"),
+    ("pipeline_parallel", 65, "<= 64"),
 )
 
 
@@ -165,6 +168,16 @@ def _combination_cases() -> list[Case]:
                                                               "data_parallel": 2}},
                                   MOE_BASE)),
                       "variants.b", "needs a mixture-of-experts model"),
+        scenario_case("pipeline-more-stages-than-layers",
+                      dump(edited("hardware.pipeline_parallel", 17, MOE_BASE)),
+                      "hardware", "exceeds fuzz-moe's 16 layers"),
+        scenario_case("pipeline-with-tiers",
+                      dump(edited("kv_tiers", {"dram": {"capacity_gb": 8}},
+                                  edited("policy.prefix_caching", True,
+                                         edited("hardware.pipeline_parallel", 2, MOE_BASE)))),
+                      "hardware.pipeline_parallel", "not modelled"),
+        Case("pipeline-set-bad", (*RUN, "--set", "hardware.pipeline_parallel=-2"),
+             ("hardware.pipeline_parallel",), {"s.yaml": dump(MOE_BASE)}),
         Case("moe-set-bad-dp", (*RUN, "--set", "hardware.data_parallel=0"),
              ("hardware.data_parallel",), {"s.yaml": dump(MOE_BASE)}),
         Case("moe-set-bad-share", (*RUN, "--set", "model.expert_hottest_share=0.9"),

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, kv_bytes_per_token_on
 from sim.costs.fits import check_parallelism, min_tensor_parallel
 from sim.costs.parallel import compute_peak, expert_terms, kv_seconds_per_token
+from sim.costs.pipeline import pipeline_terms
 from sim.costs.profile_file import (
     _SPLIT_DEFAULTS,
     Coefficients,
@@ -189,6 +190,10 @@ def roofline_profile(
     allreduce_s_per_step, allreduce_s_per_token = allreduce_terms(
         model, hw, link_efficiency=link_efficiency, allreduce_latency_s=allreduce_latency_s
     )
+    if hw.pipeline_parallel > 1:  # hand-overs between stages (sim/costs/pipeline.py)
+        stage_step, stage_token = pipeline_terms(model, hw, link_efficiency, allreduce_latency_s)
+        allreduce_s_per_step += stage_step
+        allreduce_s_per_token += stage_token
     coefficients = Coefficients(
         t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step + host_step_s,
         t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
@@ -250,6 +255,12 @@ def roofline_profile(
     if experts is not None:
         formulas |= _RANK_FORMULAS
         provenance["experts"] = expert_provenance
+    if hw.pipeline_parallel > 1:
+        provenance["pipeline"] = (
+            "one virtual engine's step: the whole model on one stage's GPUs, plus (pp - 1) "
+            "hand-over latencies in t_mem_s and (pp - 1) * hidden * 2 bytes over the link per "
+            "token in t_flop_s_per_token (sim/costs/pipeline.py)"
+        )
     return Profile(
         schema_version=1,
         name=f"roofline-{roofline_stem(model, hw)}",
@@ -315,6 +326,10 @@ def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
     stem = f"{model.name}-{hw.name}"
     if hw.tensor_parallel > 1:
         stem += f"-tp{hw.tensor_parallel}"
+    for label, degree in (("dp", hw.data_parallel), ("ep", hw.expert_parallel),
+                          ("pp", hw.pipeline_parallel)):  # fmt: skip
+        if degree > 1:
+            stem += f"-{label}{degree}"
     if model.weight_dtype_name != "bf16":
         stem += f"-w{model.weight_dtype_name}"
     if model.kv_dtype_name != "bf16":

@@ -309,6 +309,16 @@ def _resolve(
                 if exc.file is None:
                     raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
                 raise
+        if hw.pipeline_parallel > 1 and spec.kv_tiers is not None and spec.kv_tiers.given():
+            where, note = _where(
+                f"{key}.hardware" if g.hardware is not None else "hardware", variant, override
+            )
+            raise ScenarioError(
+                "pipeline_parallel > 1 with kv_tiers is not modelled (each virtual engine would "
+                f"get the instance's tiers){note}",
+                file=file,
+                path=f"{where}.pipeline_parallel",
+            )
         policy = g.policy or spec.policy
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
         _check_windows(spec, policy, hw, policy_key, variant, override, file)

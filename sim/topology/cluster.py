@@ -24,6 +24,7 @@ from sim.core.kv.tiers import Tier, TierStack
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.costs.catalog import (
+    HardwareSpec,
     ModelSpec,
     kv_bytes_per_token_on,
     kv_capacity_blocks,
@@ -102,19 +103,30 @@ class _Tiers:
 def _make_pool(
     group: ResolvedGroup, model: ModelSpec, tiers: _Tiers, bytes_per_token: float
 ) -> KVPool:
+    """One engine's pool: the instance's, or with pipeline stages one virtual engine's share
+    of it (sim/costs/pipeline.py)."""
     policy = group.policy
+    engines = group.hardware.pipeline_parallel
     if isinstance(policy, StaticPolicySpec):  # contiguous reservation: one-token blocks
-        return KVPool(kv_capacity_tokens(model, group.hardware, None, policy.max_batch_size), 1)
+        tokens = kv_capacity_tokens(model, group.hardware, None, policy.max_batch_size)
+        return KVPool(tokens // engines, 1)
     speculative = policy.speculative
     # a draft model's weights take memory, and every token has its KV in the draft too
     draft = speculative.draft_model if speculative is not None and speculative.active else None
-    blocks = policy.num_gpu_blocks or kv_capacity_blocks(
-        model, group.hardware, policy.block_size, draft, policy.max_num_seqs
-    )
+    blocks = (
+        policy.num_gpu_blocks
+        or kv_capacity_blocks(model, group.hardware, policy.block_size, draft, policy.max_num_seqs)
+    ) // engines
     if policy.prefix_caching:
         stack = tiers.stack(group, policy.block_size, bytes_per_token)
         return KVPool(blocks, policy.block_size, caching=True, tiers=stack)
     return KVPool(blocks, policy.block_size)
+
+
+def _label(hw: HardwareSpec) -> str:
+    """`h100-sxm`, `h100-sxmx8`, or `h100-sxmx16 pp4` for one virtual engine of 4 stages."""
+    name = hw.name if hw.num_gpus == 1 else f"{hw.name}x{hw.num_gpus}"
+    return name if hw.pipeline_parallel == 1 else f"{name} pp{hw.pipeline_parallel}"
 
 
 def build_cluster(
@@ -147,7 +159,9 @@ def build_cluster(
             proposer = proposal_cost(speculative, group, model)
             if speculative.draft_model is not None:
                 moved_bytes_per_token += kv_bytes_per_token_on(speculative.draft_model, hw)
-        for _ in range(group.count):
+        # pipeline stages: each instance runs as that many virtual engines
+        engines = hw.pipeline_parallel
+        for _ in range(group.count * engines):
             index = len(instances)
             pool = _make_pool(group, model, tiers, moved_bytes_per_token)
             policy = make_policy(
@@ -161,7 +175,7 @@ def build_cluster(
                 kv = KVSpec(
                     moved_bytes_per_token,
                     pre.swap_bandwidth_gb_per_s * 1e9,
-                    pre.host_memory_gb * 1e9,
+                    pre.host_memory_gb * 1e9 / engines,  # the instance's host memory, shared
                 )
             steps, itl = records(index) if records is not None else (None, None)
             instance = Instance(
@@ -187,13 +201,13 @@ def build_cluster(
                     index,
                     group.role,
                     group.name,
-                    hw.name if hw.num_gpus == 1 else f"{hw.name}x{hw.num_gpus}",
+                    _label(hw),
                     pool.num_total,
                     pool.block_size,
                     "memory" if getattr(group.policy, "num_gpu_blocks", None) is None else "stated",
                     bytes_per_token,
-                    hw.instance_peak_flops,
-                    hw.instance_hbm_bandwidth_bytes_per_s,
+                    hw.instance_peak_flops / engines,
+                    hw.instance_hbm_bandwidth_bytes_per_s / engines,
                 )
             )
 
