@@ -19,6 +19,9 @@ Conventions:
   attention FLOPs are excluded, and padded slots of static batching count as wasted, not useful.
   With speculative decoding the decode tokens are those the target computed, rejected
   verification tokens included (the proposer's FLOPs are not counted).
+* Bandwidth utilization counts the model's weights once per step and the KV read; for a
+  mixture of experts that is every expert, an upper bound (a step reads only the experts its
+  tokens chose: sim/costs/moe.py).
 """
 
 from __future__ import annotations
