@@ -3,6 +3,7 @@
     batchsim catalog                                   # both tables
     batchsim catalog --model llama-3-70b --hardware h100-sxm --tensor-parallel 4
     batchsim catalog --model llama-3-8b --kv-dtype fp8 # KV capacity on every GPU
+    batchsim catalog --model deepseek-v3 --hardware h200 --data-parallel 8 --expert-parallel
 
 With `--model` and/or `--hardware` a third table gives, for every selected pair, the KV bytes per
 token and the KV capacity in tokens and in blocks. When both are named and the model does not fit,
@@ -32,8 +33,20 @@ def register(sub: Any) -> None:
         metavar="N",
         help="GPUs per instance (default 1)",
     )
-    cat.add_argument("--weight-dtype", choices=["bf16", "fp16", "fp8", "int4"])
-    cat.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8"])
+    cat.add_argument(
+        "--data-parallel", type=positive_int, default=1, metavar="N",
+        help="data-parallel attention ranks of a mixture of experts (default 1)",
+    )  # fmt: skip
+    cat.add_argument(
+        "--expert-parallel", action="store_true",
+        help="whole experts on every GPU of a stage (default: experts split by tensor)",
+    )  # fmt: skip
+    cat.add_argument(
+        "--pipeline-parallel", type=positive_int, default=1, metavar="N",
+        help="pipeline stages (default 1)",
+    )  # fmt: skip
+    cat.add_argument("--weight-dtype", choices=["bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"])
+    cat.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "nvfp4"])
     cat.add_argument(
         "--block-size", type=positive_int, default=16, help="tokens per KV block (default 16)"
     )

@@ -20,6 +20,7 @@ from sim.costs.catalog import (
     kv_bytes_per_token_on,
     kv_capacity_blocks,
     kv_capacity_tokens,
+    stored_weight_bytes,
 )
 from sim.costs.fits import check_fits, min_tensor_parallel
 from sim.costs.prices import PRICES_AS_OF
@@ -51,7 +52,13 @@ def _hardware(args: argparse.Namespace) -> list[HardwareSpec]:
         )
     if args.block_size < 1:
         raise ScenarioError(f"must be at least 1 (got {args.block_size})", path="--block-size")
-    update: dict[str, Any] = {"tensor_parallel": args.tensor_parallel}
+    update: dict[str, Any] = {
+        "tensor_parallel": args.tensor_parallel,
+        "data_parallel": args.data_parallel,
+        "pipeline_parallel": args.pipeline_parallel,
+    }
+    if args.expert_parallel:
+        update["expert_parallel"] = args.tensor_parallel * args.data_parallel
     if args.gpu_memory_utilization is not None:
         if not 0 < args.gpu_memory_utilization <= 1:
             raise ScenarioError(
@@ -75,7 +82,9 @@ def model_table(models: list[ModelSpec]) -> pd.DataFrame:
             "heads": m.num_attention_heads,
             "kv_heads": m.num_kv_heads,
             "head_dim": m.head_dim,
-            "weights": m.weight_dtype_name,
+            "weights": m.weight_dtype_name
+            + (f"+{m.expert_weight_dtype}" if m.expert_weight_dtype else ""),
+            "experts": _experts(m),
             "kv": m.kv_dtype_name,
             "weights_GiB": m.weight_bytes / GiB,
             "kv_bytes/token": int(m.kv_bytes_per_token),
@@ -84,6 +93,14 @@ def model_table(models: list[ModelSpec]) -> pd.DataFrame:
         for m in models
     ]
     return pd.DataFrame(rows)
+
+
+def _experts(m: ModelSpec) -> str:
+    """`256/8+1`: routed experts / per token + shared ones; `-` for a dense model."""
+    if m.num_experts is None:
+        return "-"
+    shared = f"+{m.num_shared_experts}" if m.num_shared_experts else ""
+    return f"{m.num_experts}/{m.experts_per_token}{shared}"
 
 
 def _cents(x: float) -> str:
@@ -101,7 +118,9 @@ def hardware_table(gpus: list[HardwareSpec]) -> pd.DataFrame:
             "hbm_TB/s": h.hbm_bandwidth_bytes_per_s / 1e12,
             "bf16_TFLOP/s": tera(h.peak_flops),
             "fp8_TFLOP/s": tera(h.fp8_peak_flops),
+            "fp4_TFLOP/s": tera(h.fp4_peak_flops),
             "link_GB/s": (h.interconnect_bandwidth_bytes_per_s or 0) / 1e9,
+            "domain": h.scaleup_domain_gpus,
             "usd/GPU-h": _cents(h.economics.usd_per_gpu_hour),
             "tdp_W": h.economics.tdp_w,
             "idle_W": h.economics.idle_w,
@@ -121,14 +140,19 @@ def capacity_table(
                 "model": m.name,
                 "gpu": h.name,
                 "tp": h.tensor_parallel,
+                "gpus": h.num_gpus,
                 "usable_GiB": h.usable_bytes / GiB,
-                "weights_GiB": m.weight_bytes / GiB,
+                "weights_GiB": stored_weight_bytes(m, h) / GiB,  # each rank's dense copy
             }
             try:
                 check_fits(m, h)
             except ValueError as exc:
+                if "needs a mixture-of-experts model" in str(exc):
+                    row["note"] = "dense: no data or expert parallelism"
+                    rows.append(row)
+                    continue
                 need = min_tensor_parallel(m, h)
-                reason = "cannot shard" if "tensor_parallel (" in str(exc) else "too big"
+                reason = "cannot shard" if "_parallel (" in str(exc) else "too big"
                 row["note"] = f"{reason}; fits at tp {need}" if need else f"{reason}; no tp fits"
                 rows.append(row)
                 continue
@@ -165,7 +189,10 @@ def catalog_command(args: argparse.Namespace) -> int:
             if reason.startswith("hardware.tensor_parallel ("):  # cannot shard the model
                 reason = reason.replace("hardware.tensor_parallel", "the degree", 1)
                 raise ScenarioError(reason, path="--tensor-parallel") from None
-            reason = reason.replace("hardware.tensor_parallel", "--tensor-parallel")
+            for field in ("tensor_parallel", "data_parallel", "expert_parallel",
+                          "pipeline_parallel"):  # fmt: skip
+                flag = "--" + field.replace("_", "-")
+                reason = reason.replace(f"hardware.{field}", flag)
             raise ScenarioError(reason, path="--model") from None
     print("Models (params in billions; KV bytes/token for the whole model, tp 1)")
     print(_fmt(model_table(models)))
@@ -176,8 +203,9 @@ def catalog_command(args: argparse.Namespace) -> int:
     print(_fmt(hardware_table(gpus)))
     if args.model is not None or args.hardware is not None:
         print(
-            f"\nKV capacity (tensor_parallel {args.tensor_parallel}, block size "
-            f"{args.block_size}; usable = tp x memory x gpu_memory_utilization)"
+            f"\nKV capacity (tensor_parallel {args.tensor_parallel}, data_parallel "
+            f"{args.data_parallel}, pipeline_parallel {args.pipeline_parallel}, block size "
+            f"{args.block_size}; usable = gpus x memory x gpu_memory_utilization)"
         )
         print(_fmt(capacity_table(models, gpus, args.block_size)))
     return 0

@@ -26,11 +26,16 @@ def test_lists_every_model_and_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     # model row: params_B active_B layers heads kv_heads head_dim weights kv GiB KV B/token len
     assert lines["mixtral-8x7b"][1:7] == ["46.7", "12.9", "32", "32", "8", "128"]
     assert lines["qwen2.5-7b"][-2:] == ["57344", "32768"]
-    # GPU row: memory GiB, HBM TB/s, bf16 and fp8 TFLOP/s, link GB/s, $/GPU-h, TDP and idle W
+    # GPU row: memory GiB, HBM TB/s, bf16, fp8 and fp4 TFLOP/s, link GB/s, scale-up domain,
+    # $/GPU-h, TDP and idle W
     assert lines["h100-sxm"][1:] == [
-        "79.6", "3.4", "989.0", "1,979.0", "900.0", "2.99", "700.0", "140.0"
+        "79.6", "3.4", "989.0", "1,979.0", "-", "900.0", "8", "2.99", "700.0", "140.0"
     ]  # fmt: skip
     assert lines["a100-80g"][4] == "-"  # no fp8
+    assert lines["gb200"][5] == "10,000.0" and lines["gb200"][7] == "72"  # fp4, NVL72
+    # a mixture of experts: routed experts / per token + shared, and the experts' dtype
+    assert lines["deepseek-v3"][7:10] == ["fp8", "256/8+1", "bf16"]
+    assert lines["gpt-oss-120b"][7] == "bf16+mxfp4"
     assert "KV capacity" not in out  # only with --model or --hardware
 
 
@@ -39,16 +44,32 @@ def test_pair_capacity_with_tensor_parallel(capsys: pytest.CaptureFixture[str]) 
                        "--tensor-parallel", "4")  # fmt: skip
     assert code == 0
     row = out.strip().splitlines()[-1].split()
-    # model gpu tp usable_GiB weights_GiB kv_bytes/token kv_tokens blocks_of_16 max_len_seqs
-    assert row == ["llama-3-70b", "h100-sxm", "4", "286.7", "131.4", "327680", "495826",
+    # model gpu tp gpus usable_GiB weights_GiB kv_bytes/token kv_tokens blocks_of_16 max_len
+    assert row == ["llama-3-70b", "h100-sxm", "4", "4", "286.7", "131.4", "327680", "495826",
                    "30989", "60"]  # fmt: skip
+
+
+def test_data_parallel_ranks_each_keep_the_dense_weights(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "--model", "deepseek-v3", "--hardware", "h200",
+                       "--data-parallel", "8", "--expert-parallel")  # fmt: skip
+    assert code == 0
+    row = out.strip().splitlines()[-1].split()
+    model = MODELS["deepseek-v3"]
+    stored = (model.weight_bytes + 7 * model.dense_weight_bytes) / 2**30
+    assert row[:4] == ["deepseek-v3", "h200", "1", "8"]
+    assert row[5] == f"{stored:,.1f}"
+    code, _, err = run(capsys, "--model", "llama-3-70b", "--hardware", "h100-sxm",
+                       "--data-parallel", "2")  # fmt: skip
+    assert code == 2 and "--data-parallel needs a mixture-of-experts model" in err
 
 
 def test_one_model_on_every_gpu_with_fp8_kv(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--model", "llama-3-8b", "--kv-dtype", "fp8")
     assert code == 0
     rows = {r.split()[1]: r.split() for r in out.splitlines() if r.startswith("llama-3-8b ")}
-    assert rows["h100-sxm"][5:7] == ["65536", "913001"]  # twice the bf16 456,500 (+1 floor)
+    assert rows["h100-sxm"][6:8] == ["65536", "913001"]  # twice the bf16 456,500 (+1 floor)
     code, out, _ = run(capsys, "--hardware", "a100-80g")
     lines = {r.split()[0]: r for r in out.splitlines()[-len(MODELS) :]}
     assert lines["llama-3-70b"].endswith("too big; fits at tp 2")
