@@ -9,15 +9,33 @@ When only a duration is known the number of arrivals is random, so gaps are draw
 sized from the expected count (plus a margin, so one chunk almost always suffices) until the
 clock passes the end. Chunk sizes depend only on the spec, never on the draws, so the same
 generator state always yields the same arrivals.
+
+A rate profile (`process: profile`) is a non-homogeneous Poisson process, drawn exactly by time
+rescaling (`sim.workload.rate_profile`): unit exponential gaps, in chunks as above, summed into
+a unit-rate clock S, and each S mapped through the inverse of the integrated rate Lambda. With
+a duration, the clock stops at Lambda(duration_s), so the expected count (and the chunk size)
+is Lambda(duration_s); a count above what this machine can hold is refused before any draw. A
+profile that ends at 0 (possible only for a csv, the schema refuses the others) without a
+duration is refused too: its count may never be reached.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 
-from sim.workload.spec import ArrivalSpec, ConstantArrival, GammaArrival, PoissonArrival
+from sim.errors import ScenarioError
+from sim.workload.budget import arrivals_problem
+from sim.workload.rate_profile import RateCurve, curve_of
+from sim.workload.spec import (
+    ArrivalSpec,
+    ConstantArrival,
+    GammaArrival,
+    PoissonArrival,
+    ProfileArrival,
+)
 
 _MIN_CHUNK = 1024
 _MAX_CHUNK = 1 << 20  # bounds the memory of one chunk when a huge duration is asked for
@@ -28,10 +46,18 @@ def sample_arrivals(
     rng: np.random.Generator,
     num_requests: int | None,
     duration_s: float | None,
+    *,
+    base_dir: Path | None = None,
+    keys: tuple[str, str] = ("workload.arrival", "workload.num_requests"),
 ) -> np.ndarray:
-    """Arrival times (float64, sorted) under the stop conditions; at least one must be given."""
+    """Arrival times (float64, sorted) under the stop conditions; at least one must be given.
+    A csv rate profile is read from `base_dir`; `keys` are the key paths of the arrival and of
+    the count (for errors)."""
     if num_requests is None and duration_s is None:
         raise ValueError("arrivals need num_requests and/or duration_s")
+    if isinstance(spec, ProfileArrival):
+        curve = curve_of(spec, base_dir)
+        return _profile(curve, rng, num_requests, duration_s, keys)
     if isinstance(spec, ConstantArrival):
         return _constant(spec.rate, num_requests, duration_s)
     times = _renewal(spec, rng, num_requests, duration_s)
@@ -83,3 +109,50 @@ def _renewal(
         drawn += size
         clock = float(times[-1])
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+
+
+def _profile(
+    curve: RateCurve,
+    rng: np.random.Generator,
+    num_requests: int | None,
+    duration_s: float | None,
+    keys: tuple[str, str],
+) -> np.ndarray:
+    key, count_key = keys
+    if duration_s is None and curve.total < math.inf:
+        raise ScenarioError(
+            f"required: the rate of {key} falls to 0 for good at {curve.end_s:g} s, so "
+            f"{count_key.rsplit('.', 1)[-1]} may never be reached (the arrivals stop at "
+            "duration_s)",
+            path="workload.duration_s",
+        )
+    horizon = curve.total if duration_s is None else min(curve.total, curve.expected(duration_s))
+    expected = horizon + 6 * math.sqrt(horizon) + 16 if duration_s is not None else math.inf
+    if num_requests is not None:
+        expected = min(expected, float(num_requests))
+    too_many = arrivals_problem(expected, f"the rate profile of {key}")
+    if too_many is not None:
+        by_time = num_requests is None or expected < num_requests
+        raise ScenarioError(
+            f"{too_many}: lower {count_key.rsplit('.', 1)[-1]}, duration_s or {key}.scale",
+            path="workload.duration_s" if by_time else count_key,
+        )
+    chunk = int(min(_MAX_CHUNK, max(_MIN_CHUNK, expected)))
+    parts: list[np.ndarray] = []
+    drawn = 0
+    clock = 0.0  # the unit-rate clock: Lambda of the last arrival drawn
+    while clock < horizon and (num_requests is None or drawn < num_requests):
+        size = chunk if num_requests is None else min(chunk, num_requests - drawn)
+        hazard = clock + np.cumsum(rng.standard_exponential(size))
+        drawn += size
+        clock = float(hazard[-1])
+        hazard = hazard[: int(np.searchsorted(hazard, horizon, side="left"))]
+        parts.append(curve.inverse(hazard))
+    times = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+    # past float64's range an arrival never comes (a rate so small its gap overflows)
+    times = times[np.isfinite(times)]
+    # the inverse is exact up to rounding; keep the order it has in exact arithmetic
+    times = np.maximum.accumulate(times) if len(times) else times
+    if duration_s is not None:
+        times = times[: int(np.searchsorted(times, duration_s, side="left"))]
+    return times

@@ -2,7 +2,8 @@
 of it needs, checked before anything is generated.
 
 A synthetic workload stops at `num_requests` arrivals or at `duration_s`, so its size is known
-from the spec (for a duration, the expected count `rate x duration` plus a margin). A run keeps
+from the spec (for a duration, the expected count `rate x duration` plus a margin; for a rate
+profile, its integrated rate Lambda(duration) plus the margin). A run keeps
 its workload's columns (`STREAMED_BYTES_PER_REQUEST`, all a streamed run keeps) and, unless it
 streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: from
 `benchmarks/bench_sim.py`, 0.9 GB peak for a million requests, 0.2 GB streamed), so a workload
@@ -22,7 +23,9 @@ file is read only when the workload is generated).
 Traces and measured runs are bounded by their file, so they are not estimated from the spec;
 what a file could still blow up (content ids over its prompts, a session's turns drawn from an
 empirical `turns` column) is checked where it is built, from the real counts, by
-`content_problem` and `requests_problem`, before the arrays are allocated.
+`content_problem` and `requests_problem`, before the arrays are allocated. A rate profile read
+from a csv is alike: sized here by its count alone (not at all by a duration), then checked by
+`sim.workload.arrivals` from the file's integrated rate, before any arrival is drawn.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from __future__ import annotations
 import math
 import os
 
+from sim.workload.rate_profile import inline_curve
 from sim.workload.spec import (
     MAX_TOKENS,
+    ArrivalSpec,
     EmpiricalLength,
     FixedLength,
     LengthDist,
     LognormalLength,
+    ProfileArrival,
     UniformLength,
     WorkloadSpec,
 )
@@ -62,10 +68,19 @@ def mean_length(dist: LengthDist) -> float:
     return 1.0
 
 
-def _by_rate(count: float, key: str, rate: float, duration_s: float | None) -> tuple[float, str]:
-    """A count capped by an arrival rate over `duration_s` (plus a margin: it is random)."""
+def _by_rate(
+    count: float, key: str, arrival: ArrivalSpec, duration_s: float | None
+) -> tuple[float, str] | None:
+    """A count capped by an arrival process over `duration_s` (plus a margin: it is random);
+    None when it cannot be known from the spec (a csv rate profile without a count)."""
     if duration_s is not None:
-        by_time = rate * duration_s
+        if isinstance(arrival, ProfileArrival):
+            curve = inline_curve(arrival)
+            if curve is None:
+                return None if math.isinf(count) else (count, key)
+            by_time = curve.expected(duration_s)
+        else:
+            by_time = arrival.rate * duration_s
         by_time += 6 * math.sqrt(by_time)  # a few standard deviations more
         if by_time < count:
             return by_time, "workload.duration_s"
@@ -78,7 +93,7 @@ def expected_sessions(spec: WorkloadSpec) -> tuple[float, str] | None:
         return None
     s = spec.sessions
     count = math.inf if s.num_sessions is None else float(s.num_sessions)
-    return _by_rate(count, "workload.sessions.num_sessions", s.arrival.rate, spec.duration_s)
+    return _by_rate(count, "workload.sessions.num_sessions", s.arrival, spec.duration_s)
 
 
 def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
@@ -96,7 +111,7 @@ def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
     if spec.trace is not None or spec.arrival is None:
         return None
     count = math.inf if spec.num_requests is None else float(spec.num_requests)
-    return _by_rate(count, "workload.num_requests", spec.arrival.rate, spec.duration_s)
+    return _by_rate(count, "workload.num_requests", spec.arrival, spec.duration_s)
 
 
 def expected_content_units(spec: WorkloadSpec) -> tuple[float, str] | None:
@@ -202,6 +217,13 @@ def requests_problem(count: int) -> str | None:
     """The reason `count` requests, now known (a session's turns drawn), cannot be held even
     streamed; None when they can."""
     return _refusal(f"{count} requests", float(count) * STREAMED_BYTES_PER_REQUEST)
+
+
+def arrivals_problem(count: float, source: str) -> str | None:
+    """The reason about `count` arrivals expected from `source` (a rate profile read from a
+    file) cannot be held even streamed; None when they can."""
+    what = f"about {count:.3g} requests (expected from {source})"
+    return _refusal(what, count * STREAMED_BYTES_PER_REQUEST)
 
 
 def content_problem(units: int) -> str | None:

@@ -52,7 +52,9 @@ def generate_requests(
         return generate_clients(spec, rng, TraceCache(base_dir))
     arrival_rng, class_rng, prompt_rng, output_rng, predict_rng = rng.spawn(5)
     assert spec.arrival is not None  # guaranteed by WorkloadSpec's validator
-    arrival_s = sample_arrivals(spec.arrival, arrival_rng, spec.num_requests, spec.duration_s)
+    arrival_s = sample_arrivals(
+        spec.arrival, arrival_rng, spec.num_requests, spec.duration_s, base_dir=base_dir
+    )
     n = len(arrival_s)
     traces = TraceCache(base_dir)
 

@@ -42,7 +42,10 @@ def generate_sessions(
     assert spec.sessions is not None
     s = spec.sessions
     arrival_rng, turns_rng, first_rng, user_rng, output_rng, think_rng, prefix_rng = rng.spawn(7)
-    starts = sample_arrivals(s.arrival, arrival_rng, s.num_sessions, spec.duration_s)
+    keys = ("workload.sessions.arrival", "workload.sessions.num_sessions")
+    starts = sample_arrivals(
+        s.arrival, arrival_rng, s.num_sessions, spec.duration_s, base_dir=traces.base_dir, keys=keys
+    )
     num = len(starts)
     turns = sample_lengths(s.turns, num, turns_rng, traces)
     first = sample_lengths(s.first_prompt, num, first_rng, traces)
