@@ -1,6 +1,6 @@
-"""The fuzz corpus, part 4: `batchsim search`: bad space files (their KV tier options, data and
-expert parallelism and P/D layouts with pools of their own too), bad flags, scenarios a search
-cannot take, and bad prices or board power in a scenario's hardware.
+"""The fuzz corpus, part 4: `batchsim search`: bad space files (their KV tier options, data,
+expert and pipeline parallelism and P/D layouts with pools of their own too), bad flags,
+scenarios a search cannot take, and bad prices or board power in a scenario's hardware.
 
 A space case names the space file and the key at fault; a flag case names the flag. Spaces too
 large to expand are generated along every axis (each refused with its size before anything is
@@ -56,6 +56,7 @@ SPACE_KEYS: dict[str, tuple[str, ...]] = {
     "tensor_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
     "data_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
     "expert_parallel": tuple(BAD),  # [1, 2]: numbers, not true or false
+    "pipeline_parallel": ("neg", "str", "bool", "map", "inf", "nan"),
     "layouts": tuple(BAD),
     "policies": tuple(BAD),
     "kv_tiers": tuple(BAD),
@@ -103,6 +104,14 @@ def space_cases() -> list[Case]:
         "ep-number": (_space("expert_parallel", [8]), ("expert_parallel.0", "true or false")),
         "ep-scalar": (_space("expert_parallel", True), ("expert_parallel", "list")),
         "ep-twice": (_space("expert_parallel", [True, True]), ("expert_parallel", "twice")),
+        "pp-zero": (_space("pipeline_parallel", [0]), ("pipeline_parallel.0", ">= 1")),
+        "pp-huge": (_space("pipeline_parallel", [65]), ("pipeline_parallel.0", "<= 64")),
+        "pp-text": (_space("pipeline_parallel", ["two"]), ("space.yaml", "pipeline_parallel.0")),
+        "pp-twice": (_space("pipeline_parallel", [2, 2]), ("pipeline_parallel", "twice")),
+        "pp-empty": (_space("pipeline_parallel", []), ("space.yaml", "pipeline_parallel")),
+        "pp-scalar": (_space("pipeline_parallel", 2), ("space.yaml", "pipeline_parallel")),
+        "gpus-pp": (_space("gpus", [{**a100, "pipeline_parallel": 2}]),
+                    ("gpus.0.pipeline_parallel", "pipeline_parallel list")),
         "gpus-dp": (_space("gpus", [{**a100, "data_parallel": 2}]), ("gpus.0.data_parallel",)),
         "gpus-ep": (_space("gpus", [{**a100, "expert_parallel": 8}]),
                     ("gpus.0.expert_parallel",)),
@@ -110,8 +119,23 @@ def space_cases() -> list[Case]:
                            ("gpus.0.expert_imbalance",)),
         "layout-role-key": (
             _space("layouts", [{"prefill": 1, "decode": 1,
-                                "decode_hardware": {"pipeline_parallel": 2}}]),
-            ("layouts.0.decode_hardware.pipeline_parallel", "unknown key"),
+                                "decode_hardware": {"stages": 2}}]),
+            ("layouts.0.decode_hardware.stages", "unknown key"),
+        ),
+        "layout-role-pp": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "decode_hardware": {"pipeline_parallel": 0}}]),
+            ("layouts.0.decode_hardware.pipeline_parallel", ">= 1"),
+        ),
+        "layout-role-pp-huge": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "prefill_hardware": {"pipeline_parallel": 128}}]),
+            ("layouts.0.prefill_hardware.pipeline_parallel", "<= 64"),
+        ),
+        "layout-role-pp-text": (
+            _space("layouts", [{"prefill": 1, "decode": 1,
+                                "decode_hardware": {"pipeline_parallel": "two"}}]),
+            ("layouts.0.decode_hardware.pipeline_parallel",),
         ),
         "layout-role-gpu": (
             _space("layouts", [{"prefill": 1, "decode": 1, "prefill_hardware": {"name": "h200"}}]),
@@ -120,7 +144,7 @@ def space_cases() -> list[Case]:
         "layout-role-ep": (
             _space("layouts", [{"prefill": 1, "decode": 1,
                                 "decode_hardware": {"data_parallel": 4, "expert_parallel": 3}}]),
-            ("layouts.0.decode_hardware.expert_parallel", "every GPU of the pool"),
+            ("layouts.0.decode_hardware.expert_parallel", "every GPU of a stage of the pool"),
         ),
         "layout-role-ep-maybe": (
             _space("layouts", [{"prefill": 1, "decode": 1,
@@ -307,6 +331,10 @@ def size_cases() -> list[Case]:
                            "policies": [{"name": "continuous", "max_num_seqs": [8] * 30}]},
                           "6000 configurations (1 GPUs x 1 degrees x 100 data-parallel degrees "
                           "x 2 expert-parallel options"),
+        "pipeline-parallel": ({"tensor_parallel": [1, 2], "pipeline_parallel": list(range(1, 65)),
+                               "policies": [{"name": "continuous", "max_num_seqs": [8] * 40}]},
+                              "5120 configurations (1 GPUs x 2 degrees x 64 pipeline-parallel "
+                              "degrees x 1 layouts x 40 policies)"),
     }  # fmt: skip
     cases = [
         _search(f"search-size-{axis}", space={**SPACE, **edit},

@@ -1,7 +1,7 @@
 """Deployment search: the cheapest fleet (or the one using least energy) that serves a workload
-at its rate under its SLOs, over a space of GPUs, degrees of tensor, data and expert parallelism,
-layouts (P/D pools at their own parallelism too), policies and KV tiers below the GPU (whose rent
-the fleet's dollars per hour include).
+at its rate under its SLOs, over a space of GPUs, degrees of tensor, data, expert and pipeline
+parallelism, layouts (P/D pools at their own parallelism too), policies and KV tiers below the
+GPU (whose rent the fleet's dollars per hour include).
 
     search("scenario.yaml", "space.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20)
 
@@ -14,9 +14,10 @@ for `batchsim capacity` (`ttft_p99=2`, `slo_attainment>=0.99`). The rate is the 
 Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
 
 1. set aside what cannot run (`search_space.expand`: the model does not fit, the degree cannot
-   shard it, data or expert parallelism of a dense model, static batching split into pools, KV
-   tiers without prefix caching, the same fleets as an earlier configuration, a unit larger
-   than `max_instances`);
+   shard it (more pipeline stages than layers too), data or expert parallelism of a dense model,
+   an instance wider than a scale-up domain without a scale-out network, static batching split
+   into pools, KV tiers without prefix caching or with pipeline stages, the same fleets as an
+   earlier configuration, a unit larger than `max_instances`);
 2. probe one unit of every other configuration at the whole rate (`search_probe.unit_probe`):
    what it completes bounds the units any of its fleets needs (`search_prune`), which sets aside
    the configurations that would need more than `max_instances` (they cannot meet the SLOs);
@@ -236,6 +237,7 @@ def _row(
         row["note"] = f"no fleet of up to {question.max_instances} instances meets the SLOs"
     parts = {"gpu": config.gpu, "tensor_parallel": config.tensor_parallel,
              "data_parallel": config.data_parallel,
+             "pipeline_parallel": config.pipeline_parallel,
              "expert_parallel": config.expert_parallel_degree, "layout": config.layout,
              "policy": config.policy_label}  # fmt: skip
     if config.tiers_label is not None:  # the space lists tier options

@@ -8,11 +8,12 @@ configuration's GPU, as wide expert parallelism serves decode:
      decode_hardware: {data_parallel: 32, expert_parallel: true}}
 
 A pool's mapping is its whole parallelism: `tensor_parallel` (default 1), `data_parallel`
-(default 1) and `expert_parallel` (false by default; true, or the pool's GPU count, puts whole
-experts on every GPU of the pool: tensor_parallel x data_parallel of them). A pool without a
-mapping takes the configuration's degree (the space's tensor_parallel, data_parallel and
-expert_parallel axes). The layout is named by its counts and the pools' own parallelism:
-`1p1d[P tp8 / D dp32 ep32]`.
+(default 1), `expert_parallel` (false by default; true, or the GPU count of a stage, puts whole
+experts on every GPU of a stage: tensor_parallel x data_parallel of them) and
+`pipeline_parallel` (stages of tensor_parallel x data_parallel GPUs each; default 1). A pool
+without a mapping takes the configuration's degree (the space's tensor_parallel, data_parallel,
+expert_parallel and pipeline_parallel axes). The layout is named by its counts and the pools'
+own parallelism: `1p1d[P tp8 / D dp32 ep32]`, `1p1d[P tp4 pp2]`.
 """
 
 from __future__ import annotations
@@ -37,26 +38,32 @@ class _KeyedError(ValueError):
         self.key = key
 
 
-def parallel_name(tp: int, dp: int, ep: int | None) -> str:
-    """`tp8`, `dp32 ep32`, `tp2 dp4`: the degrees of one pool (tensor parallelism is named
-    when it is above one or alone); `ep` None: experts split by tensor."""
+def parallel_name(tp: int, dp: int, ep: int | None, pp: int = 1) -> str:
+    """`tp8`, `dp32 ep32`, `tp2 dp4`, `tp4 pp2`: the degrees of one pool (tensor parallelism is
+    named when it is above one or alone, pipeline stages when above one); `ep` None: experts
+    split by tensor."""
     parts = [f"tp{tp}"] if tp > 1 or dp == 1 else []
     if dp > 1:
         parts.append(f"dp{dp}")
     if ep is not None:
         parts.append(f"ep{ep}")
+    if pp > 1:
+        parts.append(f"pp{pp}")
     return " ".join(parts)
 
 
-def parallel_hardware(tp: int, dp: int, ep: bool) -> dict[str, Any]:
-    """The hardware keys of a degree: `tensor_parallel`, and `data_parallel` above one and
-    `expert_parallel` (every GPU of the instance) only when asked, so that a space without
-    those axes gives the very mappings (and configuration ids) it gave before them."""
+def parallel_hardware(tp: int, dp: int, ep: bool, pp: int = 1) -> dict[str, Any]:
+    """The hardware keys of a degree: `tensor_parallel`, and `data_parallel` and
+    `pipeline_parallel` above one and `expert_parallel` (every GPU of a stage) only when asked,
+    so that a space without those axes gives the very mappings (and configuration ids) it gave
+    before them."""
     out: dict[str, Any] = {"tensor_parallel": tp}
     if dp > 1:
         out["data_parallel"] = dp
     if ep:
         out["expert_parallel"] = tp * dp
+    if pp > 1:
+        out["pipeline_parallel"] = pp
     return out
 
 
@@ -66,6 +73,7 @@ class RoleParallel(StrictModel):
     tensor_parallel: int = Field(default=1, ge=1, le=64)
     data_parallel: int = Field(default=1, ge=1, le=1024)
     expert_parallel: Annotated[bool, Strict()] | Annotated[int, Field(ge=1, le=65_536)] = False
+    pipeline_parallel: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _check_experts(self) -> RoleParallel:
@@ -73,8 +81,8 @@ class RoleParallel(StrictModel):
         if not isinstance(ep, bool) and ep not in (1, gpus):
             raise _KeyedError(
                 "expert_parallel",
-                f"{ep} is neither 1 nor every GPU of the pool (tensor_parallel x data_parallel "
-                f"= {gpus}): write true (whole experts on every GPU) or false",
+                f"{ep} is neither 1 nor every GPU of a stage of the pool (tensor_parallel x "
+                f"data_parallel = {gpus}): write true (whole experts on every GPU) or false",
             )
         return self
 
@@ -85,12 +93,15 @@ class RoleParallel(StrictModel):
         return ep if isinstance(ep, bool) else (ep == gpus and gpus > 1)
 
     def hardware(self) -> dict[str, Any]:
-        return parallel_hardware(self.tensor_parallel, self.data_parallel, self.experts_whole)
+        return parallel_hardware(
+            self.tensor_parallel, self.data_parallel, self.experts_whole, self.pipeline_parallel
+        )
 
     @property
     def name(self) -> str:
         tp, dp = self.tensor_parallel, self.data_parallel
-        return parallel_name(tp, dp, tp * dp if self.experts_whole else None)
+        return parallel_name(tp, dp, tp * dp if self.experts_whole else None,
+                             self.pipeline_parallel)  # fmt: skip
 
 
 class SplitLayout(StrictModel):
@@ -104,7 +115,7 @@ class SplitLayout(StrictModel):
 
 @dataclass(frozen=True)
 class Layout:
-    name: str  # colocated, 1p2d, 1p1d[P tp8 / D dp32 ep32]
+    name: str  # colocated, 1p2d, 1p1d[P tp8 / D dp32 ep32], 1p1d[P tp4 pp2]
     prefill: int  # per unit (0: colocated)
     decode: int
     # the pools given their own parallelism: role -> hardware keys (tensor_parallel, ...)

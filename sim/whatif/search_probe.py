@@ -2,9 +2,9 @@
 units (or prefill and decode instances) that serve the whole rate.
 
 A probe is one streamed simulation (`simulate(..., tables=False)`: only the summary is needed) of
-the base scenario with the configuration's GPU, degree (tensor, data and expert parallel; a P/D
-layout's pools at their own where it gives them), policy and KV tiers, a fleet of given size,
-the offered rate and a seed. The rate is the workload's arrival rate, or for a trace its
+the base scenario with the configuration's GPU, degree (tensor, data, expert and pipeline
+parallel; a P/D layout's pools at their own where it gives them), policy and KV tiers, a fleet of
+given size, the offered rate and a seed. The rate is the workload's arrival rate, or for a trace its
 `rate_scale` times the own rate of the window that seed replays (`Question.windows`: a trace
 replays the same requests whatever the seed, so each seed replays its own stretch of the trace,
 and a fleet confirmed on every seed holds on several windows of it). A probe passes when every
@@ -13,7 +13,8 @@ SLO holds (`meets`: on the exact percentiles, which a probe of up to
 bound), so a fleet found here meets its SLOs when `batchsim run` reruns it.
 
 A *unit* is one instance (colocated) or one P/D group of x prefill and y decode instances (xPyD);
-an instance is tensor x data parallel GPUs.
+an instance is tensor x data x pipeline parallel GPUs, and runs as one engine per pipeline stage
+(`sim.costs.pipeline`).
 
 * One unit (`unit_probe`): one probe of one unit at the whole rate, on the first seed. If it
   meets the SLOs the answer may be one unit; if not, the requests/s it completed (all it was
@@ -169,14 +170,15 @@ class Prober:
         return summary, meets(q.slos, summary, bounds)
 
 
-def completed_rps(summary: dict[str, float], instances: int) -> float:
+def completed_rps(summary: dict[str, float], engines: int) -> float:
     """Requests/s a run completed over its whole span (first arrival to last step): for an
     overloaded unit, the most it can complete, whatever the SLOs. The span is the one
-    `busy_fraction` divides by (`busy_s / (instances * busy_fraction)`)."""
+    `busy_fraction` divides by (`busy_s / (engines * busy_fraction)`, over every engine: an
+    instance of pp pipeline stages is pp of them)."""
     busy, fraction = summary.get("busy_s", math.nan), summary.get("busy_fraction", math.nan)
     if not (busy > 0 and fraction > 0):
         return math.nan
-    return float(summary["num_finished"]) / (busy / (instances * fraction))
+    return float(summary["num_finished"]) / (busy / (engines * fraction))
 
 
 def unit_probe(question: Question, config: Config) -> dict[str, Any]:
@@ -186,7 +188,7 @@ def unit_probe(question: Question, config: Config) -> dict[str, Any]:
     summary, passes = prober.probe(unit_counts(config), question.rate_rps, question.seeds[0])
     return {
         "passes": passes,
-        "completed_rps": _json_ready({"x": completed_rps(summary, config.unit_size)})["x"],
+        "completed_rps": _json_ready({"x": completed_rps(summary, config.unit_engines)})["x"],
         "probes": prober.probes,
         "requests": prober.requests,
     }

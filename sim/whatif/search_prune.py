@@ -30,9 +30,13 @@ of workers, so the same configurations are sized and pruned whatever runs them.
 Nothing here assumes that more GPUs serve more: the bound compares a configuration's fleets
 with one unit of the same configuration only (a fleet is whole units of identical instances,
 each behind its router), so it holds for any degree, and the price of a unit counts every GPU
-of it (`Config.unit_gpus`: tensor x data parallel per instance, each P/D pool at its own
-parallelism). Data and expert parallelism live inside an instance: its ranks share one step, and
-fleets still grow by whole instances.
+of it (`Config.unit_gpus`: tensor x data x pipeline parallel per instance, each P/D pool at its
+own parallelism). Data and expert parallelism live inside an instance: its ranks share one step,
+and fleets still grow by whole instances. So do pipeline stages: an instance of pp stages runs as
+pp virtual engines (`sim.costs.pipeline`), each with its own batch and 1/pp of the KV, priced as
+if its stages were free when it reaches them, so n units are n times the engines of one, each
+saturating as one unit's do; what one unit completed is measured over all its engines
+(`search_probe.completed_rps`), and a fleet still grows by whole instances of every GPU.
 """
 
 from __future__ import annotations

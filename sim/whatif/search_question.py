@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
+from pydantic import ValidationError
 
 from sim.costs.catalog import ModelSpec
 from sim.errors import ScenarioError
 from sim.measured import read_measured
+from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.load import ResolvedScenario, ScenarioSet, load_scenario_dict, source_of
 from sim.whatif.capacity import SLO, parse_slos
 from sim.whatif.search_probe import Question, max_units, scenario_of, unit_counts
@@ -159,6 +161,15 @@ def _policy_error(
     return ScenarioError(reason, file=space_file, path=where)
 
 
+def _names_tiers(kv_tiers: Any) -> bool:
+    """Whether the scenario's own kv_tiers name a tier (one that does not validate is refused
+    with its own reason when the scenario is loaded)."""
+    try:
+        return kv_tiers is not None and bool(KVTiersSpec.model_validate(kv_tiers).given())
+    except ValidationError:
+        return False
+
+
 def _check_configs(prepared: Prepared, objective: str) -> None:
     question = prepared.question
     for config in prepared.runnable:
@@ -204,7 +215,7 @@ def prepare(
     spec, space_file = read_space(space)
     policy = raw.get("policy")
     found = policies(spec, policy if isinstance(policy, dict) else {}, space_file)
-    expanded = expand(spec, space_file, model, found)
+    expanded = expand(spec, space_file, model, found, _names_tiers(raw.get("kv_tiers")))
     replaced = (*REPLACED, "kv_tiers") if spec.kv_tiers is not None else REPLACED
     base = {k: v for k, v in raw.items() if k not in replaced}
     if expanded.configs:

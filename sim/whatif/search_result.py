@@ -7,19 +7,19 @@ order with their status and the reason:
 
     found | no fleet (none up to max_instances) | dominated | cannot meet the SLOs |
     does not fit | cannot shard | dense model | no scale-out network | static P/D |
-    no prefix caching | duplicate | unit over max_instances
+    no prefix caching | pipeline with tiers | duplicate | unit over max_instances
 
 Columns: `rank`, `configuration`, `status`, `instances` (`prefill` and `decode` for P/D),
-`num_gpus` (tensor x data parallel per instance), `fleet_usd_per_hour`,
+`num_gpus` (tensor x data x pipeline parallel per instance), `fleet_usd_per_hour`,
 `usd_per_million_output_tokens`, `energy_per_output_token_j`, `fleet_power_w`, `slo_attainment`,
 `goodput_rps`, `ttft_p99_s`, `tpot_p99_s`, `e2e_p99_s` (the first seed's probe at the answer),
 `pareto` (on the front of cost against TTFT p99), `unit_completed_rps` (what one unit completed
 at the whole rate), `units_at_least` (the bound that gives on any fleet), `num_probes`,
 `confirmed` (the answer held on every seed), `note`, then the configuration's parts: `gpu`,
-`tensor_parallel`, `data_parallel`, `expert_parallel` (the instance's: every GPU of it, or 1 for
-experts split by tensor), `layout` (a P/D layout's pools with their own parallelism named in
-it: `1p1d[P tp8 / D dp32 ep32]`), `policy`, `kv_tiers` (the tier option's name; only when the
-space lists tier options), `config_id`.
+`tensor_parallel`, `data_parallel`, `pipeline_parallel` (stages per instance), `expert_parallel`
+(the instance's: every GPU of a stage, or 1 for experts split by tensor), `layout` (a P/D
+layout's pools with their own parallelism named in it: `1p1d[P tp8 / D dp32 ep32]`), `policy`,
+`kv_tiers` (the tier option's name; only when the space lists tier options), `config_id`.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def build_table(rows: list[dict[str, Any]], objective: str) -> pd.DataFrame:
     first = ["rank", "configuration", "status", "instances", "prefill", "decode"]
     tiers = ["kv_tiers"] if "kv_tiers" in frame.columns else []
     tail = ["pareto", "unit_completed_rps", "units_at_least", "num_probes", "confirmed", "note",
-            "gpu", "tensor_parallel", "data_parallel", "expert_parallel", "layout", "policy",
+            "gpu", "tensor_parallel", "data_parallel", "pipeline_parallel", "expert_parallel",
+            "layout", "policy",
             *tiers, "config_id"]  # fmt: skip
     rest = [c for c in frame.columns if c not in (*first, *SUMMARY_COLUMNS, *tail)]
     return frame[[*first, *SUMMARY_COLUMNS, *tail, *rest]]

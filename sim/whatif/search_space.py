@@ -7,9 +7,12 @@ The space is a YAML file (or a mapping) read as strictly as a scenario:
     tensor_parallel: [1, 2, 4, 8]          # GPUs per attention rank (default: these four)
     data_parallel: [1, 8]                  # attention ranks per instance (default: [1])
     expert_parallel: [false, true]         # true: whole experts on every GPU (default: [false])
+    pipeline_parallel: [1, 2, 4]           # stages per instance (default: [1])
     layouts: [colocated, 1p1d, 1p2d]       # colocated, or xPyD: x prefill per y decode instances
       # or a mapping giving a pool its own parallelism (sim/whatif/search_layouts.py):
       # {prefill: 1, decode: 1, decode_hardware: {data_parallel: 32, expert_parallel: true}}
+      # (a pool's mapping takes tensor_parallel, data_parallel, expert_parallel,
+      # pipeline_parallel)
     policies:                              # policy mappings; a list of values: one per value
       - {name: continuous, max_num_seqs: [128, 256]}
       - {name: chunked, max_num_batched_tokens: [512, 2048]}
@@ -32,24 +35,31 @@ label says nothing of them.
 Mixture-of-experts models (sim/costs/parallel.py): an instance has `data_parallel` attention
 ranks of `tensor_parallel` GPUs each, tp x dp GPUs behind one set of expert layers, which are
 split by tensor over them (`expert_parallel: false`) or held whole, num_experts / (tp x dp) on
-every GPU (`true`). Every GPU count (an instance's, a unit's, the fleet's, its dollars) counts
-tp x dp per instance. A configuration is named `h200 tp1 dp8 ep8 | 1p1d[P tp8 / D dp32 ep32] |
-<policy>`: data parallelism where it is above one, expert parallelism where the axis is true.
+every GPU (`true`). Pipeline parallelism (sim/costs/pipeline.py), for any model: an instance of
+`pipeline_parallel` (pp) stages of tp x dp GPUs each, every stage a share of the layers, runs as
+pp virtual engines. Every GPU count (an instance's, a unit's, the fleet's, its dollars) counts
+tp x dp x pp per instance (`HardwareSpec.num_gpus`). A configuration is named `h200 tp1 dp8 ep8
+| 1p1d[P tp8 / D dp32 ep32] | <policy>`, `h100-sxm tp4 pp2 | colocated | <policy>`: data
+parallelism and pipeline stages where they are above one, expert parallelism where the axis is
+true.
 
-A configuration is one GPU, one degree (tensor, data and expert parallel), one layout, one
-policy and one tier option; the space is their product. Configurations that cannot run are set
-aside here, before anything is simulated, with the reason `check_fits` gives: the model does not
-fit the GPUs at that degree (`does not fit`), the degree cannot shard it (`cannot shard`: heads
-or experts that do not divide, a missing link figure), data or expert parallelism of a dense
-model (`dense model`), an instance wider than one scale-up domain on a GPU without a scale-out
-network (`no scale-out network`); static batching asked to split into prefill and decode pools;
-a tier option meeting a policy without prefix caching (a tier holds blocks by content hash); a
-configuration that deploys the very fleets of an earlier one (`duplicate`: expert parallelism
-on one GPU, or a layout whose pools both have their own parallelism, met again at another axis
-value). Tier options and duplicates are set aside rather than refused, so that one space can
-weigh a policy without caching (and no tiers) against caching with tiers, and lists axes that
-only some layouts use. Every other problem (a bad key or value) is an error naming the space
-file and the key.
+A configuration is one GPU, one degree (tensor, data, expert and pipeline parallel), one layout,
+one policy and one tier option; the space is their product. Configurations that cannot run are
+set aside here, before anything is simulated, with the reason `check_fits` gives: the model does
+not fit the GPUs at that degree (`does not fit`), the degree cannot shard it (`cannot shard`:
+heads or experts that do not divide, more stages than the model has layers, a missing link
+figure), data or expert parallelism of a dense model (`dense model`), an instance wider than one
+scale-up domain on a GPU without a scale-out network (`no scale-out network`); static batching
+asked to split into prefill and decode pools; a tier option meeting a policy without prefix
+caching (a tier holds blocks by content hash); KV tiers (a tier option, or the scenario's own
+where the space lists none) meeting pipeline stages (`pipeline with tiers`: not modelled, each
+virtual engine would get the instance's tiers); a configuration that deploys the very fleets of
+an earlier one (`duplicate`: expert parallelism on one GPU, or a layout whose pools both have
+their own parallelism, met again at another axis value). Tier options and duplicates are set
+aside rather than refused, so that one space can weigh a policy without caching (and no tiers)
+against caching with tiers, or pipeline stages against tiers, and lists axes that only some
+layouts use. Every other problem (a bad key or value) is an error naming the space file and the
+key.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -99,6 +110,7 @@ class SpaceSpec(StrictModel):
     )
     data_parallel: list[Annotated[int, Field(ge=1, le=1024)]] = Field(default=[1], min_length=1)
     expert_parallel: list[Annotated[bool, Strict()]] = Field(default=[False], min_length=1)
+    pipeline_parallel: list[Annotated[int, Field(ge=1, le=64)]] = Field(default=[1], min_length=1)
     layouts: list[Annotated[Any, AfterValidator(check_layout)]] = Field(
         default=["colocated"], min_length=1
     )
@@ -132,18 +144,23 @@ class Config:
     # pool takes `hardware`)
     prefill_hardware: dict[str, Any] | None = None
     decode_hardware: dict[str, Any] | None = None
+    pipeline_parallel: int = 1  # stages per instance
 
     @property
     def degree(self) -> str:
-        """`tp2`, `tp1 dp8`, `tp1 dp8 ep8`: data parallelism above one, experts when whole."""
+        """`tp2`, `tp1 dp8`, `tp1 dp8 ep8`, `tp4 pp2`: data parallelism and stages above one,
+        experts when whole."""
         text = f"tp{self.tensor_parallel}"
         if self.data_parallel > 1:
             text += f" dp{self.data_parallel}"
-        return f"{text} ep{self.expert_parallel_degree}" if self.expert_parallel else text
+        if self.expert_parallel:
+            text += f" ep{self.expert_parallel_degree}"
+        return f"{text} pp{self.pipeline_parallel}" if self.pipeline_parallel > 1 else text
 
     @property
     def expert_parallel_degree(self) -> int:
-        """The instance's expert_parallel: every GPU when whole, else 1 (split by tensor)."""
+        """The instance's expert_parallel: every GPU of a stage when whole, else 1 (split by
+        tensor)."""
         return self.tensor_parallel * self.data_parallel if self.expert_parallel else 1
 
     @property
@@ -170,26 +187,34 @@ class Config:
         """Instances in one unit: one, or a P/D group of x prefill and y decode instances."""
         return self.prefill + self.decode if self.prefill else 1
 
-    @property
-    def instance_gpus(self) -> int:
-        """GPUs of one instance at the configuration's degree: tensor x data parallel."""
-        return self.tensor_parallel * self.data_parallel
+    def unit_pools(self) -> list[tuple[int, dict[str, Any]]]:
+        """(instances per unit, hardware) of each pool a unit deploys."""
+        if not self.prefill:
+            return [(1, self.hardware)]
+        return [(self.prefill, self.pool_hardware("prefill")),
+                (self.decode, self.pool_hardware("decode"))]  # fmt: skip
 
     @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance at the configuration's degree: tensor x data x pipeline
+        parallel."""
+        return self.tensor_parallel * self.data_parallel * self.pipeline_parallel
+
+    @cached_property
     def unit_gpus(self) -> int:
-        """GPUs of one unit: tensor x data parallel per instance, each pool at its own."""
-        if not self.prefill:
-            return self.instance_gpus
-        return sum(
-            count * (self.instance_gpus if own is None else gpus_of(own))
-            for count, own in ((self.prefill, self.prefill_hardware),
-                               (self.decode, self.decode_hardware))
-        )  # fmt: skip
+        """GPUs of one unit: tensor x data x pipeline parallel per instance
+        (`HardwareSpec.num_gpus`), each pool at its own (a configuration that can run)."""
+        return sum(count * gpus_of(hardware) for count, hardware in self.unit_pools())
+
+    @property
+    def unit_engines(self) -> int:
+        """Engines of one unit: each instance runs as one per pipeline stage."""
+        return sum(count * int(hw.get("pipeline_parallel", 1)) for count, hw in self.unit_pools())
 
 
 def gpus_of(hardware: dict[str, Any]) -> int:
-    """GPUs of one instance of a hardware mapping (`HardwareSpec.num_gpus`)."""
-    return int(hardware.get("tensor_parallel", 1)) * int(hardware.get("data_parallel", 1))
+    """GPUs of one instance of a hardware mapping that validates (`HardwareSpec.num_gpus`)."""
+    return HardwareSpec.model_validate(hardware).num_gpus
 
 
 @dataclass(frozen=True)
@@ -239,7 +264,7 @@ def _gpus(space: SpaceSpec, file: str) -> list[tuple[str, dict[str, Any]]]:
             raise ScenarioError(
                 "needs a `name` (a catalog GPU or your own)", file=file, path=f"gpus.{i}"
             )
-        for key in ("tensor_parallel", "data_parallel", "expert_parallel"):
+        for key in ("tensor_parallel", "data_parallel", "expert_parallel", "pipeline_parallel"):
             if key in mapping:
                 raise ScenarioError(
                     f"set degrees in the space's {key} list, not per GPU",
@@ -350,7 +375,8 @@ def check_size(space: SpaceSpec, file: str, base_policy: dict[str, Any]) -> int:
     size = len(space.gpus) * len(space.tensor_parallel) * len(space.layouts) * num_policies
     axes = ""
     for key, what in (("data_parallel", "data-parallel degrees"),
-                      ("expert_parallel", "expert-parallel options")):  # fmt: skip
+                      ("expert_parallel", "expert-parallel options"),
+                      ("pipeline_parallel", "pipeline-parallel degrees")):  # fmt: skip
         if key in space.model_fields_set:  # named only where the space lists it
             size *= len(getattr(space, key))
             axes += f" x {len(getattr(space, key))} {what}"
@@ -422,7 +448,13 @@ def _category(reason: str) -> str:
         return "dense model"
     if "scaleout_bandwidth_bytes_per_s is required" in reason:
         return "no scale-out network"
-    return "cannot shard"
+    return "cannot shard"  # heads, experts or layers that do not divide, a missing link
+
+
+PIPELINE_TIERS = (
+    "pipeline_parallel > 1 with kv_tiers is not modelled (each virtual engine would get the "
+    "instance's tiers): {} stages meet the tiers of {}"
+)
 
 
 def pool_problem(model: ModelSpec, hardware: dict[str, Any]) -> tuple[str, str] | None:
@@ -436,16 +468,20 @@ def pool_problem(model: ModelSpec, hardware: dict[str, Any]) -> tuple[str, str] 
     try:
         check_fits(model, hw)
     except ValueError as exc:
-        reason = re.sub(r"hardware\.(tensor|data|expert)_parallel", r"\1_parallel", str(exc))
+        reason = re.sub(r"hardware\.(tensor|data|expert|pipeline)_parallel", r"\1_parallel",
+                        str(exc))  # fmt: skip
         return _category(reason), reason
     if not model.is_moe and "expert_parallel" in hardware:  # asked for on one GPU
         return "dense model", DENSE_EXPERTS.format(model.name)
     return None
 
 
-def _problem(model: ModelSpec, config: Config, uncached: str | None) -> tuple[str, str] | None:
+def _problem(
+    model: ModelSpec, config: Config, uncached: str | None, scenario_tiers: bool
+) -> tuple[str, str] | None:
     """Why `config` cannot run (category, reason), or None: each hardware its pools use, then
-    static batching split into pools, then a tier option without prefix caching."""
+    static batching split into pools, then a tier option without prefix caching, then KV tiers
+    (the option's, or the scenario's own where the space lists none) with pipeline stages."""
     pools: list[tuple[str, dict[str, Any]]] = []
     if not config.prefill or None in (config.prefill_hardware, config.decode_hardware):
         pools.append(("", config.hardware))
@@ -461,14 +497,20 @@ def _problem(model: ModelSpec, config: Config, uncached: str | None) -> tuple[st
         return "static P/D", "static batching cannot be split into prefill and decode pools"
     if config.kv_tiers is not None and uncached is not None:
         return "no prefix caching", uncached
+    stages = max(int(hw.get("pipeline_parallel", 1)) for _, hw in config.unit_pools())
+    tiered = config.kv_tiers is not None or (config.tiers_label is None and scenario_tiers)
+    if stages > 1 and tiered:
+        whose = (f"the space's option {config.tiers_label}" if config.kv_tiers is not None
+                 else "the scenario")  # fmt: skip
+        return "pipeline with tiers", PIPELINE_TIERS.format(stages, whose)
     return None
 
 
 def _normal(hardware: dict[str, Any]) -> dict[str, Any]:
     """A hardware mapping as the instance it deploys: degrees of one left out."""
-    out = {k: v for k, v in hardware.items() if k not in ("data_parallel", "expert_parallel")}
-    return out | {k: v for k in ("data_parallel", "expert_parallel")
-                  if (v := hardware.get(k, 1)) != 1}  # fmt: skip
+    degrees = ("data_parallel", "expert_parallel", "pipeline_parallel")
+    out = {k: v for k, v in hardware.items() if k not in degrees}
+    return out | {k: v for k in degrees if (v := hardware.get(k, 1)) != 1}
 
 
 def deployment(config: Config) -> str:
@@ -480,15 +522,21 @@ def deployment(config: Config) -> str:
 
 
 def expand(
-    space: SpaceSpec, file: str, model: ModelSpec, expanded: list[tuple[str, dict[str, Any], int]]
+    space: SpaceSpec,
+    file: str,
+    model: ModelSpec,
+    expanded: list[tuple[str, dict[str, Any], int]],
+    scenario_tiers: bool = False,
 ) -> Expanded:
     """Every configuration of the space (its policies `expanded` by `policies`, which counted
-    them first, and checked by the caller); those that cannot run set aside with the reason."""
+    them first, and checked by the caller); those that cannot run set aside with the reason.
+    `scenario_tiers`: the scenario's own kv_tiers name a tier (they apply where the space lists
+    no tier options, and refuse pipeline stages)."""
     gpus = _gpus(space, file)
     tiers = _tiers(space, file)
     layouts = read_layouts(space, file)
     uncached = [_caching(policy) for _, policy, _ in expanded]
-    for key in ("tensor_parallel", "data_parallel", "expert_parallel"):
+    for key in ("tensor_parallel", "data_parallel", "expert_parallel", "pipeline_parallel"):
         values = getattr(space, key)
         if len(set(values)) < len(values):
             raise ScenarioError("a value is listed twice", file=file, path=key)
@@ -497,11 +545,11 @@ def expand(
     every: list[Config] = []
     seen: dict[str, str] = {}  # deployment -> the label of the first configuration with it
     product = itertools.product(gpus, space.tensor_parallel, space.data_parallel,
-                                space.expert_parallel, layouts, range(len(expanded)),
-                                tiers)  # fmt: skip
-    for (gpu, mapping), tp, dp, ep, layout, k, (tiers_label, tiers_mapping) in product:
+                                space.expert_parallel, space.pipeline_parallel, layouts,
+                                range(len(expanded)), tiers)  # fmt: skip
+    for (gpu, mapping), tp, dp, ep, pp, layout, k, (tiers_label, tiers_mapping) in product:
         policy_label, policy, _ = expanded[k]
-        hardware = {**mapping, **parallel_hardware(tp, dp, ep)}
+        hardware = {**mapping, **parallel_hardware(tp, dp, ep, pp)}
         roles = {role: {**mapping, **par} for role, par in layout.roles.items()}
         ident: list[Any] = [hardware, layout.name, policy, gpu]
         if roles:  # the id of a layout without pools of their own is as it was
@@ -510,9 +558,9 @@ def expand(
             ident += [tiers_mapping, tiers_label]
         config = Config(_digest(ident), gpu, hardware, tp, layout.name, layout.prefill,
                         layout.decode, policy, policy_label, tiers_mapping, tiers_label, dp, ep,
-                        roles.get("prefill"), roles.get("decode"))  # fmt: skip
+                        roles.get("prefill"), roles.get("decode"), pp)  # fmt: skip
         every.append(config)
-        found = _problem(model, config, uncached[k])
+        found = _problem(model, config, uncached[k], scenario_tiers)
         if found is not None:
             aside.append((config, *found))
             continue
