@@ -11,7 +11,7 @@ import importlib.util
 import json
 import socket
 
-from fuzz_corpus import BASE, Case, dump
+from fuzz_corpus import BASE, Case, dump, edited
 
 GOOD = {"s.yaml": dump(BASE)}
 
@@ -190,6 +190,11 @@ def capacity_cases() -> list[Case]:
         return Case(case_id, ("capacity", "s.yaml", *args), expect, GOOD)
 
     return [
+        Case("capacity-rate-profile", ("capacity", "s.yaml", "--slo", "ttft_p90=1"),
+             ("s.yaml", "rate profile", "workload.arrival.scale"),
+             {"s.yaml": dump(edited("workload.arrival", {
+                 "process": "profile",
+                 "rate": {"shape": "ramp", "from_rate": 1.0, "to_rate": 5.0, "over_s": 10.0}}))}),
         cap("capacity-slo-neg", "--slo", "ttft_p90=-1", expect=("--slo", "ttft_p90=-1")),
         cap("capacity-slo-zero", "--slo", "ttft_p90=0", expect=("--slo", "> 0")),
         cap("capacity-slo-nan", "--slo", "ttft_p90=nan", expect=("--slo", "finite")),

@@ -377,6 +377,12 @@ def closed_loop_cases() -> list[Case]:
                                   ("-rate", ("--rate", "3"), "--rate 3 does not apply")):
             cases.append(_search(f"search-{kind}{label}", *args, scenario=scenario,
                                  expect=("s.yaml", f"workload.{kind}", "closed loop", flag)))
+    # a rate profile: the search sizes a fleet for one rate
+    profile = copy.deepcopy(SCENARIO)
+    profile["workload"]["arrival"] = {"process": "profile", "rate": {
+        "shape": "ramp", "from_rate": 1.0, "to_rate": 5.0, "over_s": 10.0}}
+    cases.append(_search("search-rate-profile", scenario=profile,
+                         expect=("s.yaml", "workload.arrival.rate", "is a profile")))
     # nothing in the space fits, nor does the scenario's own hardware: said, not a traceback
     big = {**SCENARIO, "model": "llama-3-70b"}
     cases.append(_search("search-all-set-aside", scenario=big,

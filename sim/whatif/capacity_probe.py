@@ -48,7 +48,13 @@ class Prober:
                     "trace, which has no arrival rate",
                     file=self.file,
                 )
-            rates.add(arrival.rate)
+            if not isinstance(arrival.rate, (int, float)):
+                raise ScenarioError(
+                    f"capacity search varies {rate_key}: variant {resolved.variant!r} has a rate "
+                    "profile; search its level with workload.arrival.scale instead",
+                    file=self.file,
+                )
+            rates.add(float(arrival.rate))
         # variants may differ in rate; the search starts from the base's (or the first) rate
         base_rate = raw.get("workload", {}).get("arrival", {}).get("rate")
         self.start_rate = float(base_rate if base_rate is not None else min(rates))

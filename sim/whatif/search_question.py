@@ -136,7 +136,13 @@ def _rates(
     elif workload.arrival is None:
         raise _closed_loop(workload, rate)
     else:
-        target = rate if rate is not None else workload.arrival.rate
+        if not isinstance(workload.arrival.rate, (int, float)):
+            raise ScenarioError(
+                "the search sizes a fleet for one arrival rate, and this workload's rate is a "
+                "profile (process profile); give a poisson, gamma or constant process",
+                path="workload.arrival.rate",
+            )
+        target = rate if rate is not None else float(workload.arrival.rate)
         span = (workload.num_requests or math.inf) / target
     span = min(span, workload.duration_s or math.inf)
     window = resolved.spec.metrics
