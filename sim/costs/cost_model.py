@@ -32,7 +32,6 @@ class CostModel:
     """Prices steps with one profile's coefficients (for a table profile: its fallback form)."""
 
     __slots__ = (
-        "experts",
         "profile",
         "ridge_tokens",
         "split",
@@ -50,7 +49,12 @@ class CostModel:
     last_extrapolated = False
     has_tables = False  # whether steps can fall outside measured tables
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, with_experts: bool = False) -> None:
+        if profile.experts is not None and not with_experts:
+            raise ValueError(
+                "a profile with an experts block prices with ExpertCostModel "
+                "(sim.costs.pricer.make_cost_model picks it)"
+            )
         c = profile.coefficients
         form = profile.analytic_form
         self.profile = profile
@@ -70,10 +74,6 @@ class CostModel:
         self.t_decode_s_per_token = float(c.t_decode_s_per_token or 0.0)
         self.t_seq_s_per_seq = float(c.t_seq_s_per_seq)
         self.t_attn_s_per_pair = float(c.t_attn_s_per_pair)
-        terms = profile.experts
-        self.experts: ExpertStepCost | None = (
-            ExpertStepCost(terms) if terms is not None else None
-        )
 
     def step_time(
         self, num_tokens: int, sum_context_tokens: int, prefill_attention_term: int
@@ -95,15 +95,13 @@ class CostModel:
 
     def plan_time(self, plan: StepFeaturesLike) -> float:
         """Seconds for the first step of a step's features."""
-        if self.experts is not None:
-            return self.price(plan, plan.num_tokens, plan.num_seqs)[0]
         return self.step_time(plan.num_tokens, plan.sum_context_tokens, plan.prefill_attention_term)
 
     def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
         """The first step's seconds, and how much longer each repeated step is: attention reads
         `context_growth_per_step` more KV tokens per step, and a repeated prompt chunk does
         `attention_growth_per_step` more attention work."""
-        if self.split or self.experts is not None:
+        if self.split:
             first, increment, _, _ = self.price(features, features.num_tokens, features.num_seqs)
             return first, increment
         n = features.num_tokens
@@ -158,12 +156,6 @@ class CostModel:
             increment += (
                 self.t_attn_s_per_token2 + self.t_attn_s_per_pair
             ) * features.attention_growth_per_step
-        experts = self.experts
-        if experts is not None:
-            # the busiest data-parallel rank's share of the per-rank terms, then the experts
-            u = experts.rank_factor(num_seqs)
-            first = self.t_mem_s + (first - self.t_mem_s) * u + experts.seconds(num_tokens)
-            increment *= u
         return first, increment, BIG, False
 
     def linear_steps(self, features: StepFeaturesLike) -> int:
@@ -174,3 +166,31 @@ class CostModel:
     def cpu_overhead_s(self, features: StepFeaturesLike) -> float:
         """Host seconds per step: none unless the pricing knobs add some (`sim.costs.knobs`)."""
         return 0.0
+
+
+class ExpertCostModel(CostModel):
+    """A mixture of experts' profile (its `experts:` block, sim/costs/expert_terms.py): the
+    analytic form prices the dense part per data-parallel rank, scaled by the busiest rank's
+    share, and the routed experts and their exchange are added. A subclass, so that dense
+    profiles price on `CostModel`'s path unchanged."""
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__(profile, with_experts=True)
+        assert profile.experts is not None
+        self.experts = ExpertStepCost(profile.experts)
+
+    def plan_time(self, plan: StepFeaturesLike) -> float:
+        return self.price(plan, plan.num_tokens, plan.num_seqs)[0]
+
+    def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
+        first, increment, _, _ = self.price(features, features.num_tokens, features.num_seqs)
+        return first, increment
+
+    def price(
+        self, features: StepFeaturesLike, num_tokens: int, num_seqs: int
+    ) -> tuple[float, float, int, bool]:
+        first, increment, steps, outside = super().price(features, num_tokens, num_seqs)
+        experts = self.experts
+        u = experts.rank_factor(num_seqs)  # the busiest rank's share of the per-rank terms
+        first = self.t_mem_s + (first - self.t_mem_s) * u + experts.seconds(num_tokens)
+        return first, increment * u, steps, outside

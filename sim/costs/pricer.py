@@ -10,7 +10,7 @@ outside a table) and `last_extrapolated` (whether the run just priced did).
 
 from __future__ import annotations
 
-from sim.costs.cost_model import CostModel
+from sim.costs.cost_model import CostModel, ExpertCostModel
 from sim.costs.knobs import KnobbedPricer, PricingSpec, merge_pricing
 from sim.costs.profile import Profile
 from sim.costs.table_model import TableCostModel
@@ -19,8 +19,12 @@ Pricer = CostModel | TableCostModel | KnobbedPricer
 
 
 def make_cost_model(profile: Profile, scenario_pricing: PricingSpec | None = None) -> Pricer:
-    base: CostModel | TableCostModel = (
-        TableCostModel(profile) if profile.table is not None else CostModel(profile)
-    )
+    base: CostModel | TableCostModel
+    if profile.table is not None:
+        base = TableCostModel(profile)
+    elif profile.experts is not None:  # a mixture of experts (sim/costs/expert_terms.py)
+        base = ExpertCostModel(profile)
+    else:
+        base = CostModel(profile)
     pricing = merge_pricing(profile.pricing, scenario_pricing)
     return KnobbedPricer(base, pricing) if pricing.active else base

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
-from sim.costs.cost_model import CostModel
+from sim.costs.cost_model import CostModel, ExpertCostModel
 from sim.costs.expert_terms import ExpertStepCost, ExpertTerms
 from sim.costs.fits import check_fits
 from sim.costs.moe import ExpertRouting, expected_distinct, routing_shares
 from sim.costs.parallel import compute_peak, exchange_terms
+from sim.costs.pricer import make_cost_model
 from sim.costs.profile import (
     HOST_STEP_S,
     ROOFLINE_FLOP_EFFICIENCY,
@@ -109,7 +110,7 @@ def test_the_small_and_large_batch_limits() -> None:
 def test_a_one_token_step_reads_the_active_parameters_and_a_large_one_all_of_them() -> None:
     model = ModelSpec.model_validate(SMALL_MOE)
     hw = HardwareSpec.model_validate(GPU)
-    cost = CostModel(roofline_profile(model, hw))
+    cost = ExpertCostModel(roofline_profile(model, hw))
     bandwidth, flops = hw.hbm_bandwidth_bytes_per_s * MEM, hw.peak_flops * FLOP
     active_bytes = model.active_parameters * model.weight_bytes_per_parameter
     one = cost.price(features(1, 1), 1, 1)[0]
@@ -178,7 +179,7 @@ def test_uneven_data_parallel_batches_cost_the_busiest_rank() -> None:
     )
     model = ModelSpec.model_validate(SMALL_MOE)
     hw = HardwareSpec.model_validate(GPU | {"data_parallel": 4, "expert_parallel": 4})
-    cost = CostModel(roofline_profile(model, hw))
+    cost = ExpertCostModel(roofline_profile(model, hw))
     c = cost.profile.coefficients
     assert cost.experts is not None
 
@@ -270,3 +271,11 @@ def test_layouts_that_cannot_work_are_refused_with_the_reason(model, hardware, m
     with pytest.raises(ValueError, match=re.escape(message)):
         spec = ModelSpec.model_validate(base | model)
         check_fits(spec, HardwareSpec.model_validate(GPU | hardware))
+
+
+def test_a_profile_with_experts_is_priced_by_the_expert_model_only() -> None:
+    model, hw = ModelSpec.model_validate(SMALL_MOE), HardwareSpec.model_validate(GPU)
+    profile = roofline_profile(model, hw)
+    with pytest.raises(ValueError, match="ExpertCostModel"):
+        CostModel(profile)
+    assert isinstance(make_cost_model(profile), ExpertCostModel)
