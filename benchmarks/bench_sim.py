@@ -11,6 +11,7 @@ Each size runs in a fresh process, so peak RSS belongs to that run alone.
     python benchmarks/bench_sim.py --policy static  # another policy (chunked, mixed, ...)
     python benchmarks/bench_sim.py --policy cached  # prefix caching (vs --policy uncached)
     python benchmarks/bench_sim.py --stream --sizes 10000000   # no tables: summary streamed
+    python benchmarks/bench_sim.py --deployment moe  # a mixture of experts (moe-ep: 4 DP ranks)
 
 `us/req` is the wall time per simulated request: flat across sizes means the cost is linear in
 the number of requests. With `--stream` the run keeps no per-request, per-step or gap tables
@@ -50,13 +51,23 @@ POLICIES = {
     "cached": {"name": "continuous", "prefix_caching": True},
     "uncached": {"name": "continuous"},  # the same prompts, caching off: the baseline for it
 }
+# model and GPUs: the dense default, or a mixture of experts (its step prices the distinct
+# experts a step touches), on one GPU or as four data-parallel ranks with expert parallelism
+DEPLOYMENTS: dict[str, tuple[str, Any]] = {
+    "dense": ("llama-2-7b", "a100-80g"),
+    "moe": ("qwen3-30b-a3b", "h100-sxm"),
+    "moe-ep": ("qwen3-30b-a3b", {"name": "h100-sxm", "data_parallel": 4, "expert_parallel": 4}),
+}
 SHARED_PREFIX = {"num_prefixes": 16, "zipf": 1.0, "length": {"dist": "fixed", "value": 512}}
 
 
-def one_run(num_requests: int, rate: float, policy: str, stream: bool = False) -> dict[str, Any]:
+def one_run(
+    num_requests: int, rate: float, policy: str, stream: bool = False, deployment: str = "dense"
+) -> dict[str, Any]:
     from sim import load_scenario_dict, simulate
 
     raw = json.loads(json.dumps(BASE))
+    raw["model"], raw["hardware"] = DEPLOYMENTS[deployment]
     raw["workload"]["num_requests"] = num_requests
     raw["workload"]["arrival"]["rate"] = rate
     raw["policy"] = POLICIES[policy]
@@ -79,9 +90,12 @@ def one_run(num_requests: int, rate: float, policy: str, stream: bool = False) -
     }
 
 
-def in_subprocess(num_requests: int, rate: float, policy: str, stream: bool) -> dict[str, Any]:
+def in_subprocess(
+    num_requests: int, rate: float, policy: str, stream: bool, deployment: str
+) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(num_requests), str(rate), policy, str(stream)],
+        [sys.executable, __file__, "--child", str(num_requests), str(rate), policy, str(stream),
+         deployment],
         check=True,
         capture_output=True,
         text=True,
@@ -95,18 +109,21 @@ def main() -> None:
     parser.add_argument("--policy", choices=sorted(POLICIES), default="continuous")
     parser.add_argument("--load", type=float, default=0.8, help="fraction of saturation")
     parser.add_argument("--stream", action="store_true", help="keep no tables (flat memory)")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--deployment", choices=sorted(DEPLOYMENTS), default="dense",
+                        help="model and GPUs (moe: a mixture of experts)")
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        n, rate, policy, stream = args.child
-        print(json.dumps(one_run(int(n), float(rate), policy, stream == "True")))
+        n, rate, policy, stream, deployment = args.child
+        print(json.dumps(one_run(int(n), float(rate), policy, stream == "True", deployment)))
         return
     from sim.compiled import build
 
-    saturation = in_subprocess(5_000, 1e6, args.policy, False)["throughput_rps"]
+    saturation = in_subprocess(5_000, 1e6, args.policy, False, args.deployment)["throughput_rps"]
     rate = args.load * saturation
     print(
-        f"{build()} core; policy {args.policy}: saturation {saturation:.2f} req/s; "
+        f"{build()} core; {args.deployment} {DEPLOYMENTS[args.deployment][0]}; "
+        f"policy {args.policy}: saturation {saturation:.2f} req/s; "
         f"arrivals at {args.load:.0%} = {rate:.2f} req/s; "
         f"{'summary streamed, no tables' if args.stream else 'with tables'}"
     )
@@ -117,7 +134,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for n in args.sizes:
-        r = in_subprocess(n, rate, args.policy, args.stream)
+        r = in_subprocess(n, rate, args.policy, args.stream, args.deployment)
         groups = str(r["step_groups"]) if r["step_groups"] >= 0 else "-"
         print(
             f"{r['requests']:>9} {r['wall_s']:>8.2f} {1e6 * r['wall_s'] / n:>7.1f} "
