@@ -365,8 +365,25 @@ def other_cases() -> list[Case]:
     ]
 
 
+def error_bar_cases() -> list[Case]:
+    """`run --seeds N` (2 to 1000) and `run --band X` (a percentage strictly between 0 and 100),
+    refused by the flag's own check, or by the GPU-time scale a band end would need."""
+    seeds = {"0": "0", "1": "1", "neg": "-3", "text": "'x'", "huge": "100000"}
+    band = {"0": "0", "100": "100", "neg": "-5", "nan": "nan", "text": "'x'"}
+    return [
+        *(_run(f"flag-seeds-{k}", "--seeds", v.strip("'"), expect=("--seeds", v))
+          for k, v in seeds.items()),
+        *(_run(f"flag-band-{k}", "--band", v.strip("'"), expect=("--band", v))
+          for k, v in band.items()),
+        _run("flag-band-scale-floor", "--band", "95",
+             expect=("--band 95", "engine.pricing.gpu_time_scale")),
+        _run("flag-band-workers-0", "--band", "5", "--workers", "0", expect=("--workers",)),
+    ]  # fmt: skip
+
+
 def cli_cases() -> list[Case]:
     return [
+        *error_bar_cases(),
         *set_cases(),
         *out_cases(),
         *sweep_cases(),

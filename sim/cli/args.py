@@ -8,6 +8,7 @@ count).
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def _integer(text: str) -> int:
@@ -30,4 +31,25 @@ def nonnegative_int(text: str) -> int:
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} must be at least 0")
+    return value
+
+
+def seed_count(text: str) -> int:
+    """Runs per variant of `run --seeds`: 2 to 1000."""
+    value = _integer(text)
+    if not 2 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"{value} must be from 2 to 1000 (runs per variant)")
+    return value
+
+
+def band_percent(text: str) -> float:
+    """The half-width of `run --band` in percent: a finite number above 0 and below 100."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and 0 < value < 100):
+        raise argparse.ArgumentTypeError(
+            f"{text} must be a percentage above 0 and below 100 (e.g. 10 for ±10 %)"
+        )
     return value

@@ -11,7 +11,10 @@ interrupt in the first moments is as clean as a late one.
 overrides writes to `<out>/<name>--<overrides>/` (for example `quickstart--rate=4`), so it never
 replaces the results of the unmodified scenario; `--set name=NAME` picks the folder instead.
 It reports progress on stderr (variant, simulated time, requests done; at most one line a
-second) unless `-q`, which also turns the progress machinery off entirely.
+second) unless `-q`, which also turns the progress machinery off entirely. `--seeds N` and
+`--band X` add runs for error bars (`sim.whatif.error_bars`): planned and checked before the
+first simulation, run after it (in `--workers` processes), written as `intervals.csv` in the
+same folder and printed instead of the plain table.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 from sim import __version__
-from sim.cli.args import nonnegative_int
+from sim.cli.args import band_percent, nonnegative_int, positive_int, seed_count
 from sim.cli.signals import interrupted, interrupts, raise_if_interrupted, report
 from sim.compiled import build
 from sim.errors import ScenarioError
@@ -96,6 +100,28 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="request tracks in the trace: the first N requests (default 200)",
     )
+    run.add_argument(
+        "--seeds",
+        type=seed_count,
+        default=1,
+        metavar="N",
+        help="run every variant N times (2 to 1000), on seeds seed .. seed+N-1, and report each "
+        "headline metric's mean ± 95 %% interval (intervals.csv)",
+    )
+    run.add_argument(
+        "--band",
+        type=band_percent,
+        default=None,
+        metavar="X",
+        help="also run every variant with each step's GPU time -X %% and +X %% and report each "
+        "metric's range, and SLO verdicts that flip (intervals.csv)",
+    )
+    run.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="processes for the runs of --seeds and --band (default: every CPU)",
+    )
     run.set_defaults(handler=_run)
     report = sub.add_parser("report", help="rebuild report.html of a results folder")
     report.add_argument("folder", type=Path, help="results folder, e.g. results/quickstart")
@@ -162,10 +188,12 @@ def _run(args: argparse.Namespace) -> int:
             f"keeps no tables: it writes the summary only, so {what} cannot be given with it",
             path="--stream",
         )
+    bars = _error_bars(scenario, args) if args.seeds > 1 or args.band is not None else None
     results = simulate(scenario, progress=_progress(args.quiet), tables=not args.stream)
-    elapsed = time.perf_counter() - started
     # a variant whose every request was rejected measured nothing: a ScenarioError saying why
     notes = rejection_check(results, str(args.scenario))
+    intervals = bars(results) if bars is not None else None
+    elapsed = time.perf_counter() - started
     out_dir = write_results(
         results,
         dest,
@@ -176,14 +204,58 @@ def _run(args: argparse.Namespace) -> int:
         table_format=args.table_format,
         progress=not args.quiet,
         before_commit=raise_if_interrupted,  # a Ctrl-C that a library swallowed still counts
+        extra_files=None if intervals is None else partial(_write_intervals, intervals),
     )
     if not args.quiet:
-        print(format_summary(results.summary()))
+        if intervals is None:
+            print(format_summary(results.summary()))
+        else:
+            _print_intervals(intervals, results.summary(), args)
         for note in notes:
             print(note)
         named = " (a folder of its own: --set overrides)" if folder != scenario.name else ""
-        print(f"\n{simulated_line(results, elapsed)}; results in {out_dir}/{named}")
+        runs = (args.seeds - 1) + (2 if args.band is not None else 0)
+        more = f" (and {runs} more runs for error bars)" if runs else ""
+        print(f"\n{simulated_line(results, elapsed)}{more}; results in {out_dir}/{named}")
     return 0
+
+
+def _error_bars(scenario: Any, args: argparse.Namespace) -> Callable[[Any], Any]:
+    """Plan the extra runs of --seeds and --band now (a bad one is refused before anything is
+    simulated); the function that runs them and returns the interval table."""
+    from sim.whatif.error_bars import interval_table, plan, run_extra
+    from sim.whatif.sweep_backends import default_workers
+
+    tasks = plan(scenario, seeds=args.seeds, band=args.band)
+    workers = args.workers or default_workers()
+
+    def run(results: Any) -> Any:
+        runs = run_extra(tasks, workers, progress=not args.quiet)
+        return interval_table(results.summary(), runs, args.seeds, args.band is not None)
+
+    return run
+
+
+def _write_intervals(table: Any, folder: Path) -> None:
+    from sim.whatif.error_bars import write_intervals
+
+    write_intervals(table, folder)
+
+
+def _print_intervals(table: Any, summary: Any, args: argparse.Namespace) -> None:
+    from sim.cli.run_report import flip_notes, format_intervals
+
+    if args.seeds > 1:
+        last = args.seeds - 1
+        print(f"mean ± 95 % interval of the mean over {args.seeds} seeds (seed + 0..{last}):")
+        print(format_intervals(table, summary, "seeds"))
+    if args.band is not None:
+        if args.seeds > 1:
+            print()
+        print(f"nominal [range] with each step's GPU time ±{args.band:g} % (scenario seed):")
+        print(format_intervals(table, summary, "band"))
+        for note in flip_notes(table, args.band):
+            print(note)
 
 
 def _progress(quiet: bool) -> Callable[[str], None] | None:
