@@ -79,3 +79,22 @@ def expected_instances(gpu_name: str, tp: int) -> int:
 
 
 HAND_SLO = "queue_p99=0.001"  # nobody waits
+
+
+def llama_poisson(**policy: Any) -> dict[str, Any]:
+    """Llama-3-8B on an A100 under Poisson arrivals at 40 req/s (600 requests): a scenario
+    big enough that searches prune, small enough to run whole."""
+    return {
+        "name": "small",
+        "seed": 3,
+        "workload": {
+            "num_requests": 600,
+            "arrival": {"process": "poisson", "rate": 40.0},
+            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.6, "max": 2000},
+            "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.6, "max": 400},
+        },
+        "model": "llama-3-8b",
+        "hardware": "a100-80g",
+        "policy": {"name": "continuous", **policy},
+        "metrics": {"warmup_s": 1, "cooldown_s": 1},
+    }

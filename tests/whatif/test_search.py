@@ -22,6 +22,7 @@ from helpers_search import (
     expected_instances,
     hand_scenario,
     hand_space,
+    llama_poisson,
 )
 
 import sim
@@ -95,20 +96,7 @@ def test_pruning_keeps_the_optimum_of_the_exhaustive_search() -> None:
 
 def realistic() -> tuple[dict[str, Any], dict[str, Any]]:
     """Llama-3-8B on Poisson arrivals: GPUs, degrees, colocated and P/D, two policies."""
-    scenario = {
-        "name": "small",
-        "seed": 3,
-        "workload": {
-            "num_requests": 600,
-            "arrival": {"process": "poisson", "rate": 40.0},
-            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.6, "max": 2000},
-            "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.6, "max": 400},
-        },
-        "model": "llama-3-8b",
-        "hardware": "a100-80g",
-        "policy": {"name": "continuous"},
-        "metrics": {"warmup_s": 1, "cooldown_s": 1},
-    }
+    scenario = llama_poisson()
     space = {
         "gpus": ["l40s", "a100-80g", "h100-sxm"],
         "tensor_parallel": [1, 2],

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_search import GPUS, HAND_SLO, expected_instances, gpu, hand_scenario, hand_space
+from helpers_search import (
+    GPUS,
+    HAND_SLO,
+    expected_instances,
+    gpu,
+    hand_scenario,
+    hand_space,
+    llama_poisson,
+)
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.fits import check_fits
@@ -563,20 +571,7 @@ def test_pruning_never_removes_the_optimum_with_pipeline_stages() -> None:
     """A dense model under load on two GPUs, at one or two stages (a P/D layout's decode pool at
     two of its own too): the pruned search finds what the exhaustive one finds, and the bound of
     a unit of stages counts what all its engines completed."""
-    scenario = {
-        "name": "dense",
-        "seed": 3,
-        "workload": {
-            "num_requests": 600,
-            "arrival": {"process": "poisson", "rate": 40.0},
-            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.6, "max": 2000},
-            "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.6, "max": 400},
-        },
-        "model": "llama-3-8b",
-        "hardware": "a100-80g",
-        "policy": {"name": "continuous", "max_num_seqs": 32},
-        "metrics": {"warmup_s": 1, "cooldown_s": 1},
-    }
+    scenario = llama_poisson(max_num_seqs=32) | {"name": "dense"}
     staged = {"prefill": 1, "decode": 1, "decode_hardware": {"pipeline_parallel": 2}}
     space = {"gpus": ["l40s", "a100-80g"], "tensor_parallel": [1, 2], "pipeline_parallel": [1, 2],
              "layouts": ["colocated", "1p1d", staged], "max_instances": 16}  # fmt: skip
