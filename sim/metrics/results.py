@@ -60,6 +60,9 @@ class VariantResult:
     streamed: StreamSummary | None = None
     # run-level counts no table holds (prefix-cache lookups, a trace's dropped requests)
     counters: dict[str, float] = field(default_factory=dict)
+    # an autoscaled run's scaling events, one row each (sim.topology.scaling.EVENT_COLUMNS);
+    # empty for a fleet that never changes
+    fleet_events: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def summary(self) -> dict[str, float]:
         if self.streamed is not None:

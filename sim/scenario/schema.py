@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.knobs import PricingSpec
 from sim.inputs.strict_model import StrictModel
+from sim.scenario.control_plane import AdmissionSpec, AutoscaleSpec
 from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.speculative import SpeculativeSpec
 from sim.workload import WorkloadSpec
@@ -224,6 +225,7 @@ RouterName = Literal[
     "random",
     "prefix_affinity",
     "session_sticky",
+    "slo_headroom",
 ]
 
 
@@ -235,6 +237,18 @@ class InstanceGroupSpec(_Strict):
     hardware: HardwareSpec | None = None
     policy: PolicySpec | None = None
     profile: str | dict[str, Any] | None = None
+    # add and remove instances of this group during the run (sim/scenario/control_plane.py);
+    # `count` is how many it starts with
+    autoscale: AutoscaleSpec | None = None
+
+    @model_validator(mode="after")
+    def _count_in_range(self) -> InstanceGroupSpec:
+        a = self.autoscale
+        if a is not None and not a.min <= self.count <= a.max:
+            raise ValueError(
+                f"count ({self.count}) is outside autoscale's [min, max] = [{a.min}, {a.max}]"
+            )
+        return self
 
 
 class RouterOptions(_Strict):
@@ -242,11 +256,17 @@ class RouterOptions(_Strict):
 
     hit_weight: float = Field(default=1.0, ge=0, le=1e6)
     load_weight: float = Field(default=1.0, ge=0, le=1e6)
+    # what the router sees of the engines: their loads as last scraped, every `refresh_s`
+    # seconds (0: exact at each decision), and their prefix caches as of `kv_event_lag_s` ago
+    refresh_s: float = Field(default=0.0, ge=0, le=3600)
+    kv_event_lag_s: float = Field(default=0.0, ge=0, le=3600)
 
 
 class ClusterSpec(_Strict):
     router: RouterName = "least_outstanding_requests"
     router_options: RouterOptions = RouterOptions()
+    # load shedding at the gateway (sim/scenario/control_plane.py); None: every request queues
+    admission: AdmissionSpec | None = None
     instances: list[InstanceGroupSpec] = Field(min_length=1)
 
 
