@@ -27,6 +27,7 @@ import pandas as pd
 import simpy
 
 from sim.core.arrivals import Source
+from sim.core.engine import Instance
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec
 from sim.errors import ScenarioError
@@ -175,8 +176,11 @@ def run_variant(
     if pulled:
         cluster.instances[0].feed = source.pulled()
     if requests.sessions is not None and requests.sessions.closed_loop:
-        for instance in cluster.instances:  # a finished turn sends the session's next one
+
+        def sessions(instance: Instance) -> None:  # a finished turn sends the session's next
             instance.on_finish = source.turn_finished
+
+        cluster.each_instance(sessions)
     if progress is not None:
 
         def clock() -> float:  # an instance running ahead of SimPy knows the later time
@@ -190,6 +194,14 @@ def run_variant(
         missing = len(requests) - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
     instances = pd.DataFrame([vars(i) for i in cluster.info])
+    events = pd.DataFrame()
+    if cluster.fleet is not None:  # the fleet changed during the run: its lifetimes and events
+        lives = cluster.fleet.lifetimes()
+        instances = pd.concat([instances, lives], axis=1)
+        events = cluster.fleet.events()
+        context = _context(resolved, cluster, lives)
+        if stream is not None:
+            stream.use_context(context)
     scenario_doc = resolved.spec.model_dump(mode="json")
     counters = {**requests.notes, **_cache_counters(cluster), **_pricing_counters(cluster)}
     if spec.metrics.tpot == "per_output_token":  # the summary says which TPOT it reports
@@ -209,6 +221,7 @@ def run_variant(
             instances=instances,
             streamed=stream,
             counters=counters,
+            fleet_events=events,
         )
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
@@ -237,6 +250,7 @@ def run_variant(
         scenario=scenario_doc,
         instances=instances,
         counters=counters,
+        fleet_events=events,
     )
 
 
@@ -259,8 +273,27 @@ def _cache_counters(cluster: Cluster) -> dict[str, float]:
     return cache_counters([i.pool for i in cluster.instances])
 
 
-def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
+def _context(
+    resolved: ResolvedScenario, cluster: Cluster, lives: pd.DataFrame | None = None
+) -> SummaryContext:
+    """What the summary needs; `lives` the lifetimes of an autoscaled fleet's instances."""
     spec = resolved.spec
+    if lives is not None:  # instances launched during the run: each bills its own group's GPUs
+        hardware = {g.name: g.hardware for g in resolved.groups}
+        # an instance's DRAM and NVMe tiers are rented with it, for its lifetime
+        own = tiers_cost_per_hour(spec.kv_tiers, 1) - tiers_cost_per_hour(spec.kv_tiers, 0)
+        fleet = tuple(_fleet(hardware[i.group], own) for i in cluster.info)
+        lifetimes = tuple(zip(lives["launch_s"], lives["retire_s"], strict=True))
+        memory = tiers_cost_per_hour(spec.kv_tiers, 0)  # the shared store, for the whole run
+    else:
+        # one entry per engine: a pipelined instance's virtual engines each bill a stage's GPUs
+        fleet = tuple(
+            _fleet(group.hardware)
+            for group in resolved.groups
+            for _ in range(group.count * group.hardware.pipeline_parallel)
+        )
+        lifetimes = ()
+        memory = tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances))
     model = spec.model
     first = cluster.info[0]
     return SummaryContext(
@@ -288,13 +321,9 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
             for i in cluster.info
         ),
         num_links=cluster.link.num_links if cluster.link is not None else 0,
-        memory_usd_per_hour=tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances)),
-        # one entry per engine: a pipelined instance's virtual engines each bill a stage's GPUs
-        fleet=tuple(
-            _fleet(group.hardware)
-            for group in resolved.groups
-            for _ in range(group.count * group.hardware.pipeline_parallel)
-        ),
+        memory_usd_per_hour=memory,
+        fleet=fleet,
+        lifetimes=lifetimes,
         speculative=any(
             s is not None and s.active
             for s in (getattr(g.policy, "speculative", None) for g in resolved.groups)
@@ -302,18 +331,19 @@ def _context(resolved: ResolvedScenario, cluster: Cluster) -> SummaryContext:
     )
 
 
-def _fleet(hw: HardwareSpec) -> tuple[int, float, float, float]:
+def _fleet(hw: HardwareSpec, rent_usd_per_hour: float = 0.0) -> tuple[int, float, float, float]:
     """(GPUs, dollars per GPU-hour, TDP and idle watts) of one engine, in engine order: an
-    instance's, or one stage's for each virtual engine of a pipelined instance."""
+    instance's, or one stage's for each virtual engine of a pipelined instance;
+    `rent_usd_per_hour` is what else the instance rents (its KV tiers), spread over its GPUs."""
     figures = hw.economics
     gpus = hw.num_gpus // hw.pipeline_parallel
-    return gpus, figures.usd_per_gpu_hour, figures.tdp_w, figures.idle_w
+    return gpus, figures.usd_per_gpu_hour + rent_usd_per_hour / gpus, figures.tdp_w, figures.idle_w
 
 
 def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:
     """Whether the lone instance pulls its arrivals itself (`sim.core.arrivals.ArrivalFeed`): no
     SimPy event per arrival or run; the same schedule as arrivals pushed by the source."""
-    return len(cluster.instances) == 1 and cluster.link is None and requests.sessions is None
+    return cluster.direct and requests.sessions is None
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:

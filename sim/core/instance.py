@@ -255,6 +255,15 @@ class InstanceState:
             self.pool.num_total,
         )
 
+    def holds_requests(self) -> bool:
+        """Whether any request is here now: queued, running, swapped, finished but holding its
+        KV, waiting to hand off or to land (an instance that holds none can retire)."""
+        self.settle()
+        return bool(
+            len(self.waiting) or self.running or self.swapped or self.held or self.handoff
+            or self.arrived or self.reserved_blocks or self._run is not None
+        )  # fmt: skip
+
     def cached_prefix_tokens(self, req: Request) -> int:
         """Tokens of `req`'s prompt this instance's prefix cache holds, on the GPU or in a KV
         tier below it (0 without caching)."""

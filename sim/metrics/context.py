@@ -33,6 +33,9 @@ class SummaryContext:
     # per instance index: (GPUs, US dollars per GPU-hour, TDP and idle watts per GPU), for the
     # fleet's price and energy (sim.metrics.fleet); empty: unknown, those metrics are NaN
     fleet: tuple[tuple[int, float, float, float], ...] = ()
+    # per instance index of an autoscaled fleet: (launch_s, retire_s), retire NaN when alive at
+    # the end; empty: every instance lives the whole run (sim.metrics.fleet)
+    lifetimes: tuple[tuple[float, float], ...] = ()
     # KV tiers below the GPU: their rent, dollars per hour (sim/scenario/kv_tiers.py)
     memory_usd_per_hour: float = 0.0
     # whether an instance decodes speculatively: the summary then has the spec_* metrics

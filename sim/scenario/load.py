@@ -33,6 +33,7 @@ from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
+from sim.scenario.control_plane import AutoscaleSpec
 from sim.scenario.engine_preset import apply_engine_preset
 from sim.scenario.overrides import (
     apply_overrides,
@@ -43,6 +44,7 @@ from sim.scenario.overrides import (
 from sim.scenario.schema import (
     ChunkedPolicySpec,
     ContinuousPolicySpec,
+    InstanceGroupSpec,
     LinkSpec,
     Role,
     Scenario,
@@ -50,6 +52,7 @@ from sim.scenario.schema import (
     check_tiers,
 )
 from sim.workload.budget import memory_problem
+from sim.workload.forecast import forecast_of
 
 # the schema's names that callers reach through this module
 __all__ = [
@@ -83,6 +86,8 @@ class ResolvedGroup:
     profile: Profile
     # speculative decoding with a draft model: the draft's step costs on this group's GPU
     draft_profile: Profile | None = None
+    # instances added and removed during the run (sim/scenario/control_plane.py)
+    autoscale: AutoscaleSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -323,10 +328,45 @@ def _resolve(
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
         _check_windows(spec, policy, hw, policy_key, variant, override, file)
         draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
-        groups.append(ResolvedGroup(role, group_name, g.count, hw, policy, group_profile, draft))
+        _check_autoscale(spec, g, hw, key, variant, override, file)
+        groups.append(
+            ResolvedGroup(
+                role, group_name, g.count, hw, policy, group_profile, draft, g.autoscale
+            )
+        )
     return ResolvedScenario(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
     )
+
+
+def _check_autoscale(
+    spec: Scenario,
+    group: InstanceGroupSpec,
+    hw: HardwareSpec,
+    key: str,
+    variant: str | None,
+    override: dict[str, Any],
+    file: str,
+) -> None:
+    """What an autoscaled group needs beyond its own schema."""
+    a = group.autoscale
+    if a is None:
+        return
+    where, note = _where(f"{key}.autoscale", variant, override)
+    if hw.pipeline_parallel > 1:
+        raise ScenarioError(
+            "autoscaling instances with pipeline_parallel > 1 is not modelled (each runs as "
+            f"several virtual engines){note}",
+            file=file,
+            path=where,
+        )
+    if a.mode == "predictive" and forecast_of(spec.workload) is None:
+        raise ScenarioError(
+            "mode predictive forecasts from the workload's stated rate (workload.arrival: a "
+            f"rate or a rate profile); this workload states none{note}",
+            file=file,
+            path=f"{where}.mode",
+        )
 
 
 def _check_windows(

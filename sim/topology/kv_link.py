@@ -22,7 +22,7 @@ start). The store's figures are the remote tier's (`sim.scenario.kv_tiers.TierGe
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 import simpy
@@ -57,9 +57,11 @@ class KVLink:
         decode: list[tuple[Instance, IterationPolicy]],
         router: Router,
         store: Sequence[StorePath] | None = None,
+        serving: Callable[[], Sequence[int]] | None = None,
     ) -> None:
         """`store`: each instance's path to the shared store, by instance index (`via: store`;
-        None: over the link)."""
+        None: over the link); `serving`: the indices of the decode instances that take
+        transfers now (an autoscaled pool's; None: every one)."""
         self.env = env
         self.bandwidth = spec.bandwidth_gb_per_s * 1e9
         self.latency_s = spec.latency_s
@@ -70,6 +72,11 @@ class KVLink:
         self.store = store
         self.pending: deque[tuple[Request, Instance]] = deque()
         self.busy_s = 0.0
+        self.serving = serving
+
+    def add_decode(self, instance: Instance, policy: IterationPolicy) -> None:
+        """A decode instance launched during the run (it takes transfers once serving)."""
+        self.decode.append((instance, policy))
 
     def can_ever_take(self, req: Request) -> bool:
         """Whether some decode instance could ever hold the request's whole sequence."""
@@ -97,6 +104,9 @@ class KVLink:
                 for i, (need, load) in enumerate(zip(needs, loads, strict=True))
                 if need <= load.kv_blocks_total - load.kv_blocks_used
             ]
+            if self.serving is not None:
+                serving = set(self.serving())
+                fits = [i for i in fits if self.decode[i][0].index in serving]
             if not fits:
                 return  # backpressure: the head waits on its prefill instance, and so do the rest
             chosen = self.router.pick(len(self.decode), loads.__getitem__, fits)
