@@ -19,6 +19,7 @@ from fuzz_corpus_audit import audit_cases
 from fuzz_corpus_bounds import bounds_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_clients import client_cases
+from fuzz_corpus_day_profile import day_profile_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_measured import measured_cases
@@ -44,6 +45,7 @@ CORPUS: list[Case] = [
     *audit_cases(),
     *profile_cmd_cases(),
     *bounds_cases(),
+    *day_profile_cases(),
 ]
 
 

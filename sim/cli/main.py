@@ -149,6 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.replay import register as register_replay
 
     register_replay(sub)
+    from sim.cli.workload import register as register_workload
+
+    register_workload(sub)
     for name in PLUGINS:
         _plug_in(name, sub)
     return parser
