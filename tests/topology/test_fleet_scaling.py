@@ -1,0 +1,229 @@
+"""Autoscaled fleets end to end (`sim.topology.scaling`): lifetimes, billing, provisioning delay,
+draining, scale to zero, P/D pools, and that a fleet that cannot change runs exactly as a fixed
+one."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.errors import ScenarioError
+from sim.scenario.load import load_scenario_dict
+from sim.simulate import simulate
+
+PROVISIONING = {"scheduling_s": 5.0, "load_bandwidth_gb_per_s": 4.0, "warmup_s": 10.0}
+
+
+def scenario(autoscale: dict[str, Any] | None, count: int = 1, **workload: Any) -> dict[str, Any]:
+    group: dict[str, Any] = {"count": count}
+    if autoscale is not None:
+        group["autoscale"] = {"provisioning": PROVISIONING, **autoscale}
+    arrival = workload.pop(
+        "arrival",
+        {"process": "profile", "rate": {"shape": "ramp", "from_rate": 1, "to_rate": 14,
+                                        "over_s": 240}},
+    )  # fmt: skip
+    return {
+        "name": "fleet",
+        "seed": 3,
+        "workload": {
+            "duration_s": workload.pop("duration_s", 420),
+            "arrival": arrival,
+            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
+            "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
+        },
+        "model": "llama-3-8b",
+        "hardware": "h100-sxm",
+        "policy": {"name": "chunked", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+        "cluster": {"router": "least_outstanding_tokens", "instances": [group]},
+    }
+
+
+RUNNING = {
+    "signal": "running", "target": 12, "min": 1, "max": 6, "interval_s": 5,
+    "scale_out_cooldown_s": 10, "scale_in_cooldown_s": 30,
+}  # fmt: skip
+
+
+def run(doc: dict[str, Any], tables: bool = True) -> Any:
+    return next(iter(simulate(doc, tables=tables).variants.values()))
+
+
+@pytest.fixture(scope="module")
+def ramp() -> Any:
+    return run(scenario(RUNNING))
+
+
+def resolved() -> Any:
+    return load_scenario_dict(scenario(RUNNING)).variants[0].spec
+
+
+def weight_bytes() -> float:
+    return float(resolved().model.weight_bytes)
+
+
+def test_the_fleet_grows_with_the_ramp_and_every_request_finishes(ramp: Any) -> None:
+    events = ramp.fleet_events
+    launches = events[events["event"] == "launch"]
+    assert len(launches) >= 2
+    req = ramp.requests
+    assert not req["rejected"].any()
+    assert req["finish_s"].notna().all()
+    assert ramp.summary()["peak_instances"] >= 2
+
+
+def test_provisioning_delay_is_exact(ramp: Any) -> None:
+    inst = ramp.instances
+    launched = inst[inst["launch_s"] > 0]
+    delay = PROVISIONING["scheduling_s"] + weight_bytes() / 4e9 + PROVISIONING["warmup_s"]
+    ready = launched.dropna(subset=["ready_s"])
+    assert len(ready) >= 2
+    np.testing.assert_allclose(ready["ready_s"] - ready["launch_s"], delay, rtol=1e-12)
+
+
+def test_instances_serve_only_between_ready_and_drain(ramp: Any) -> None:
+    inst = ramp.instances.set_index("index")
+    req = ramp.requests
+    steps = ramp.steps
+    for index, row in inst.iterrows():
+        mine = req[req["instance"] == index]
+        assert (mine["arrival_s"] >= row["ready_s"]).all()
+        if not math.isnan(row["drain_s"]):
+            assert (mine["arrival_s"] <= row["drain_s"]).all()
+        own = steps[steps["instance"] == index]
+        if len(own):
+            assert own["start_s"].min() >= row["ready_s"]
+            if not math.isnan(row["retire_s"]):
+                # billed until its last step ends, never before
+                assert row["retire_s"] == pytest.approx(max(own["end_s"].max(), row["drain_s"]))
+
+
+def test_integrated_cost_is_the_sum_of_lifetimes_times_price(ramp: Any) -> None:
+    inst = ramp.instances
+    price = resolved().hardware.economics.usd_per_gpu_hour
+    end = max(ramp.steps["end_s"].max(), inst["retire_s"].max())
+    life = inst["retire_s"].fillna(end) - inst["launch_s"]
+    summary = ramp.summary()
+    assert summary["fleet_usd"] == pytest.approx(float((life * price / 3600).sum()), rel=1e-12)
+    assert summary["instance_hours"] == pytest.approx(float(life.sum()) / 3600, rel=1e-12)
+    assert summary["fleet_usd_per_hour"] == pytest.approx(summary["fleet_usd"] / (end / 3600))
+
+
+def test_events_agree_with_lifetimes(ramp: Any) -> None:
+    events = ramp.fleet_events
+    inst = ramp.instances.set_index("index")
+    for kind, column in (("launch", "launch_s"), ("ready", "ready_s"), ("drain", "drain_s")):
+        rows = events[events["event"] == kind].set_index("instance")["time_s"]
+        np.testing.assert_allclose(rows.sort_index(), inst.loc[rows.index, column].sort_index())
+    # every instance launched during the run has its launch event; each retirement comes after
+    # its drain
+    retired = events[events["event"] == "retire"].set_index("instance")["time_s"]
+    assert (retired >= inst.loc[retired.index, "drain_s"]).all()
+    serving = events["serving"] + events["provisioning"] + events["draining"]
+    assert (serving <= RUNNING["max"] + len(inst)).all()
+
+
+def test_a_fleet_that_cannot_change_runs_as_a_fixed_one() -> None:
+    """Pinned to its count, an autoscaled group serves the same schedule as a fixed one (the
+    fixed fleet's own path is untouched: the regression baselines check it exactly)."""
+    fixed = run(scenario(None, count=2, duration_s=200))
+    pinned = run(scenario({**RUNNING, "min": 2, "max": 2}, count=2, duration_s=200))
+    assert len(pinned.fleet_events) == 0
+    cols = [c for c in fixed.requests.columns]
+    pd.testing.assert_frame_equal(fixed.requests[cols], pinned.requests[cols])
+    # the same steps: the controller's reads only split coalesced runs into more rows
+    for frame in (fixed.steps, pinned.steps):
+        frame["tokens"] = frame["num_tokens"] * frame["num_steps"]
+    a = fixed.steps.groupby("instance")[["num_steps", "tokens"]].sum()
+    b = pinned.steps.groupby("instance")[["num_steps", "tokens"]].sum()
+    pd.testing.assert_frame_equal(a, b)
+    np.testing.assert_allclose(
+        fixed.steps.groupby("instance")["end_s"].max(),
+        pinned.steps.groupby("instance")["end_s"].max(),
+        rtol=1e-12,
+    )
+    # same rent: two instances over the run, from 0 rather than the first arrival
+    s, p = fixed.summary(), pinned.summary()
+    assert p["instance_hours"] == pytest.approx(2 * p["fleet_usd"] / p["fleet_usd_per_hour"])
+    # the controller's reads settle coalesced runs in pieces: times agree to rounding
+    for key in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s", "output_tokens_per_s"):
+        assert p[key] == pytest.approx(s[key], rel=1e-9), key
+
+
+def test_streamed_run_bills_the_same(ramp: Any) -> None:
+    streamed = run(scenario(RUNNING), tables=False)
+    a, b = ramp.summary(), streamed.summary()
+    for key in ("fleet_usd", "instance_hours", "peak_instances", "fleet_kwh"):
+        assert b[key] == pytest.approx(a[key], rel=1e-12), key
+    pd.testing.assert_frame_equal(ramp.fleet_events, streamed.fleet_events)
+
+
+def test_deterministic() -> None:
+    a = run(scenario(RUNNING, duration_s=200))
+    b = run(scenario(RUNNING, duration_s=200))
+    pd.testing.assert_frame_equal(a.fleet_events, b.fleet_events)
+
+
+def test_scale_to_zero_and_back() -> None:
+    quiet = {
+        "process": "profile",
+        "rate": {"shape": "piecewise", "points": [[0, 3], [60, 3], [60.001, 0], [400, 0],
+                                                  [400.001, 3], [460, 3], [460.001, 0]]},
+    }  # fmt: skip
+    spec = {**RUNNING, "min": 0, "scale_in_cooldown_s": 20, "target": 4}
+    result = run(scenario(spec, arrival=quiet, duration_s=460))
+    events = result.fleet_events
+    req = result.requests
+    assert req["finish_s"].notna().all() and not req["rejected"].any()
+    # it drained to zero in the quiet spell, then an arrival launched one
+    zero = events[(events["serving"] == 0) & (events["provisioning"] == 0)]
+    assert len(zero)
+    late = events[(events["event"] == "launch") & (events["time_s"] >= 400)]
+    assert len(late) >= 1
+    first_late = float(late["time_s"].min())
+    delay = PROVISIONING["scheduling_s"] + weight_bytes() / 4e9 + PROVISIONING["warmup_s"]
+    waited = req[(req["arrival_s"] >= first_late) & (req["arrival_s"] < first_late + 1)]
+    assert len(waited)
+    # requests held at the gateway wait out the cold start
+    assert (waited["ttft_s"] >= first_late + delay - waited["arrival_s"] - 1e-9).all()
+
+
+def test_disaggregated_pools_scale_separately() -> None:
+    doc = scenario(None, duration_s=240)
+    del doc["cluster"]
+    auto = {"provisioning": PROVISIONING, **RUNNING, "max": 4}
+    doc["disaggregation"] = {
+        "prefill": {"count": 1, "autoscale": {**auto, "signal": "queue_length", "target": 2}},
+        "decode": {"count": 1, "autoscale": auto},
+    }
+    result = run(doc)
+    req = result.requests
+    assert req["finish_s"].notna().all() and not req["rejected"].any()
+    events = result.fleet_events
+    assert set(events["group"]) <= {"prefill", "decode"}
+    inst = result.instances.set_index("index")
+    launched_decode = inst[(inst["role"] == "decode") & (inst["launch_s"] > 0)]
+    for index, row in launched_decode.iterrows():
+        landed = req[req["decode_instance"] == index]
+        assert (landed["transfer_start_s"] >= row["ready_s"]).all()
+
+
+def test_predictive_needs_a_stated_rate(tmp_path: Any) -> None:
+    doc = scenario({**RUNNING, "mode": "predictive", "capacity_rps": 5})
+    doc["workload"] = {"trace": {"path": "t.csv"}}
+    with pytest.raises(ScenarioError, match="forecasts from the workload's stated rate"):
+        simulate(copy.deepcopy(doc))
+
+
+def test_predictive_runs_ahead_of_the_ramp() -> None:
+    reactive = run(scenario(RUNNING))
+    spec = {**RUNNING, "mode": "predictive", "capacity_rps": 3.0, "headroom": 1.2}
+    predictive = run(scenario(spec))
+    first = lambda r: float(r.fleet_events.query("event == 'launch'")["time_s"].min())  # noqa: E731
+    assert first(predictive) <= first(reactive)
