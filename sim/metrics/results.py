@@ -43,6 +43,7 @@ from sim.metrics.rejections import rejection_causes, rejection_table
 from sim.metrics.side_by_side import side_by_side, summary_html
 from sim.metrics.streaming import StreamSummary
 from sim.metrics.summary import summarize
+from sim.metrics.timeline import timeline, worst_window_slo_attainment
 
 
 @dataclass(repr=False)
@@ -72,7 +73,14 @@ class VariantResult:
             out.update(stall_summary(self.requests, self.context))
             out.update(transfer_summary(self.requests, self.context))
         out.update(self.counters)
+        if len(self.fleet_events):  # an autoscaled run: how bad its worst stretch was
+            out["worst_window_slo_attainment"] = worst_window_slo_attainment(self.timeline())
         return out
+
+    def timeline(self, window_s: float | None = None) -> pd.DataFrame:
+        """Metrics per window of the run (`sim.metrics.timeline`); `window_s` None: the
+        scenario's `metrics.window_s`, else a round length near 1 % of the arrival span."""
+        return timeline(self, window_s)
 
     @property
     def num_requests(self) -> int:

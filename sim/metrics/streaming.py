@@ -57,6 +57,7 @@ from sim.metrics.request_metrics import (
 )
 from sim.metrics.steps import StepTotals, summary_of_totals
 from sim.metrics.tiers import tier_metrics
+from sim.metrics.timeline import WindowFold, check_windows, default_window_s, origin_of
 
 RELATIVE_ACCURACY = 0.005  # 0.5 %: about 460 bins cover 1 ms to 10,000 s
 # rows of a sample kept whole (two float64 arrays: 1 MB per sketch at most) before it is sketched
@@ -188,7 +189,11 @@ class StreamSummary:
     """One variant's summary, built from chunks of its requests, steps and gaps."""
 
     def __init__(
-        self, ctx: SummaryContext, arrival_s: npt.NDArray[np.float64], num_links: int = 0
+        self,
+        ctx: SummaryContext,
+        arrival_s: npt.NDArray[np.float64],
+        num_links: int = 0,
+        window_s: float | None = None,
     ) -> None:
         self.ctx = ctx
         n = len(arrival_s)
@@ -199,6 +204,14 @@ class StreamSummary:
         self.first_arrival = float(known.min()) if len(known) else math.nan
         self.last_arrival = float(known.max()) if len(known) == n and n else math.inf
         self.window = measured_window(self.first_arrival, self.last_arrival, ctx)
+        # the timeline's windows (sim.metrics.timeline): `window_s`, or the default from the span
+        # of the arrivals known now (a closed loop's later turns are not)
+        self.timeline_fold: WindowFold | None = None
+        if len(known):
+            last_known = float(known.max())
+            w = default_window_s(last_known - self.first_arrival) if window_s is None else window_s
+            check_windows(self.first_arrival, last_known, w)
+            self.timeline_fold = WindowFold(ctx, origin_of(self.first_arrival, w), w)
         self.counts = dict.fromkeys(
             (
                 "num_requests",
@@ -235,6 +248,10 @@ class StreamSummary:
 
     # -- chunks in --------------------------------------------------------------------------------
 
+    def use_context(self, ctx: SummaryContext) -> None:
+        """The run's context as it ended (an autoscaled fleet's instances and lifetimes)."""
+        self.ctx = ctx
+
     def add_requests(self, chunk: pd.DataFrame) -> None:
         """A chunk of the requests table (any rows, any order)."""
         c = self.counts
@@ -242,6 +259,8 @@ class StreamSummary:
         finish = chunk["finish_s"].to_numpy(dtype=float)
         arrival = chunk["arrival_s"].to_numpy(dtype=float)
         c["num_requests"] += len(chunk)
+        if self.timeline_fold is not None:
+            self.timeline_fold.add_requests(chunk)
         c["num_finished"] += int(finished(rejected, finish).sum())
         c["num_rejected"] += int(rejected.sum())
         if rejected.any() and "reject_reason" in chunk.columns:
@@ -309,6 +328,10 @@ class StreamSummary:
     def add_steps(self, instance: int, chunk: pd.DataFrame) -> None:
         """A chunk of one instance's step groups."""
         self.steps.setdefault(instance, StepTotals()).add(chunk)
+        if self.timeline_fold is not None and len(chunk):
+            self.timeline_fold.add_busy(
+                chunk["start_s"].to_numpy(dtype=float), chunk["end_s"].to_numpy(dtype=float)
+            )
 
     def add_itl(
         self, gaps: npt.ArrayLike, counts: npt.ArrayLike, tokens: npt.ArrayLike | None = None
@@ -342,6 +365,15 @@ class StreamSummary:
             row.update({key: metrics[key] for key in INSTANCE_METRICS})
             rows.append(row)
         return pd.DataFrame(rows)
+
+    def timeline(
+        self, instances: pd.DataFrame | None = None, fleet_events: pd.DataFrame | None = None
+    ) -> pd.DataFrame:
+        """The run's timeline (`sim.metrics.timeline`), as the tables would give it: counts and
+        fleet figures exact, percentiles within the sketches' relative accuracy."""
+        if self.timeline_fold is None:
+            return WindowFold(self.ctx, 0.0, 1.0).frame()
+        return self.timeline_fold.frame(instances, fleet_events)
 
     def sketches(self) -> dict[str, Sketch]:
         """Every percentile's sketch, by the prefix of its summary keys."""

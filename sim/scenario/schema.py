@@ -199,6 +199,9 @@ class MetricsSpec(_Strict):
     # (after_first, this project's definition), or over every output token (per_output_token,
     # the decode time normalized by the output length, as some simulators report it)
     tpot: Literal["after_first", "per_output_token"] = "after_first"
+    # the timeline's window (sim/metrics/timeline.py, timeline.csv); None: a round length near
+    # 1 % of the arrival span, at least 1 s
+    window_s: float | None = Field(default=None, gt=0, le=86400)
 
 
 class EngineSpec(_Strict):
