@@ -203,3 +203,14 @@ def test_cli_reads_azure_and_mooncake_traces(
         times, rates = read_rate_csv(out)
         assert PiecewiseLinear(times, rates).expected(DAY) == pytest.approx(50.0 * DAY, rel=1e-7)
     assert capsys.readouterr().err == ""
+
+
+def test_the_shipped_chat_day_profile_reads_back_with_mean_50() -> None:
+    path = Path(__file__).parents[2] / "scenarios" / "profiles" / "chat_day.csv"
+    times, rates = read_rate_csv(path)
+    assert len(times) == 2 * 1440 and times[-1] == DAY
+    assert PiecewiseLinear(times, rates).expected(DAY) == pytest.approx(50.0 * DAY, rel=1e-7)
+    steps = rates[::2]
+    np.testing.assert_array_equal(steps, rates[1::2])  # one-minute steps, flat within
+    hourly = steps.reshape(24, 60).mean(axis=1)
+    assert abs(int(hourly.argmax()) - 15) <= 2 and abs(int(hourly.argmin()) - 3) <= 2
