@@ -53,7 +53,7 @@ class Member:
     index: int
     group: int
     launch_s: float
-    state: str = "provisioning"  # provisioning | serving | draining | retired
+    phase: str = "provisioning"  # provisioning | serving | draining | retired
     ready_s: float = NAN
     drain_s: float = NAN
     retire_s: float = NAN
@@ -137,8 +137,8 @@ class Fleet:
 
     # -- the controller ----------------------------------------------------------------------
 
-    def _count(self, group: int, *states: str) -> int:
-        return sum(1 for m in self.members if m.group == group and m.state in states)
+    def _count(self, group: int, *phases: str) -> int:
+        return sum(1 for m in self.members if m.group == group and m.phase in phases)
 
     def _record(
         self, plan: GroupPlan, event: str, index: int, signal: float, desired: int,
@@ -188,7 +188,7 @@ class Fleet:
     def _signal(self, plan: GroupPlan, spec: AutoscaleSpec) -> float:
         if spec.signal == "ttft":
             return self._recent_ttft(spec.window_s)
-        serving = [m.index for m in self.members if m.group == plan.number and m.state == "serving"]
+        serving = [m.index for m in self.members if m.group == plan.number and m.phase == "serving"]
         loads = [self.instances[i].load() for i in serving]
         if spec.signal == "queue_length":
             return (sum(x.num_waiting for x in loads) + self.held()) / max(1, len(loads))
@@ -229,9 +229,9 @@ class Fleet:
         self._ready(plan, member)
 
     def _ready(self, plan: GroupPlan, member: Member) -> None:
-        if member.state != "provisioning":
+        if member.phase != "provisioning":
             return  # cancelled while provisioning
-        member.state = "serving"
+        member.phase = "serving"
         member.ready_s = self.env.now
         self._serving = sorted([*self._serving, member.index])
         self._record(plan, "ready", member.index, NAN, -1)
@@ -241,19 +241,19 @@ class Fleet:
     def _remove(self, plan: GroupPlan, n: int, signal: float, desired: int) -> None:
         g = plan.number
         now = self.env.now
-        pending = [m for m in self.members if m.group == g and m.state == "provisioning"]
+        pending = [m for m in self.members if m.group == g and m.phase == "provisioning"]
         for member in reversed(pending[-n:] if n <= len(pending) else pending):
-            member.state = "retired"
+            member.phase = "retired"
             member.retire_s = now
             self._record(plan, "cancel", member.index, signal, desired)
             n -= 1
         if n <= 0:
             return
-        serving = [m for m in self.members if m.group == g and m.state == "serving"]
+        serving = [m for m in self.members if m.group == g and m.phase == "serving"]
         work = {m.index: self.instances[m.index].outstanding_tokens() for m in serving}
         serving.sort(key=lambda m: (work[m.index], -m.index))
         for member in serving[:n]:
-            member.state = "draining"
+            member.phase = "draining"
             member.drain_s = now
             self._serving.remove(member.index)
             self._record(plan, "drain", member.index, signal, desired)
@@ -261,12 +261,12 @@ class Fleet:
 
     def _retire_drained(self) -> None:
         for member in self.members:
-            if member.state != "draining":
+            if member.phase != "draining":
                 continue
             instance = self.instances[member.index]
             if instance.holds_requests():
                 continue
-            member.state = "retired"
+            member.phase = "retired"
             member.retire_s = max(member.drain_s, instance.now)
             plan = self.groups[member.group]
             self._record(plan, "retire", member.index, NAN, -1, member.retire_s)
