@@ -34,6 +34,9 @@ from sim.core.speculative_step import ProposalPricer, Speculator
 
 NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
+# `prefill_seconds` prices longer prefills as runs of chunks this long (a chunked-prefill token
+# budget), so a backlog of many prompts is not priced as one prompt's quadratic attention
+PREFILL_CHUNK_TOKENS = 2048
 
 
 class StepPricer(Protocol):
@@ -270,6 +273,39 @@ class InstanceState:
         pool = self.pool
         limit = (req.num_known_tokens - 1) // pool.block_size
         return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
+
+    def prefill_backlog(self) -> int:
+        """Prompt tokens not yet prefilled of the requests waiting or prefilling here, less
+        those the step under way computes (what a new arrival's first token waits behind
+        once that step ends)."""
+        self.settle()
+        total = 0
+        for req in self.waiting:
+            total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
+        for req in self.prefilling:
+            total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
+        run = self._run
+        if run is not None:
+            total -= run.features.num_prefill_tokens
+        return max(0, total)
+
+    def step_end_s(self) -> float:
+        """When the step under way ends (now when none is)."""
+        self.settle()
+        run = self._run
+        now = self.env.now
+        return max(now, run.times.end(1)) if run is not None else max(now, self._clock)
+
+    def prefill_seconds(self, num_tokens: int) -> float:
+        """Seconds this instance's cost model gives to prefill `num_tokens` prompt tokens with
+        no cached prefix: one step of them, or beyond `PREFILL_CHUNK_TOKENS` that many tokens
+        at the rate of a step of a full chunk. Priced between steps, never inside one."""
+        if num_tokens <= 0:
+            return 0.0
+        chunk = min(num_tokens, PREFILL_CHUNK_TOKENS)
+        features = StepFeatures(1, chunk, chunk, 0, chunk, chunk * chunk, 0, 1, 0, ((chunk, 0),))
+        first, _ = self.cost.run_times(features)
+        return first * num_tokens / chunk
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""

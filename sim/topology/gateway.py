@@ -9,6 +9,16 @@ When no instance serves (a fleet scaled to zero, or every instance still provisi
 arrival waits at the gateway, in arrival order, and the fleet is told (`Serving.starved`) so it
 can launch one; the fleet calls `release` when an instance becomes ready, and the waiting
 requests are routed then. Their TTFT counts the wait.
+
+What the router sees of the instances (`sim.topology.signals`): their loads exact at each
+decision, or as last scraped every `router_options.refresh_s` seconds; their prefix caches exact,
+or as KV events `router_options.kv_event_lag_s` late show them (routers `prefix_affinity` and
+`slo_headroom`); and for `slo_headroom`, each instance's predicted TTFT for the request against
+its tier's TTFT target.
+
+Admission (`cluster.admission`): once the router has chosen, a request whose instance has at
+least its tier's limit of requests waiting, as the gateway sees that instance's load (scraped
+ones with `refresh_s > 0`), is rejected with the reason `shed: queue full`.
 """
 
 from __future__ import annotations
@@ -23,6 +33,10 @@ from sim.core.request import Request
 from sim.scenario.control_plane import AdmissionSpec
 from sim.scenario.schema import RouterOptions, SLOSpec
 from sim.topology.router import Router
+from sim.topology.signals import LaggedPrefixes, Scraper, predicted_ttft, read_backlog
+
+SHED = "shed: queue full"
+PREFIX_ROUTERS = ("prefix_affinity", "slo_headroom")
 
 
 class Serving(Protocol):
@@ -59,9 +73,24 @@ class Gateway:
         self.admission = admission
         self.slo = slo if slo is not None else SLOSpec()
         self.held: deque[Request] = deque()
+        opts = self.options
+        self.scraper: Scraper | None = None
+        if opts.refresh_s > 0 and (router.needs_load or admission is not None):
+            self.scraper = Scraper(
+                instances, opts.refresh_s, lambda: bool(self.held),
+                backlog=router.name == "slo_headroom",
+            )  # fmt: skip
+        self.prefixes: LaggedPrefixes | None = None
+        if opts.kv_event_lag_s > 0 and router.name in PREFIX_ROUTERS:
+            self.prefixes = LaggedPrefixes(instances, opts.kv_event_lag_s)
 
     def _load(self, i: int) -> Load:
         return self.instances[i].load()
+
+    def _cached_tokens(self, req: Request, i: int) -> int:
+        if self.prefixes is not None:
+            return self.prefixes.cached_tokens(req, i)
+        return self.instances[i].cached_prefix_tokens(req)
 
     def dispatch(self, req: Request) -> None:
         candidates = self.serving.candidates()
@@ -73,13 +102,39 @@ class Gateway:
 
     def _route(self, req: Request, candidates: Sequence[int] | None) -> None:
         instances = self.instances
+        loads = self._load
+        scraper = self.scraper
+        if scraper is not None:
+            scraper.at_decision()
+            loads = scraper.load
 
         def hit(i: int) -> float:
-            return instances[i].cached_prefix_tokens(req) / req.num_prompt_tokens
+            return self._cached_tokens(req, i) / req.num_prompt_tokens
 
-        index = self.router.pick(
-            len(instances), self._load, candidates, hit=hit, session=req.session
-        )
+        if self.router.name == "slo_headroom":
+            now = instances[0].env.now
+
+            def ttft(i: int) -> float:
+                seen = scraper.backlog(i) if scraper is not None else read_backlog(instances[i])
+                own = req.num_prompt_tokens - self._cached_tokens(req, i)
+                return predicted_ttft(seen, now, own, instances[i].prefill_seconds)
+
+            index = self.router.pick(
+                len(instances), loads, candidates, session=req.session, ttft=ttft,
+                target=self.slo.targets(req.tier)[0],
+            )  # fmt: skip
+        else:
+            index = self.router.pick(
+                len(instances), loads, candidates, hit=hit, session=req.session
+            )
+        if self.admission is not None:
+            limit = self.admission.limit(req.tier)
+            if limit is not None and loads(index).num_waiting >= limit:
+                req.reject(SHED)
+                self.log.record(req)
+                return
+        if self.prefixes is not None:
+            self.prefixes.routed(req, index)
         instances[index].submit(req)
 
     def release(self) -> None:

@@ -16,6 +16,11 @@ seeded routing stream).
   busiest candidate's (weights from the scenario's `router_options`).
 * `session_sticky`: every turn of a session where its first turn went (that one, and requests
   without a session, by least outstanding tokens), so a conversation finds its KV cached.
+* `slo_headroom`: the most headroom `target - ttft(i)` against the request's TTFT target, `ttft(i)`
+  the gateway's prediction of its TTFT on instance i (`sim.topology.signals`); when no candidate
+  meets the target, the least predicted TTFT; without a target, the least predicted TTFT. With
+  one target per request the three orders agree: the choice is the least predicted TTFT, and
+  the target says only whether it is met.
 """
 
 from __future__ import annotations
@@ -71,7 +76,9 @@ class Router:
 
     @property
     def needs_load(self) -> bool:
-        return self.name in _KEYS or self.name in ("prefix_affinity", "session_sticky")
+        return self.name in _KEYS or self.name in (
+            "prefix_affinity", "session_sticky", "slo_headroom"
+        )  # fmt: skip
 
     def pick(
         self,
@@ -81,13 +88,20 @@ class Router:
         *,
         hit: Callable[[int], float] | None = None,
         session: int = -1,
+        ttft: Callable[[int], float] | None = None,
+        target: float | None = None,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
         `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
-        request's prompt instance i has cached (prefix affinity), `session` its session."""
+        request's prompt instance i has cached (prefix affinity), `session` its session,
+        `ttft(i)` its predicted TTFT on instance i and `target` its TTFT target (slo_headroom)."""
         pool = sorted(range(num_instances) if candidates is None else candidates)
         if self.name == "session_sticky" and session >= 0 and self._home.get(session) in pool:
             return self._home[session]
+        if self.name == "slo_headroom" and len(pool) > 1:
+            if ttft is None:
+                raise ValueError("router slo_headroom needs the predicted TTFT of each instance")
+            return self._headroom(pool, ttft, target)
         chosen = pool[0] if len(pool) == 1 else self._choose(num_instances, pool, loads, hit)
         if self.name == "session_sticky" and session >= 0:
             self._home[session] = chosen
@@ -130,3 +144,14 @@ class Router:
             return self.hit_weight * cached[i] - self.load_weight * work[i] / busiest
 
         return max(pool, key=lambda i: (score(i), -i))  # ties: the lowest index
+
+    @staticmethod
+    def _headroom(pool: list[int], ttft: Callable[[int], float], target: float | None) -> int:
+        """The candidate with the most headroom against `target` among those that meet it, else
+        (none meets it, or no target) the least predicted TTFT; ties: the lowest index."""
+        predicted = {i: ttft(i) for i in pool}
+        if target is not None:
+            meeting = [i for i in pool if predicted[i] <= target]
+            if meeting:
+                return max(meeting, key=lambda i: (target - predicted[i], -i))
+        return min(pool, key=lambda i: (predicted[i], i))
