@@ -97,6 +97,7 @@ SCHEMA_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "slo.ttft_s": ("slo.ttft_s", ALL),
     "metrics.warmup_s": ("metrics.warmup_s", ALL),
     "metrics.tpot": ("metrics.tpot", ALL),
+    "metrics.window_s": ("metrics.window_s", ALL),
     "variants.b.policy.max_batch_size": ("variants.b.policy.max_batch_size", ALL),
 }
 
@@ -361,6 +362,25 @@ def runtime_cases() -> list[Case]:
             dump(edited("policy", {"name": "continuous", "block_size": 1_000_000_000})),
             "policy.block_size",
             "8192",
+        ),
+        scenario_case(
+            "schema-metrics.window_s-zero",
+            dump(edited("metrics.window_s", 0)),
+            "metrics.window_s",
+            "> 0",
+        ),
+        scenario_case(
+            "schema-metrics.window_s-over-a-day",
+            dump(edited("metrics.window_s", 86401)),
+            "metrics.window_s",
+            "86400",
+        ),
+        # found once the run's span is known: more windows than a timeline may have
+        Case(
+            "run-window-too-short",
+            RUN,
+            ("metrics.window_s", "more than 200,000 windows"),
+            {"s.yaml": dump(edited("metrics.window_s", 1e-6))},
         ),
         scenario_case(
             "run-10e12-requests",

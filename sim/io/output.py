@@ -13,10 +13,13 @@ there while the simulation ran.
 Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario text),
 `summary.json` (per variant: metric -> value with NaN as null, plus the scenario name),
 `summary.csv` (variants as rows), `bench_summary.json` (the summary under the field names of
-`vllm bench serve --save-result`, `sim.io.bench_names`); the tables asked for (`tables`:
+`vllm bench serve --save-result`, `sim.io.bench_names`), `timeline.csv` (metrics per window of
+the run, `sim.metrics.timeline`, with a `variant` column; streamed runs too) and, for an
+autoscaled run, `fleet_events.csv` (its scaling events); the tables asked for (`tables`:
 `summary` writes none, `requests` the per-request table, `all` adds `steps` (step groups) and
 `itl`), each with a `variant` column, as Parquet (default: a tenth of the size of CSV, and
-typed) or CSV; the PNG and SVG plots of `sim.io.plots.save_plots`; `report.html`
+typed) or CSV; the PNG and SVG plots of `sim.io.plots.save_plots` and, for runs of more than
+one window, `over_time` (`sim.io.plots_timeline`); `report.html`
 (`sim.io.report`) and, when asked for, `trace.json` (`sim.io.trace_export`). The report is
 built last, from the files already in the temporary folder, so it is part of the same atomic
 swap. With `progress`, a bar on stderr names each file as it is written (large tables take
@@ -92,6 +95,7 @@ def _steps(
 ) -> list[tuple[str, Callable[[], object]]]:
     """(file name, writer) for every file of the folder, in the order they are written."""
     from sim.io.plots import save_plots
+    from sim.io.plots_timeline import plot_over_time
     from sim.io.report import write_report
     from sim.io.trace_export import write_trace
 
@@ -111,8 +115,36 @@ def _steps(
         parts = [v.itl.assign(variant=name) for name, v in results.variants.items()]
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
+    found: dict[str, pd.DataFrame] = {}
+
+    def timelines() -> dict[str, pd.DataFrame]:  # computed once, for the CSV and the plot
+        if not found:
+            found.update({name: v.timeline() for name, v in results.variants.items()})
+        return found
+
+    def timeline_csv() -> None:
+        parts = [t.assign(variant=name) for name, t in timelines().items()]
+        table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        _write_csv(table[["variant", *(c for c in table.columns if c != "variant")]],
+                   folder / "timeline.csv")  # fmt: skip
+
+    def fleet_events_csv() -> None:
+        parts = [v.fleet_events.assign(variant=name) for name, v in results.variants.items()
+                 if len(v.fleet_events)]  # fmt: skip
+        table = pd.concat(parts, ignore_index=True)
+        _write_csv(table[["variant", *(c for c in table.columns if c != "variant")]],
+                   folder / "fleet_events.csv")  # fmt: skip
+
+    def over_time() -> None:
+        events = {name: v.fleet_events for name, v in results.variants.items()}
+        slo = {name: v.context.slo_ttft_s for name, v in results.variants.items()}
+        plot_over_time(timelines(), folder, events, slo)
+
     ext = options["table_format"]
     steps: list[tuple[str, Callable[[], object]]] = [("summary.json", summary)]
+    steps.append(("timeline.csv", timeline_csv))
+    if any(len(v.fleet_events) for v in results.variants.values()):
+        steps.append(("fleet_events.csv", fleet_events_csv))
     if options["tables"] in ("requests", "all"):
         steps.append(
             (f"requests.{ext}", lambda: _write_table(results.requests, folder / f"requests.{ext}"))
@@ -122,6 +154,7 @@ def _steps(
         steps.append((f"itl.{ext}", lambda: _write_table(itl(), folder / f"itl.{ext}")))
     if options["plots"]:
         steps.append(("plots", lambda: save_plots(results, folder)))
+        steps.append(("over_time.png", over_time))
     if options["trace_requests"] is not None:
         n = options["trace_requests"]
         steps.append(

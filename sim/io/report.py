@@ -41,6 +41,10 @@ PLOTS = (
      "Which request held each batch slot of instance 0 (hatched: padding of static batches)."),
     ("timeline", "Batch size, queue length and KV use over time",
      "Time-weighted means per bin, summed over the instances of a variant."),
+    ("over_time", "Load, fleet, latency and rent per window",
+     "Per window of timeline.csv: arrival rate and completions; instances serving (solid) and "
+     "billed (dashed) with scaling events; TTFT p90 of each window's arrivals against the "
+     "target; their SLO attainment; the fleet's rent in dollars per hour."),
 )  # fmt: skip
 # the timeline's caption when a variant has KV tiers (its fourth panel)
 TIERS_CAPTION = (

@@ -31,7 +31,7 @@ instance serves and is billed for the whole run.
 
 The default window (`metrics.window_s` unset) is a round length near 1 % of the arrival span,
 at least 1 s (`default_window_s`). Everything is computed with numpy over whole columns: a table
-of a million requests and two million step groups takes about a second on one core. The
+of a million requests and two million step groups takes one to two seconds on one core. The
 streamed run (`sim.metrics.streaming`) folds the same figures chunk by chunk through
 `WindowFold`: counts and lifetimes exactly, percentiles exactly while the sample is small and
 from per-window DDSketch bins after (within `RELATIVE_ACCURACY` of the exact value, as the

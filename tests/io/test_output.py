@@ -20,7 +20,8 @@ from sim.metrics.results import VariantResult
 EXPECTED = {".batchsim", "scenario.yaml", "summary.json", "summary.csv", "bench_summary.json",
             "requests.parquet",
             "steps.parquet", "itl.parquet", "latency_cdf.png", "timeline.png", "slots.png",
-            "latency_cdf.svg", "timeline.svg", "slots.svg", "report.html"}  # fmt: skip
+            "latency_cdf.svg", "timeline.svg", "slots.svg", "report.html",
+            "timeline.csv", "over_time.png", "over_time.svg"}  # fmt: skip
 
 
 def siblings(out_dir: Path) -> list[str]:

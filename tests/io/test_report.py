@@ -33,7 +33,8 @@ def test_report_is_self_contained_with_every_section(tmp_path: Path) -> None:
     assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,', text)
     assert images == ["Latency distributions", "Batch slots over time",
-                      "Batch size, queue length and KV use over time"]  # fmt: skip
+                      "Batch size, queue length and KV use over time",
+                      "Load, fleet, latency and rent per window"]  # fmt: skip
     for section in ("summary", "plots", "profile", "scenario"):
         assert f'<section id="{section}">' in text
     # nothing fetched from elsewhere: no URLs in src/href attributes, no external stylesheets

@@ -217,7 +217,7 @@ def test_batchsim_run_stream_writes_the_summary_only(tmp_path) -> None:
         p.name for p in (tmp_path / "out" / "t").iterdir() if not p.name.startswith(".")
     )
     assert written == ["bench_summary.json", "report.html", "scenario.yaml", "summary.csv",
-                       "summary.json"]
+                       "summary.json", "timeline.csv"]
     assert main(["run", str(path), "--stream", "--tables", "all", "--out", str(tmp_path)]) == 2
 
 
