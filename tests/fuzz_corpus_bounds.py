@@ -15,7 +15,8 @@
 - mixture-of-experts models, their parallelism and multi-token prediction
   (tests/fuzz_corpus_moe.py);
 - arrival-rate profiles: each key of each shape out of range, bad points and csv files, and
-  integrated rates too big for any machine (tests/fuzz_corpus_profiles.py).
+  integrated rates too big for any machine (tests/fuzz_corpus_profiles.py);
+- the gateway's scrape interval, KV-event lag and admission limits (tests/fuzz_corpus_control.py).
 
 Every size is far beyond any machine's memory, so the cases hold wherever the suite runs.
 """
@@ -28,6 +29,7 @@ import math
 from typing import Any
 
 from fuzz_corpus import BASE, RUN, Case, dump, edited, scenario_case
+from fuzz_corpus_control import control_cases
 from fuzz_corpus_moe import moe_cases
 from fuzz_corpus_profiles import rate_profile_cases
 from fuzz_corpus_tiers import tier_cases
@@ -265,4 +267,4 @@ def _impossible_cases() -> list[Case]:
 
 def bounds_cases() -> list[Case]:
     return [*_memory_cases(), *_trace_integer_cases(), *_knob_cases(), *_impossible_cases(),
-            *tier_cases(), *moe_cases(), *rate_profile_cases()]
+            *tier_cases(), *moe_cases(), *rate_profile_cases(), *control_cases()]
