@@ -277,6 +277,23 @@ def flag_cases() -> list[Case]:
         _search("search-out-foreign", "--out", "mine", expect=("--out", "mine", "search"),
                 files={"mine": None, "mine/notes.txt": b"mine"}),
     ]  # fmt: skip
+    return cases + robust_cases()
+
+
+def robust_cases() -> list[Case]:
+    """`search --robust X`: a percentage strictly between 0 and 100, as `run --band X`, and a
+    band whose end would take a configuration's GPU-time scale out of its range."""
+    values = {"0": "0", "100": "100", "neg": "-1", "nan": "nan", "inf": "inf", "text": "abc",
+              "empty": ""}  # fmt: skip
+    cases = [
+        _search(f"search-flag-robust-{label}", "--robust", value, expect=("--robust", value))
+        for label, value in values.items()
+    ]
+    for label, scale, band in (("ceiling", 9.0, "50"), ("floor", 0.15, "50")):
+        scenario = {**SCENARIO, "engine": {"pricing": {"gpu_time_scale": scale}}}
+        expect = (f"--robust {band}", "engine.pricing.gpu_time_scale")
+        case_id = f"search-flag-robust-scale-{label}"
+        cases.append(_search(case_id, "--robust", band, scenario=scenario, expect=expect))
     return cases
 
 

@@ -6,6 +6,9 @@ prints the configurations that meet the SLOs, best first (fleet size, GPUs, doll
 per million output tokens, joules per output token, SLO attainment, goodput, TTFT and TPOT p99),
 what the search did (set aside, pruned, simulated, confirmed) and the answer, and writes the
 table, the cost-against-TTFT plot and the report page to `results/<name>-search/` (`--out`).
+`--robust X` judges every candidate at nominal and over a band of +/- X % on the GPU step time,
+ranks by the fleets that meet the SLOs over the whole band, flags the configurations whose
+nominal fleet flips within it, and prints both choices and what robustness costs.
 Each configuration's results are saved as they finish: an interrupted search (exit 130, or 143
 on SIGTERM) resumes when the same command runs again; `--fresh` recomputes. Bad input is one
 line and exit code 2, before anything runs.
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import nonnegative_int, positive_int
+from sim.cli.args import band_percent, nonnegative_int, positive_int
 
 # (column, heading, scale, format) of the printed table
 COLUMNS = (
@@ -33,6 +36,12 @@ COLUMNS = (
     ("goodput_rps", "goodput", 1.0, "{:.2f}"),
     ("ttft_p99_s", "TTFT p99 ms", 1e3, "{:.0f}"),
     ("tpot_p99_s", "TPOT p99 ms", 1e3, "{:.1f}"),
+)
+# over a band: the nominal fleet, and whether it flips within the band
+BAND_COLUMNS = (
+    ("nominal_instances", "nominal", 1.0, "{:.0f}"),
+    ("nominal_fleet_usd_per_hour", "nominal $/h", 1.0, "{:,.2f}"),
+    ("flips", "flips", 1.0, "{}"),
 )
 
 
@@ -72,6 +81,14 @@ def register(sub: Any) -> None:
         action="store_true",
         help="size every fleet, pruning nothing after the fit checks",
     )
+    cmd.add_argument(
+        "--robust",
+        type=band_percent,
+        default=None,
+        metavar="X",
+        help="choose the cheapest fleet meeting the SLOs with every GPU step time scaled by "
+        "1 -/+ X/100 too (percent, e.g. 10), and print the nominal choice beside it",
+    )
     cmd.add_argument("--backend", choices=("local", "ray"), default="local")
     cmd.add_argument(
         "--workers",
@@ -103,19 +120,25 @@ def _cell(value: Any, scale: float, fmt: str) -> str:
 
 
 def format_ranked(table: Any, top: int) -> str:
-    """The best `top` configurations as an aligned text table."""
+    """The best `top` configurations as an aligned text table (over a band, with the nominal
+    fleet and whether it flips)."""
+    import pandas as pd
+
     from sim.io.report_search import fleet_text
 
+    def shown(row: Any, column: str) -> Any:
+        if column == "instances":
+            return fleet_text(row)
+        if column == "flips":
+            return "-" if pd.isna(row[column]) else "yes" if row[column] else "no"
+        return row[column]
+
+    columns = COLUMNS + (BAND_COLUMNS if "flips" in table.columns else ())
     found = table[table["status"] == "found"].head(top)
-    rows = [[heading for _, heading, _, _ in COLUMNS]]
+    rows = [[heading for _, heading, _, _ in columns]]
     for _, row in found.iterrows():
-        rows.append(
-            [
-                _cell(fleet_text(row) if c == "instances" else row[c], scale, fmt)
-                for c, _, scale, fmt in COLUMNS
-            ]
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+        rows.append([_cell(shown(row, c), scale, fmt) for c, _, scale, fmt in columns])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
     return "\n".join(
         "  ".join(
             cell.ljust(w) if i == 1 else cell.rjust(w)
@@ -123,6 +146,37 @@ def format_ranked(table: Any, top: int) -> str:
         ).rstrip()
         for cells in rows
     )
+
+
+def format_robustness(robustness: dict[str, Any]) -> str:
+    """The nominal choice, and what choosing over the band costs (`SearchResult.robustness`)."""
+    unit = "$/h" if robustness["objective"] == "fleet_usd_per_hour" else "W"
+
+    def value(choice: dict[str, Any]) -> str:
+        return f"${choice['value']:,.2f}/h" if unit == "$/h" else f"{choice['value']:,.0f} W"
+
+    nominal, robust = robustness["nominal_choice"], robustness["robust_choice"]
+    band = f"±{robustness['band_percent']:g} %"
+    lines = []
+    if nominal is None:
+        lines.append("Nominal answer: none: no configuration meets the SLOs at nominal")
+    else:
+        lines.append(
+            f"Nominal answer: {nominal['configuration']}, {nominal['instances']} instances "
+            f"({nominal['num_gpus']} GPUs), {value(nominal)}"
+            + ("" if robustness["differs"] else f": the same fleet, robust over the {band} band")
+        )
+    if robust is not None and nominal is not None:
+        lines.append(
+            f"Cost of robustness over the {band} band: {robustness['cost_pct']:+.1f} % "
+            f"({value(robust)} against {value(nominal)})"
+        )
+    flipped = robustness["flipped"]
+    lines.append(
+        f"{len(flipped)} configuration(s) whose nominal fleet fails the SLOs at an end of the "
+        f"band (flips){': ' + '; '.join(flipped) if flipped else ''}"
+    )
+    return "\n".join(lines)
 
 
 def _out_folder(args: argparse.Namespace) -> Path:
@@ -166,6 +220,7 @@ def _search(args: argparse.Namespace) -> int:
             out=out,
             resume=not args.fresh,
             progress=not args.quiet,
+            robust=args.robust,
         )
     except KeyboardInterrupt as exc:
         saved = len(list((out / "configs").glob("*.json")))
@@ -195,6 +250,11 @@ def _search(args: argparse.Namespace) -> int:
             f"Answer: {best['configuration']}, {fleet_text(best)} instances "
             f"({int(best['num_gpus'])} GPUs), ${best['fleet_usd_per_hour']:,.2f}/h, "
             f"${best['usd_per_million_output_tokens']:.3f} per million output tokens"
-        )
+            + (f" (meets the SLOs over the ±{q['robust_percent']:g} % band)"
+               if "robust_percent" in q else "")
+        )  # fmt: skip
+    robustness = result.robustness()
+    if robustness is not None:
+        print(format_robustness(robustness))
     print(f"table in {out}/search.csv and .parquet; plot {out}/pareto.png; page {out}/report.html")
     return 0

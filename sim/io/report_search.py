@@ -33,6 +33,12 @@ RANKED = (
     ("tpot_p99_s", "TPOT p99 ms", 1e3, "{:.1f}"),
     ("pareto", "on the front", 1.0, "{}"),
 )
+# over a band (`search --robust X`): the nominal fleet, and whether it flips within the band
+BAND = (
+    ("nominal_instances", "nominal instances", 1.0, "{:.0f}"),
+    ("nominal_fleet_usd_per_hour", "nominal $/h", 1.0, "{:,.2f}"),
+    ("flips", "flips in the band", 1.0, "{}"),
+)
 
 
 def _esc(value: Any) -> str:
@@ -40,6 +46,8 @@ def _esc(value: Any) -> str:
 
 
 def _cell(value: Any, scale: float, fmt: str) -> str:
+    if value is pd.NA:
+        return "-"
     if isinstance(value, (bool, str)) or fmt == "{}":
         return _esc("yes" if value is True else "" if value is False else value)
     try:
@@ -61,11 +69,12 @@ def _ranked(table: pd.DataFrame) -> str:
     found = table[table["status"] == "found"]
     if not len(found):
         return "<p>No configuration of the space meets the SLOs at this rate.</p>"
-    head = "".join(f"<th>{_esc(h)}</th>" for _, h, _, _ in RANKED)
+    columns = RANKED + (BAND if "flips" in table.columns else ())
+    head = "".join(f"<th>{_esc(h)}</th>" for _, h, _, _ in columns)
     body = []
     for _, row in found.iterrows():
         cells = []
-        for column, _, scale, fmt in RANKED:
+        for column, _, scale, fmt in columns:
             value = fleet_text(row) if column == "instances" else row.get(column)
             cells.append(f"<td>{_cell(value, scale, '{}' if column == 'instances' else fmt)}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
@@ -86,6 +95,32 @@ def _others(table: pd.DataFrame) -> str:
             "</tbody></table></details>")  # fmt: skip
 
 
+def _band(table: pd.DataFrame, question: dict[str, Any]) -> str:
+    """Over a band: the nominal choice, what robustness costs, and the flips."""
+    percent = question.get("robust_percent")
+    if percent is None or "nominal_rank" not in table.columns:
+        return ""
+    nominal = table[table["nominal_rank"] == 1]
+    found = table[table["status"] == "found"]
+    flipped = list(table.loc[table["flips"].fillna(False).astype(bool), "configuration"])
+    text = "<p>"
+    if len(found):
+        text += f"The answer meets the SLOs over the ±{percent:g} % band on the GPU step time. "
+    if len(nominal):
+        row = nominal.iloc[0]
+        text += (
+            f"<b>Nominal answer:</b> {_esc(row['configuration'])}, "
+            f"{int(row['nominal_instances'])} instances, "
+            f"${row['nominal_fleet_usd_per_hour']:,.2f}/h"
+        )
+        if len(found) and row["nominal_fleet_usd_per_hour"] > 0:
+            extra = found.iloc[0]["fleet_usd_per_hour"] / row["nominal_fleet_usd_per_hour"] - 1
+            text += f"; robustness costs {100 * extra:+.1f} %"
+        text += ". "
+    text += f"{len(flipped)} configuration(s) whose nominal fleet flips within the band"
+    return text + (f": {_esc('; '.join(flipped))}.</p>" if flipped else ".</p>")
+
+
 def render_search_report(
     table: pd.DataFrame, question: dict[str, Any], described: str, plot_png: bytes | None
 ) -> str:
@@ -102,6 +137,7 @@ def render_search_report(
         )
     else:
         answer = "<p><b>Answer:</b> no configuration of the space meets the SLOs.</p>"
+    answer += _band(table, question)
     plot = '<p class="muted">No plot.</p>'
     if plot_png is not None:
         data = base64.b64encode(plot_png).decode("ascii")

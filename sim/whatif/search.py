@@ -29,6 +29,14 @@ Phases, each spread over local processes or Ray (`sim.whatif.sweep_backends`):
    power (`energy`: at the given rate, energy per hour and per output token alike), with the
    Pareto front of cost against TTFT p99.
 
+`robust=X` (percent) judges every candidate fleet over a band of +/- X % on the GPU step time
+(at nominal, then at the slow end, 1 + X/100 times every step's GPU time, then at the fast end;
+`search_probe`), phase 2 probing each unit at nominal and at the slow end, phase 3 giving each
+configuration its nominal fleet and its fleet over the band, and ranks by the latter: the robust
+choice. The nominal columns, the `flips` flag (the nominal fleet fails at an end of the band)
+and `SearchResult.robustness` (the nominal choice and what robustness costs) say what the band
+changed (`sim.whatif.search_result`).
+
 `exhaustive=True` skips phase 2 and sizes every fleet from one instance: the reference the pruned
 search is checked against (and a slow one: a configuration that cannot meet the SLOs is tried
 at every fleet size the doubling reaches, up to `max_instances`).
@@ -52,8 +60,15 @@ from typing import Any, Literal
 from sim.errors import ScenarioError
 from sim.io.destination import check_sweep_folder
 from sim.whatif.capacity import SLO
-from sim.whatif.search_probe import Question, Task, max_units
-from sim.whatif.search_prune import Bounds, Unit, cannot_meet, units_at_least
+from sim.whatif.search_probe import Question, Task, band_ends, max_units
+from sim.whatif.search_prune import (
+    BandBounds,
+    Bounds,
+    Unit,
+    band_unit,
+    cannot_meet,
+    units_at_least,
+)
 from sim.whatif.search_question import Source, prepare
 from sim.whatif.search_result import SUMMARY_COLUMNS, SearchResult, build_table
 from sim.whatif.search_runs import Runner, Store, digest
@@ -63,7 +78,18 @@ from sim.whatif.sweep_backends import check_ray, default_workers
 Objective = Literal["cost", "energy"]
 
 
-def _check_flags(objective: str, workers: int | None, backend: str) -> None:
+def _check_flags(
+    objective: str, workers: int | None, backend: str, robust: float | None = None
+) -> None:
+    if robust is not None and (
+        isinstance(robust, bool)
+        or not isinstance(robust, (int, float))
+        or not (math.isfinite(robust) and 0 < robust < 100)
+    ):
+        raise ScenarioError(
+            f"{robust!r}: must be a percentage above 0 and below 100 (e.g. 10 for ±10 %)",
+            path="--robust",
+        )
     if objective not in ("cost", "energy"):
         raise ScenarioError(f"--objective {objective!r}: expected 'cost' or 'energy'")
     if workers is not None and workers < 1:
@@ -88,13 +114,17 @@ def search(
     out: str | Path | None = None,
     resume: bool = True,
     progress: bool = False,
+    robust: float | None = None,
 ) -> SearchResult:
     """The configurations of `space` ranked by what their fewest instances serving `scenario`'s
     workload at `rate` (default: its own) under `slos` cost; see the module docstring. The
     scenario is a YAML path, a mapping or a loaded `ScenarioSet`, the space a YAML path or a
-    mapping. Writes files only when `out` is given (`sim.whatif.search_output`)."""
+    mapping. `robust` (percent) ranks by the fleets that meet the SLOs over a band of that
+    half-width on the GPU step time. Writes files only when `out` is given
+    (`sim.whatif.search_output`)."""
     started = time.perf_counter()
-    _check_flags(objective, workers, backend)
+    _check_flags(objective, workers, backend, robust)
+    band = None if robust is None else float(robust)
     prepared = prepare(
         scenario,
         space,
@@ -103,6 +133,7 @@ def search(
         overrides=overrides,
         repeats=repeats,
         objective=objective,
+        band=band,
     )
     question, runnable = prepared.question, prepared.runnable
     if out is not None:
@@ -124,13 +155,23 @@ def search(
             question.max_instances,
             question.router,
             question.link,
+            *([band] if band is not None else []),  # without a band: the ids of before
         ]
     )
+    slow = band_ends(band)[0] if band is not None else 1.0
 
-    def task(phase: str, config: Config, start: int = 1) -> Task:
-        return Task(digest([fingerprint, phase, config.id, start]), phase, config, question, start)
+    def task(
+        phase: str, config: Config, start: int = 1, scale: float = 1.0, band_start: int = 1
+    ) -> Task:
+        key: list[Any] = [fingerprint, phase, config.id, start]
+        if scale != 1.0:
+            key.append(scale)
+        if band is not None and phase == "fleet":
+            key.append(band_start)
+        return Task(digest(key), phase, config, question, start, scale, band_start)
 
     units: dict[str, dict[str, Any]] = {}
+    ends: dict[str, dict[str, Any]] = {}  # a unit at the band's slow end
     fleets: dict[str, dict[str, Any]] = {}
     pruned: dict[str, tuple[str, str]] = {}
     with runner.session():
@@ -140,23 +181,44 @@ def search(
             fleets = {t.config.id: done[t.id] for t in tasks}
         else:
             tasks = [task("unit", c) for c in runnable]
-            done = runner.run(tasks, "one unit")
+            slow_tasks = [task("unit", c, scale=slow) for c in runnable if band is not None]
+            done = runner.run(tasks + slow_tasks, "one unit")
             units = {t.config.id: done[t.id] for t in tasks}
+            ends = {t.config.id: done[t.id] for t in slow_tasks}
             facts = [_unit(question, c, units[c.id]) for c in runnable]
             limits = {c.id: max_units(question, c) for c in runnable}
             pruned = cannot_meet(facts, limits)
-            bounds = Bounds([u for u in facts if u.config.id not in pruned], objective)
+            left = [u for u in facts if u.config.id not in pruned]
+            if band is None:
+                bounds = Bounds(left, objective)
+            else:
+                over = [band_unit(u, _unit(question, u.config, ends[u.config.id])) for u in left]
+                bounds = BandBounds(left, over, objective)
             while wave := bounds.next_wave():
-                tasks = [task("fleet", u.config, u.units_at_least) for u in wave]
+                tasks = [
+                    task("fleet", u.config, u.units_at_least, band_start=_band_start(bounds, u))
+                    for u in wave
+                ]
                 done = runner.run(tasks, f"fleets, wave {bounds.waves}")
                 for t in tasks:
                     fleets[t.config.id] = fleet = done[t.id]
-                    if fleet["found"]:
+                    if isinstance(bounds, BandBounds):
+                        bounds.found_both(
+                            t.config.label,
+                            _objective(fleet, objective) if fleet["found"] else None,
+                            _objective(fleet["band"], objective)
+                            if fleet["band"]["found"]
+                            else None,
+                        )
+                    elif fleet["found"]:
                         bounds.found(t.config.label, _objective(fleet, objective))
             pruned |= bounds.pruned
     every = prepared.expanded.every
     metrics = [s.metric for s in question.slos]
     rows = [_row(c, prepared.aside, pruned, units, fleets, question, metrics) for c in every]
+    if band is not None:
+        for row, c in zip(rows, every, strict=True):
+            row |= _band_columns(c, units, ends, fleets, question, metrics, row)
     described = {
         "scenario": prepared.name,
         "file": question.file,
@@ -174,9 +236,12 @@ def search(
         "workers": count,
         "wall_s": time.perf_counter() - started,
     }
+    if band is not None:
+        described["robust_percent"] = band
+        described["band_scales"] = list(question.scales)
     result = SearchResult(
         build_table(rows, objective),
-        _counts(every, prepared.aside, pruned, units, fleets) | _records(runner.store),
+        _counts(every, prepared.aside, pruned, units, fleets, ends) | _records(runner.store),
         described,
     )
     if out is not None:
@@ -191,6 +256,10 @@ def _unit(question: Question, config: Config, result: dict[str, Any]) -> Unit:
     completed = math.nan if completed is None else float(completed)
     passes = bool(result["passes"])
     return Unit(config, completed, passes, units_at_least(question.rate_rps, completed, passes))
+
+
+def _band_start(bounds: Bounds, unit: Unit) -> int:
+    return bounds.band_start(unit) if isinstance(bounds, BandBounds) else 1
 
 
 def _objective(fleet: dict[str, Any], objective: str) -> float:
@@ -208,8 +277,11 @@ def _row(
     question: Question,
     slo_metrics: list[str],
 ) -> dict[str, Any]:
-    """One configuration's row of the table (see `sim.whatif.search_result`)."""
+    """One configuration's row of the table (see `sim.whatif.search_result`): over a band, its
+    fleet over the band (the nominal one is in `_band_columns`)."""
     unit, fleet = units.get(config.id), fleets.get(config.id)
+    if fleet is not None and question.band is not None:
+        fleet = fleet["band"] | {"probes": fleet["probes"]}
     row: dict[str, Any] = {"configuration": config.label, "status": "", "note": ""}
     if unit is not None:
         completed = unit["completed_rps"]
@@ -235,6 +307,8 @@ def _row(
     elif fleet is not None:
         row["status"] = "no fleet"
         row["note"] = f"no fleet of up to {question.max_instances} instances meets the SLOs"
+        if question.band is not None:
+            row["note"] += f" over the ±{question.band:g} % band"
     parts = {"gpu": config.gpu, "tensor_parallel": config.tensor_parallel,
              "data_parallel": config.data_parallel,
              "pipeline_parallel": config.pipeline_parallel,
@@ -243,6 +317,52 @@ def _row(
     if config.tiers_label is not None:  # the space lists tier options
         parts["kv_tiers"] = config.tiers_label
     return row | parts | {"config_id": config.id}
+
+
+def _band_columns(
+    config: Config,
+    units: dict[str, dict[str, Any]],
+    ends: dict[str, dict[str, Any]],
+    fleets: dict[str, dict[str, Any]],
+    question: Question,
+    slo_metrics: list[str],
+    row: dict[str, Any],
+) -> dict[str, Any]:
+    """The columns a band adds to a configuration's row (`row`, whose probes and note it
+    completes): its nominal fleet (instances, GPUs, dollars per hour, power), whether that fleet
+    flips within the band (fails the SLOs at an end of it), and the SLO metrics of the band's
+    fleet at the slow end."""
+    assert question.band is not None
+    unit, end, fleet = units.get(config.id), ends.get(config.id), fleets.get(config.id)
+    out: dict[str, Any] = {"flips": None, "nominal_instances": None}
+    if end is not None:
+        row["num_probes"] += end["probes"]
+    if row["status"] == "no fleet" and unit is not None and end is not None:
+        over = band_unit(_unit(question, config, unit), _unit(question, config, end))
+        most = max_units(question, config)
+        if over.units_at_least > most:  # not searched over the band: its bound rules it out
+            row["note"] = (
+                f"over the ±{question.band:g} % band one unit completed "
+                f"{over.completed_rps:.4g} req/s at the slow end, so a fleet needs at least "
+                f"{over.units_at_least} units; at most {most} fit in max_instances"
+            )
+    if fleet is None:
+        return out
+    band = fleet["band"]
+    if fleet["found"]:
+        summary = fleet["summary"]
+        out["nominal_instances"] = fleet["instances"]
+        for key in ("num_gpus", "fleet_usd_per_hour", "fleet_power_w"):
+            value = summary.get(key)
+            out[f"nominal_{key}"] = math.nan if value is None else value
+        out["flips"] = not band["found"] or band["units"] != fleet["units"]
+        if not band["found"]:
+            row["note"] += f"; at nominal: {fleet['instances']} instances"
+    if band["found"]:
+        for metric in slo_metrics:
+            value = band["ends"][0].get(metric)
+            out[f"slow_{metric}"] = math.nan if value is None else value
+    return out
 
 
 def _records(store: Store) -> dict[str, Any]:
@@ -259,8 +379,18 @@ def _counts(
     pruned: dict[str, tuple[str, str]],
     units: dict[str, dict[str, Any]],
     fleets: dict[str, dict[str, Any]],
+    ends: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
-    results = [*units.values(), *fleets.values()]
+    results = [*units.values(), *ends.values(), *fleets.values()]
+    band = {}
+    if any("band" in f for f in fleets.values()):
+        nominal = [f for f in fleets.values() if f["found"]]
+        band = {
+            "nominal_found": len(nominal),
+            "flips": sum(not f["band"]["found"] or f["band"]["units"] != f["units"]
+                         for f in nominal),
+        }  # fmt: skip
+    found = [f.get("band", f) for f in fleets.values()]
     return {
         "configurations": len(every),
         "set_aside": len(aside),
@@ -270,8 +400,9 @@ def _counts(
         "pruned": len(pruned),
         "pruned_by_reason": dict(Counter(why for why, _ in pruned.values())),
         "fleet_searched": len(fleets),
-        "found": sum(bool(f["found"]) for f in fleets.values()),
-        "confirmed": sum(bool(f["confirmed"]) for f in fleets.values()),
+        "found": sum(bool(f["found"]) for f in found),
+        "confirmed": sum(bool(f["confirmed"]) for f in found),
         "probes": sum(int(r["probes"]) for r in results),
         "requests": sum(int(r["requests"]) for r in results),
+        **band,
     }

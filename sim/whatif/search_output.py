@@ -4,7 +4,9 @@ Next to `configs/` (each configuration's phase results, kept for resuming) a sea
 
 * `search.csv` and `search.parquet`: the table of `sim.whatif.search_result`;
 * `search.json`: the question (scenario, rate, SLOs, objective, seeds, ...), the counts of what
-  was set aside, pruned, simulated and confirmed, and the same as one sentence;
+  was set aside, pruned, simulated and confirmed, and the same as one sentence; over a band
+  (`--robust X`), `robustness` too: both choices, the cost of robustness and the flips
+  (`SearchResult.robustness`);
 * `pareto.png` and `pareto.svg`: cost against TTFT p99 (`sim.io.plots_search`);
 * `report.html`: the page (`sim.io.report_search`).
 
@@ -52,6 +54,9 @@ def write_search(result: SearchResult, out: Path) -> None:
         "counts": result.counts,
         "described": result.describe(),
     }
+    robustness = result.robustness()
+    if robustness is not None:
+        document["robustness"] = robustness
     text = json.dumps(_plain(document), indent=1, allow_nan=False)
     write_atomic(out / "search.json", lambda p: p.write_text(text))
     figure = pareto_figure(result.table)

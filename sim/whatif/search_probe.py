@@ -26,6 +26,16 @@ an instance is tensor x data x pipeline parallel GPUs, and runs as one engine pe
   the search over (prefill, decode) pairs runs along each ratio of the space, so list the ratios
   worth trying (1p1d, 1p2d, 2p1d, ...).
 
+Over a band on the GPU step time (`search --robust X`, `Question.band`), every candidate fleet is
+judged at nominal and at both ends of the band (`Question.scales`: every step's GPU time times
+1, 1 + X/100 and 1 - X/100, as `batchsim run --band X` reruns a scenario,
+`engine.pricing.gpu_time_scale` times the scale the scenario already has): `Prober.judge(counts,
+seed, scale)` is one candidate under one transform of the scenario (`Prober.transform`, by
+default `at_scale`). The fleet search then gives two answers from the same probes: the fewest
+units meeting the SLOs at nominal, and, searched from there, the fewest meeting them at every
+point of the band (`band` in its result). A unit is also probed at the band's slow end (a
+`Task` with `scale`), which bounds the band's fleets as the nominal probe bounds the nominal ones.
+
 Both run in worker processes (or Ray tasks): everything they need travels in a `Task`, and they
 return plain JSON-ready data (`run_task`).
 """
@@ -34,14 +44,17 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.scenario.load import load_scenario_dict
+from sim.scenario.load import ScenarioSet, load_scenario_dict
+from sim.scenario.overrides import set_path
 from sim.simulate import simulate
 from sim.whatif.capacity import SLO
 from sim.whatif.capacity_instances import fewest
+from sim.whatif.error_bars import SCALE_PATH, nominal_scale
 from sim.whatif.search_space import Config
 
 Counts = tuple[int, int]  # (instances, 0) colocated; (prefill, decode) for P/D
@@ -64,6 +77,19 @@ class Question:
     max_instances: int
     router: str | None = None  # the space's colocated router (None: the scenario's)
     link: dict[str, Any] | None = None  # the space's P/D link (None: the scenario's)
+    band: float | None = None  # half-width in percent of the band on GPU step time (None: none)
+
+    @property
+    def scales(self) -> tuple[float, ...]:
+        """The GPU-time scales every candidate is judged at: nominal, then (over a band) the
+        slow end and the fast end."""
+        return (1.0,) if self.band is None else (1.0, *band_ends(self.band))
+
+
+def band_ends(percent: float) -> tuple[float, float]:
+    """(slow end, fast end) of a band of +/- `percent` on the GPU step time: 1.1 and 0.9 exactly
+    as typed for a 10 % band."""
+    return (100 + percent) / 100, (100 - percent) / 100
 
 
 @dataclass(frozen=True)
@@ -73,6 +99,8 @@ class Task:
     config: Config
     question: Question
     start: int = 1  # fleet: the estimate of the units needed, where the search starts
+    scale: float = 1.0  # unit: the GPU-time scale it is probed at (a band's slow end)
+    band_start: int = 1  # fleet over a band: the estimate of the units the band needs
 
 
 def max_units(question: Question, config: Config) -> int:
@@ -149,25 +177,61 @@ def meets(slos: tuple[SLO, ...], summary: dict[str, float],
     return True
 
 
-class Prober:
-    """Summaries of probes of one configuration, counted."""
+def at_scale(raw: dict[str, Any], scale: float, file: str, base_dir: Path) -> ScenarioSet:
+    """The scenario `raw` with every step's GPU time times `scale`, on top of the scale it
+    already has (`engine.pricing`'s, an engine preset's or its profile's:
+    `sim.whatif.error_bars.nominal_scale`), loaded; `scale` 1 loads it as it is."""
+    loaded = load_scenario_dict(raw, file=file, base_dir=base_dir)
+    if scale == 1.0:
+        return loaded
+    edited = copy.deepcopy(raw)
+    set_path(edited, list(SCALE_PATH), nominal_scale(loaded.variants[0]) * scale)
+    return load_scenario_dict(edited, file=file, base_dir=base_dir)
 
-    def __init__(self, question: Question, config: Config) -> None:
-        self.question, self.config = question, config
+
+# a candidate's scenario mapping, the transform's parameter, its file and folder -> the scenario
+Transform = Callable[[dict[str, Any], float, str, Path], ScenarioSet]
+
+
+class Prober:
+    """Summaries of probes of one configuration, counted, and the verdicts of its candidates
+    (a fleet size, a seed, a scale), each judged once."""
+
+    def __init__(self, question: Question, config: Config, transform: Transform = at_scale) -> None:
+        self.question, self.config, self.transform = question, config, transform
         self.probes = 0
         self.requests = 0
+        self.verdicts: dict[tuple[Counts, int, float], bool] = {}
+        self.summaries: dict[tuple[Counts, int, float], dict[str, float]] = {}
 
-    def probe(self, counts: Counts, rate: float, seed: int) -> tuple[dict[str, float], bool]:
+    def probe(
+        self, counts: Counts, rate: float, seed: int, scale: float = 1.0
+    ) -> tuple[dict[str, float], bool]:
         """The probe's summary, and whether it meets every SLO (`meets`)."""
         q = self.question
         raw = scenario_of(q, self.config, counts, rate, seed)
-        loaded = load_scenario_dict(raw, file=q.file, base_dir=Path(q.base_dir))
+        loaded = self.transform(raw, scale, q.file, Path(q.base_dir))
         result = simulate(loaded, tables=False)[loaded.variants[0].variant]
         summary = result.summary()
         bounds = result.streamed.inexact_percentiles() if result.streamed is not None else {}
         self.probes += 1
         self.requests += int(summary["num_requests"])
         return summary, meets(q.slos, summary, bounds)
+
+    def judge(self, counts: Counts, seed: int, scale: float = 1.0) -> bool:
+        """Whether the fleet `counts` meets every SLO at the whole rate on `seed` with the
+        scenario transformed by `scale` (probed once, then remembered)."""
+        key = (counts, seed, scale)
+        if key not in self.verdicts:
+            summary, self.verdicts[key] = self.probe(counts, self.question.rate_rps, seed, scale)
+            self.summaries[key] = summary
+        return self.verdicts[key]
+
+    def passes(self, units: int, seeds: list[int], scales: tuple[float, ...]) -> bool:
+        """Whether `units` units meet every SLO on every seed at every scale (nominal first,
+        each seed's scales before the next seed: the first failure ends it)."""
+        counts = unit_counts(self.config, units)
+        return all(self.judge(counts, seed, scale) for seed in seeds for scale in scales)
 
 
 def completed_rps(summary: dict[str, float], engines: int) -> float:
@@ -181,11 +245,12 @@ def completed_rps(summary: dict[str, float], engines: int) -> float:
     return float(summary["num_finished"]) / (busy / (engines * fraction))
 
 
-def unit_probe(question: Question, config: Config) -> dict[str, Any]:
-    """One unit at the whole rate on the first seed: whether it meets the SLOs, and the
-    requests/s it completed (`completed_rps`), which bounds what any fleet of it needs."""
+def unit_probe(question: Question, config: Config, scale: float = 1.0) -> dict[str, Any]:
+    """One unit at the whole rate on the first seed (at GPU-time `scale`): whether it meets the
+    SLOs, and the requests/s it completed (`completed_rps`), which bounds what any fleet of it
+    needs (at that scale)."""
     prober = Prober(question, config)
-    summary, passes = prober.probe(unit_counts(config), question.rate_rps, question.seeds[0])
+    summary, passes = prober.probe(unit_counts(config), question.rate_rps, question.seeds[0], scale)
     return {
         "passes": passes,
         "completed_rps": _json_ready({"x": completed_rps(summary, config.unit_engines)})["x"],
@@ -198,30 +263,12 @@ def _json_ready(summary: dict[str, float]) -> dict[str, float | None]:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in summary.items()}
 
 
-def fleet_search(question: Question, config: Config, start: int) -> dict[str, Any]:
-    """The fewest units meeting every SLO at the rate on every seed; the summary of the first
-    seed's probe at the answer."""
-    prober = Prober(question, config)
-    seeds = list(question.seeds)
-    memo: dict[tuple[Counts, int], bool] = {}
-    summaries: dict[tuple[Counts, int], dict[str, float]] = {}
-
-    def passes(counts: Counts, seed_list: list[int]) -> bool:
-        for seed in seed_list:
-            if (counts, seed) not in memo:
-                summary, memo[counts, seed] = prober.probe(counts, question.rate_rps, seed)
-                summaries[counts, seed] = summary
-            if not memo[counts, seed]:
-                return False
-        return True
-
-    units = fewest(
-        lambda k, seed_list: passes(unit_counts(config, k), seed_list),
-        seeds,
-        start,
-        max_units(question, config),
-    )
+def _answer(prober: Prober, units: int, scales: tuple[float, ...]) -> dict[str, Any]:
+    """A fleet search's answer of `units` units (0: none): its counts, whether it was confirmed
+    on further seeds, and the summary of the first seed's probe at each scale."""
+    config, seeds = prober.config, prober.question.seeds
     counts = unit_counts(config, units)
+    summaries = [prober.summaries[counts, seeds[0], s] if units else None for s in scales]
     return {
         "found": bool(units),
         "units": units,
@@ -229,14 +276,47 @@ def fleet_search(question: Question, config: Config, start: int) -> dict[str, An
         "prefill": counts[0] if units and config.prefill else 0,
         "decode": counts[1] if units and config.prefill else 0,
         "confirmed": bool(units) and len(seeds) > 1,
+        "summary": _json_ready(summaries[0]) if summaries[0] is not None else None,
+        "ends": [_json_ready(s) if s is not None else None for s in summaries[1:]],
+    }
+
+
+def fleet_search(
+    question: Question, config: Config, start: int, band_start: int = 1
+) -> dict[str, Any]:
+    """The fewest units meeting every SLO at the rate on every seed; the summary of the first
+    seed's probe at the answer. Over a band (`question.band`), also the fewest meeting them at
+    every scale of it (`band`, searched from the nominal answer or `band_start`, whichever is
+    more, with the summaries of its first seed's probes at nominal and at each end)."""
+    prober = Prober(question, config)
+    seeds = list(question.seeds)
+    limit = max_units(question, config)
+    units = fewest(lambda k, seed_list: prober.passes(k, seed_list, (1.0,)), seeds, start, limit)
+    nominal = _answer(prober, units, (1.0,))
+    del nominal["ends"]
+    band: dict[str, Any] | None = None
+    if question.band is not None:
+        robust, begin = 0, max(units, band_start)
+        if units and begin <= limit:
+            robust = fewest(
+                lambda k, seed_list: prober.passes(k, seed_list, question.scales),
+                seeds,
+                begin,
+                limit,
+            )
+        band = _answer(prober, robust, question.scales)
+    summary = nominal.pop("summary")  # the keys in the order of a result without a band
+    return {
+        **nominal,
         "probes": prober.probes,
         "requests": prober.requests,
-        "summary": _json_ready(summaries[counts, seeds[0]]) if units else None,
+        "summary": summary,
+        **({"band": band} if band is not None else {}),
     }
 
 
 def run_task(task: Task) -> dict[str, Any]:
     """A worker's entry point (module level, so that it pickles by reference)."""
     if task.phase == "unit":
-        return unit_probe(task.question, task.config)
-    return fleet_search(task.question, task.config, task.start)
+        return unit_probe(task.question, task.config, task.scale)
+    return fleet_search(task.question, task.config, task.start, task.band_start)

@@ -24,6 +24,14 @@ From that bound:
   is set aside: its single-unit capacity is worse than what a cheaper configuration achieved.
   Bounds equal to the best are sized (ties).
 
+Over a band on the GPU step time (`search --robust X`) a unit is also probed at the band's slow
+end: a fleet that meets the SLOs over the band meets them there too, so the larger of the two
+bounds holds for it (`band_unit`), whatever the step time, since the argument above holds for
+any step cost. `BandBounds` keeps two bests, the cheapest fleet at nominal and the cheapest over
+the band, and sets a configuration aside only when both of its bounds exceed them: it can then
+be neither choice. A configuration whose nominal bound alone exceeds `max_instances` cannot
+meet the SLOs over the band either; one whose band bound alone does is still sized at nominal.
+
 The order and the waves depend on the configurations only, never on the backend or the number
 of workers, so the same configurations are sized and pruned whatever runs them.
 
@@ -100,6 +108,19 @@ def cannot_meet(units: list[Unit], limit: dict[str, int]) -> dict[str, tuple[str
     }
 
 
+def band_unit(nominal: Unit, slow: Unit) -> Unit:
+    """What bounds a configuration's fleets over a band: its unit at the band's slow end, with
+    the larger of the two bounds (a fleet over the band meets the SLOs at nominal too)."""
+    least = max(nominal.units_at_least, slow.units_at_least)
+    return Unit(nominal.config, slow.completed_rps, slow.passes, least)
+
+
+def _money(value: float, objective: str, idle: bool = False) -> str:
+    if objective == "cost":
+        return f"${value:.4g}/h"
+    return f"{value:.4g} W idle" if idle else f"{value:.4g} W"
+
+
 class Bounds:
     """Branch and bound over the configurations left: `next_wave` gives the next to size (the
     lowest bound alone first, then `WAVE` at a time), `found` records a fleet and sets aside
@@ -107,10 +128,14 @@ class Bounds:
 
     def __init__(self, units: list[Unit], objective: str) -> None:
         self.objective = objective
-        self.left = sorted(units, key=lambda u: (lower_bound(u, objective), u.config.label))
+        self.left = sorted(units, key=lambda u: (self.order(u), u.config.label))
         self.best, self.best_label = math.inf, ""
         self.pruned: dict[str, tuple[str, str]] = {}
         self.waves = 0
+
+    def order(self, unit: Unit) -> float:
+        """What the configurations are sized in order of: their lower bound."""
+        return lower_bound(unit, self.objective)
 
     def next_wave(self) -> list[Unit]:
         size = 1 if self.waves == 0 else WAVE
@@ -121,19 +146,66 @@ class Bounds:
     def found(self, label: str, value: float) -> None:
         if value < self.best:
             self.best, self.best_label = value, label
+        self.prune()
+
+    def dominated(self, unit: Unit) -> str | None:
+        """Why `unit`'s configuration cannot beat the best found so far (None: it may)."""
+        bound = lower_bound(unit, self.objective)
+        if bound <= self.best:
+            return None
+        return (
+            f"one unit completed {unit.completed_rps:.4g} req/s: at least {unit.units_at_least} "
+            f"units, {_money(bound, self.objective, idle=True)}, more than {self.best_label} "
+            f"({_money(self.best, self.objective)})"
+        )
+
+    def prune(self) -> None:
         keep = []
         for u in self.left:
-            bound = lower_bound(u, self.objective)
-            if bound > self.best:
-                what = (f"${bound:.4g}/h" if self.objective == "cost"
-                        else f"{bound:.4g} W idle")  # fmt: skip
-                best = (f"${self.best:.4g}/h" if self.objective == "cost"
-                        else f"{self.best:.4g} W")  # fmt: skip
-                self.pruned[u.config.id] = (
-                    "dominated",
-                    f"one unit completed {u.completed_rps:.4g} req/s: at least "
-                    f"{u.units_at_least} units, {what}, more than {self.best_label} ({best})",
-                )
-            else:
+            why = self.dominated(u)
+            if why is None:
                 keep.append(u)
+            else:
+                self.pruned[u.config.id] = ("dominated", why)
         self.left = keep
+
+
+class BandBounds(Bounds):
+    """`Bounds` over a band: each configuration has its nominal unit and its band unit
+    (`band_unit`); configurations are sized in order of the band's bound, and one is set aside
+    when its nominal bound exceeds the cheapest nominal fleet found and its band bound the
+    cheapest fleet found over the band (`found_both`)."""
+
+    def __init__(self, units: list[Unit], band_units: list[Unit], objective: str) -> None:
+        self.band = {u.config.id: u for u in band_units}
+        self.band_best, self.band_best_label = math.inf, ""
+        super().__init__(units, objective)
+
+    def order(self, unit: Unit) -> float:
+        return lower_bound(self.band[unit.config.id], self.objective)
+
+    def band_start(self, unit: Unit) -> int:
+        """The fewest units a fleet of `unit`'s configuration needs over the band."""
+        return self.band[unit.config.id].units_at_least
+
+    def found_both(self, label: str, value: float | None, band_value: float | None) -> None:
+        """A configuration sized: its fleet's objective at nominal and over the band (None where
+        it has no fleet)."""
+        if band_value is not None and band_value < self.band_best:
+            self.band_best, self.band_best_label = band_value, label
+        if value is not None and value < self.best:
+            self.best, self.best_label = value, label
+        self.prune()
+
+    def dominated(self, unit: Unit) -> str | None:
+        at_nominal = super().dominated(unit)
+        band = self.band[unit.config.id]
+        bound = lower_bound(band, self.objective)
+        if at_nominal is None or bound <= self.band_best:
+            return None
+        return (
+            f"{at_nominal}; over the band one unit completed {band.completed_rps:.4g} req/s at "
+            f"the slow end: at least {band.units_at_least} units, "
+            f"{_money(bound, self.objective, idle=True)}, more than {self.band_best_label} "
+            f"({_money(self.band_best, self.objective)})"
+        )

@@ -12,7 +12,9 @@ minutes of simulation:
   policy, cluster and disaggregation, and its kv_tiers when the space lists tier options, are
   replaced by each configuration's, so they need not fit);
 * the space (`sim.whatif.search_space`), each of its policies in the scenario, and every
-  configuration's scenario at one unit; the objective's figures (price, or TDP) of every GPU.
+  configuration's scenario at one unit; the objective's figures (price, or TDP) of every GPU;
+* over a band (`--robust X`), every configuration's scenario at each end of it (a GPU-time scale
+  out of its range is refused naming the flag).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from sim.measured import read_measured
 from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.load import ResolvedScenario, ScenarioSet, load_scenario_dict, source_of
 from sim.whatif.capacity import SLO, parse_slos
-from sim.whatif.search_probe import Question, max_units, scenario_of, unit_counts
+from sim.whatif.search_probe import Question, at_scale, max_units, scenario_of, unit_counts
 from sim.whatif.search_prune import unit_figures
 from sim.whatif.search_space import Config, Expanded, expand, policies, read_space, validated
 from sim.workload import generate_requests
@@ -196,6 +198,14 @@ def _check_configs(prepared: Prepared, objective: str) -> None:
             raise ScenarioError(
                 f"configuration {config.label}: {exc.message()}", file=prepared.space_file
             ) from None
+        for scale in question.scales[1:]:
+            try:
+                at_scale(raw, scale, question.file, Path(question.base_dir))
+            except ScenarioError as exc:
+                raise ScenarioError(
+                    f"--robust {question.band:g}: configuration {config.label} at "
+                    f"{scale:g} x its GPU time: {exc.reason if exc.path == '--band' else exc}"
+                ) from None
 
 
 def prepare(
@@ -207,6 +217,7 @@ def prepare(
     overrides: Sequence[str],
     repeats: int,
     objective: str,
+    band: float | None = None,
 ) -> Prepared:
     """The checked question and configurations (see the module docstring)."""
     parsed = tuple(parse_slos(slos, repeats))
@@ -264,6 +275,7 @@ def prepare(
         max_instances=spec.max_instances,
         router=spec.router,
         link=spec.link.model_dump() if spec.link is not None else None,
+        band=band,
     )
     aside = {c.id: (why, note) for c, why, note in expanded.set_aside}
     runnable = []

@@ -14,7 +14,11 @@ record against the task it would stand for, and any record that does not validat
   `probes`, `requests` (integers >= 0), `summary` (null, or a mapping of metric names to finite
   numbers or null); a found fleet has between 1 and the most units the space allows, as many
   instances as that many units of the configuration hold, and a summary with every metric the
-  table and the SLOs read; a fleet not found has no summary.
+  table and the SLOs read; a fleet not found has no summary;
+* over a band (`--robust`): a fleet result has `band` too (and only then), the fleet over the
+  band: the same keys but `probes` and `requests`, checked the same way, and `ends` (the
+  summaries of the first seed's probes at the slow and fast ends: two, each with the SLOs'
+  metrics, for a found fleet; none for a fleet not found).
 
 Types are strict: a string where a number belongs is refused, not converted.
 """
@@ -49,6 +53,17 @@ class UnitResult(_Strict):
     requests: Count
 
 
+class BandResult(_Strict):
+    found: bool
+    units: Count
+    instances: Count
+    prefill: Count
+    decode: Count
+    confirmed: bool
+    summary: dict[str, float | None] | None
+    ends: list[dict[str, float | None]]
+
+
 class FleetResult(_Strict):
     found: bool
     units: Count
@@ -59,6 +74,7 @@ class FleetResult(_Strict):
     probes: Count
     requests: Count
     summary: dict[str, float | None] | None
+    band: BandResult | None = None
 
 
 def _first_problem(exc: ValidationError, prefix: str) -> str:
@@ -91,22 +107,45 @@ def check_record(record: Any, task: Task) -> str | None:
 
 
 def _fleet_problem(fleet: FleetResult, task: Task) -> str | None:
+    problem = _answer_problem(fleet, task, "result")
+    if problem is not None:
+        return problem
+    if task.question.band is None:
+        return None if fleet.band is None else "result.band: this search has no band"
+    if fleet.band is None:
+        return "result.band: a search over a band has the fleet over the band"
+    problem = _answer_problem(fleet.band, task, "result.band")
+    if problem is not None:
+        return problem
+    metrics = {slo.metric for slo in task.question.slos}
+    if not fleet.band.found:
+        return None if not fleet.band.ends else "result.band.ends: a fleet not found has none"
+    if len(fleet.band.ends) != 2:
+        return "result.band.ends: a found fleet has the slow end's and the fast end's"
+    for i, end in enumerate(fleet.band.ends):
+        missing = sorted(metrics - set(end))
+        if missing:
+            return f"result.band.ends.{i}: missing {', '.join(missing)}"
+    return None
+
+
+def _answer_problem(fleet: FleetResult | BandResult, task: Task, where: str) -> str | None:
     if not fleet.found:
         if fleet.summary is not None or fleet.units or fleet.confirmed:
-            return "result: a fleet not found has no units, summary or confirmation"
+            return f"{where}: a fleet not found has no units, summary or confirmation"
         return None
     most = max_units(task.question, task.config)
     if not 1 <= fleet.units <= most:
-        return f"result.units: {fleet.units} is not between 1 and {most}"
+        return f"{where}.units: {fleet.units} is not between 1 and {most}"
     counts = unit_counts(task.config, fleet.units)
     if fleet.instances != sum(counts):
-        return f"result.instances: {fleet.instances} is not {fleet.units} units' {sum(counts)}"
+        return f"{where}.instances: {fleet.instances} is not {fleet.units} units' {sum(counts)}"
     if task.config.prefill and (fleet.prefill, fleet.decode) != counts:
-        return f"result.prefill, decode: not {fleet.units} units' {counts[0]} and {counts[1]}"
+        return f"{where}.prefill, decode: not {fleet.units} units' {counts[0]} and {counts[1]}"
     if fleet.summary is None:
-        return "result.summary: a found fleet has a summary"
+        return f"{where}.summary: a found fleet has a summary"
     needed = {*SUMMARY_COLUMNS, *(slo.metric for slo in task.question.slos)}
     missing = sorted(needed - set(fleet.summary))
     if missing:
-        return f"result.summary: missing {', '.join(missing)}"
+        return f"{where}.summary: missing {', '.join(missing)}"
     return None
