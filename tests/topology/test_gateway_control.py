@@ -10,6 +10,7 @@ cached prefix) and, with KV events late, stops seeing a prefix stored too recent
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from helpers_sim import COEFFS, scenario, tiny_hardware, tiny_model
 from test_cluster import WORKLOAD, arrays_of, check_invariants, run_with_cluster
 
+from sim import load_scenario
 from sim.core.instance import PREFILL_CHUNK_TOKENS
 from sim.topology.router import Router
 from sim.topology.signals import Backlog, predicted_ttft
@@ -301,3 +303,26 @@ def test_every_request_finishes_or_is_shed(
         # scraped every 0.5 s herd each half second's arrivals onto the instance that looked
         # idle at the scrape, whose scraped queue is empty: none is shed
         assert shed.sum() == (249 if not options else 0)
+
+
+def test_the_shipped_scenario_compares_routers_under_staleness() -> None:
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "stale_routers.yaml"
+    seen = {
+        v.variant: (
+            v.spec.cluster.router,
+            v.spec.cluster.router_options.refresh_s,
+            v.spec.cluster.router_options.kv_event_lag_s,
+            len(v.groups) and v.groups[0].count,
+        )
+        for v in load_scenario(path).variants
+        if v.spec.cluster is not None
+    }
+    assert seen == {
+        "lor-exact": ("least_outstanding_requests", 0.0, 0.0, 4),
+        "lor-refresh-1s": ("least_outstanding_requests", 1.0, 0.0, 4),
+        "lor-refresh-5s": ("least_outstanding_requests", 5.0, 0.0, 4),
+        "prefix-affinity": ("prefix_affinity", 0.0, 0.0, 4),
+        "prefix-affinity-stale": ("prefix_affinity", 1.0, 1.0, 4),
+        "slo-headroom": ("slo_headroom", 0.0, 0.0, 4),
+        "slo-headroom-stale": ("slo_headroom", 1.0, 1.0, 4),
+    }
