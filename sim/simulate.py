@@ -35,6 +35,7 @@ from sim.metrics.context import SummaryContext
 from sim.metrics.kv_tiers import cache_counters
 from sim.metrics.results import Results, VariantResult
 from sim.metrics.streaming import StreamSummary
+from sim.metrics.timeline import check_windows
 from sim.scenario.kv_tiers import tiers_cost_per_hour
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
@@ -86,6 +87,13 @@ def simulate(
                 check_tiers(spec, list(workloads[key].tier_names))
             except ValueError as exc:
                 raise ScenarioError(str(exc), file=scenario.file, path="slo.tiers") from None
+        arrivals = workloads[key].arrival_s
+        known = arrivals[~np.isnan(arrivals)]
+        if spec.metrics.window_s is not None and known.size:  # the timeline's windows, early
+            try:
+                check_windows(float(known.min()), float(known.max()), spec.metrics.window_s)
+            except ScenarioError as exc:
+                raise exc.with_file(scenario.file) from None
         sessions = workloads[key].sessions
         if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
             raise ScenarioError(
@@ -168,7 +176,9 @@ def run_variant(
     context = _context(resolved, cluster)
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
-        stream = StreamSummary(context, requests.arrival_s, num_links)
+        stream = StreamSummary(
+            context, requests.arrival_s, num_links, window_s=spec.metrics.window_s
+        )
     pulled = pulls_arrivals(cluster, requests)
     source = Source(
         env, requests, cluster.dispatch, push=not pulled, frontend_s=spec.engine.frontend_s

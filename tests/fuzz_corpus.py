@@ -375,12 +375,12 @@ def runtime_cases() -> list[Case]:
             "metrics.window_s",
             "86400",
         ),
-        # found once the run's span is known: more windows than a timeline may have
-        Case(
+        # found once the arrivals are drawn: more windows than a timeline may have
+        scenario_case(
             "run-window-too-short",
-            RUN,
-            ("metrics.window_s", "more than 200,000 windows"),
-            {"s.yaml": dump(edited("metrics.window_s", 1e-6))},
+            dump(edited("metrics.window_s", 1e-6)),
+            "metrics.window_s",
+            "more than 200,000 windows",
         ),
         scenario_case(
             "run-10e12-requests",

@@ -1,0 +1,201 @@
+"""The space of an autoscaling search (`batchsim search --autoscale SPACE`): instance types and
+autoscaling policies, expanded into candidates.
+
+```yaml
+gpus: [h100-sxm, a100-80g]       # instance types (default: the scenario's hardware)
+signals:                          # signal -> the targets to try (target tracking)
+  running: [16, 32, 48]
+  queue_length: [2, 8]
+min: [1, 2]                       # each value is tried
+max: 16                           # the most instances a policy may run (also the static bound)
+scale_in_cooldown_s: [120, 600]
+scale_out_cooldown_s: 60
+interval_s: 15
+predictive:                       # optional: predictive candidates (forecast + running signal)
+  capacity_rps: [4, 6]            # requests per second one instance serves within the SLOs
+  headroom: 1.2
+  target: 32                      # the running-requests target it also tracks
+provisioning: {scheduling_s: 30, load_bandwidth_gb_per_s: 2, warmup_s: 60}
+router: least_outstanding_tokens
+```
+
+A candidate is one instance type with one autoscaling policy (sim/scenario/control_plane.py).
+The scenario's own cluster, hardware and instance counts are replaced by the candidate's; its
+workload (a rate profile, or a trace), model, policy and SLO targets are kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+
+from sim.errors import ScenarioError
+from sim.inputs.messages import as_error, problems
+from sim.inputs.strict_model import StrictModel
+from sim.inputs.strict_yaml import load_yaml
+from sim.inputs.text import check_regular_file, read_text
+from sim.scenario.control_plane import MAX_INSTANCES, ProvisioningSpec, Signal
+from sim.scenario.schema import RouterName
+
+MAX_CANDIDATES = 10_000
+
+
+class _Strict(StrictModel):
+    model_config = ConfigDict(frozen=True)
+
+
+def _listed(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+class PredictiveSpace(_Strict):
+    capacity_rps: list[float] = Field(min_length=1)
+    headroom: float = Field(default=1.2, ge=1, le=10)
+    target: float = Field(gt=0, le=1e9)
+
+    _lists = field_validator("capacity_rps", mode="before")(_listed)
+
+    @field_validator("capacity_rps")
+    @classmethod
+    def _positive(cls, values: list[float]) -> list[float]:
+        for v in values:
+            if not 0 < v <= 1e6:
+                raise ValueError(f"{v} is outside (0, 1000000]")
+        return values
+
+
+class AutoscaleSpace(_Strict):
+    gpus: list[str] | None = Field(default=None, min_length=1)
+    signals: dict[Signal, list[float]] = Field(default_factory=dict)
+    min: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    max: int = Field(default=16, gt=0, le=MAX_INSTANCES)
+    scale_in_cooldown_s: list[float] = Field(default_factory=lambda: [300.0], min_length=1)
+    scale_out_cooldown_s: list[float] = Field(default_factory=lambda: [60.0], min_length=1)
+    interval_s: float = Field(default=15.0, gt=0, le=86400)
+    tolerance: float = Field(default=0.1, ge=0, le=10)
+    predictive: PredictiveSpace | None = None
+    provisioning: ProvisioningSpec = ProvisioningSpec()
+    router: RouterName = "least_outstanding_tokens"
+
+    _lists = field_validator(
+        "gpus", "min", "scale_in_cooldown_s", "scale_out_cooldown_s", mode="before"
+    )(_listed)
+
+    @field_validator("signals", mode="before")
+    @classmethod
+    def _signal_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: _listed(v) for k, v in value.items()}
+        return value
+
+    @field_validator("signals")
+    @classmethod
+    def _targets(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
+        for signal, targets in value.items():
+            if not targets:
+                raise ValueError(f"{signal}: give at least one target")
+            for t in targets:
+                if not 0 < t <= 1e9:
+                    raise ValueError(f"{signal}: target {t} is outside (0, 1e9]")
+                if signal == "kv_use" and t > 1:
+                    raise ValueError(f"kv_use: target {t} is a fraction, at most 1")
+        return value
+
+    @field_validator("min")
+    @classmethod
+    def _mins(cls, value: list[int]) -> list[int]:
+        for v in value:
+            if not 0 <= v <= MAX_INSTANCES:
+                raise ValueError(f"{v} is outside [0, {MAX_INSTANCES}]")
+        return value
+
+    @field_validator("scale_in_cooldown_s", "scale_out_cooldown_s")
+    @classmethod
+    def _cooldowns(cls, value: list[float]) -> list[float]:
+        for v in value:
+            if not 0 <= v <= 86400:
+                raise ValueError(f"{v} is outside [0, 86400] seconds")
+        return value
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instance type with one autoscaling policy: `autoscale` is the group's mapping."""
+
+    id: str
+    gpu: str
+    autoscale: dict[str, Any]
+
+    @property
+    def start(self) -> int:
+        """Instances at the start: the policy's minimum, at least one."""
+        return max(1, int(self.autoscale["min"]))
+
+
+def read_space(path: str | Path) -> AutoscaleSpace:
+    """The space file, checked; every problem one line naming the file and the field."""
+    file = str(path)
+    check_regular_file(Path(path), "--autoscale")
+    data = load_yaml(read_text(Path(path), file), file)
+    if not isinstance(data, dict):
+        raise ScenarioError("an autoscaling space is a mapping of keys", file=file)
+    try:
+        space = AutoscaleSpace.model_validate(data)
+    except ValidationError as exc:
+        raise as_error(problems(exc, AutoscaleSpace), file) from None
+    if not space.signals and space.predictive is None:
+        raise ScenarioError(
+            "give signals (target tracking) or predictive", file=file, path="signals"
+        )
+    if max(space.min) > space.max:
+        raise ScenarioError(f"a min ({max(space.min)}) is above max ({space.max})", file=file,
+                            path="min")  # fmt: skip
+    if len(candidates(space, "x")) > MAX_CANDIDATES:
+        raise ScenarioError(
+            f"{len(candidates(space, 'x'))} candidates; at most {MAX_CANDIDATES}", file=file
+        )
+    return space
+
+
+def candidates(space: AutoscaleSpace, default_gpu: str) -> list[Candidate]:
+    """Every candidate of the space, in a stable order."""
+    common = {
+        "max": space.max,
+        "interval_s": space.interval_s,
+        "tolerance": space.tolerance,
+        "provisioning": space.provisioning.model_dump(),
+    }
+    policies: list[dict[str, Any]] = []
+    for lo, cool_in, cool_out in itertools.product(
+        space.min, space.scale_in_cooldown_s, space.scale_out_cooldown_s
+    ):
+        base = {**common, "min": lo, "scale_in_cooldown_s": cool_in,
+                "scale_out_cooldown_s": cool_out}  # fmt: skip
+        for signal, targets in space.signals.items():
+            for target in targets:
+                policies.append({**base, "mode": "target", "signal": signal, "target": target})
+        if space.predictive is not None:
+            p = space.predictive
+            for capacity in p.capacity_rps:
+                policies.append(
+                    {**base, "mode": "predictive", "signal": "running", "target": p.target,
+                     "capacity_rps": capacity, "headroom": p.headroom}
+                )  # fmt: skip
+    out = []
+    for gpu in space.gpus or [default_gpu]:
+        for policy in policies:
+            out.append(Candidate(_name(gpu, policy), gpu, policy))
+    return out
+
+
+def _name(gpu: str, policy: dict[str, Any]) -> str:
+    if policy["mode"] == "predictive":
+        what = f"predictive-{policy['capacity_rps']:g}rps"
+    else:
+        what = f"{policy['signal']}-{policy['target']:g}"
+    cool = f"in{policy['scale_in_cooldown_s']:g}s"
+    return f"{gpu}_{what}_min{policy['min']}_{cool}_out{policy['scale_out_cooldown_s']:g}s"

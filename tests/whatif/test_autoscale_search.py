@@ -1,0 +1,128 @@
+"""The autoscaling search (`sim.whatif.autoscale_search`): the space, the fixed-fleet bisection,
+and that the policy it picks meets the SLOs again on seeds it never saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sim.errors import ScenarioError
+from sim.simulate import simulate
+from sim.whatif.autoscale_search import Outcome, _doc, _fewest, autoscale_search
+from sim.whatif.autoscale_space import AutoscaleSpace, candidates, read_space
+from sim.whatif.capacity import SLO, parse_slos
+
+DAY: dict[str, Any] = {
+    "name": "mini-day",
+    "seed": 3,
+    "workload": {
+        "duration_s": 2400,
+        "arrival": {  # a busy spell of ten minutes in a quiet forty
+            "process": "profile",
+            "rate": {"shape": "piecewise", "points": [[0, 1], [240, 1], [420, 14], [720, 14],
+                                                      [840, 1], [2400, 1]]},
+        },
+        "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
+        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
+    },
+    "model": "llama-3-8b",
+    "hardware": "h100-sxm",
+    "policy": {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
+    "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+}
+SPACE = {
+    "signals": {"running": [4, 6]},
+    "min": [1],
+    "max": 6,
+    "interval_s": 5,
+    "scale_out_cooldown_s": 10,
+    "scale_in_cooldown_s": [30],
+    "provisioning": {"scheduling_s": 2, "load_bandwidth_gb_per_s": 8, "warmup_s": 3},
+}
+SLOS = ["ttft_p90=0.5", "tpot_p99=0.05"]  # p99 TTFT of a burst onset swings with the seed
+
+
+def test_candidates_expand_the_space() -> None:
+    space = AutoscaleSpace.model_validate(
+        {**SPACE, "gpus": ["h100-sxm", "a100-80g"], "min": [1, 2],
+         "predictive": {"capacity_rps": [3, 5], "target": 24}}
+    )
+    cands = candidates(space, "unused")
+    assert len(cands) == 2 * 2 * (2 + 2)
+    assert len({c.id for c in cands}) == len(cands)
+    predictive = [c for c in cands if c.autoscale["mode"] == "predictive"]
+    assert {c.autoscale["capacity_rps"] for c in predictive} == {3, 5}
+    assert {c.start for c in cands} == {1, 2}
+
+
+def test_fewest_doubles_then_bisects() -> None:
+    calls: list[int] = []
+    slo = SLO("ttft_p99_s", 1.0)
+
+    def probe(n: int) -> Outcome:
+        calls.append(n)
+        return Outcome(str(n), "g", "fixed", n, [{"ttft_p99_s": 0.5 if n >= 11 else 2.0}])
+
+    best = _fewest(probe, [slo], 64)
+    assert best is not None and best.instances == 11
+    assert calls == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert _fewest(probe, [slo], 8) is None
+
+
+@pytest.fixture(scope="module")
+def searched() -> Any:
+    space = AutoscaleSpace.model_validate(SPACE)
+    return autoscale_search(DAY, space, parse_slos(SLOS, 0), seeds=3, verify=2, workers=2)
+
+
+def test_the_search_finds_a_policy_cheaper_than_the_fixed_peak_fleet(searched: Any) -> None:
+    assert searched.chosen is not None and searched.baseline is not None
+    assert searched.baseline.instances >= 2  # the peak needs more than the trough
+    assert 0 < searched.saving < 1
+    table = searched.table()
+    assert table.iloc[0]["candidate"] == searched.chosen.key
+    assert bool(table.iloc[0]["slo_met"])
+    # the fixed probes include the one below the answer, which fails
+    failing = [p for p in searched.probes if p.instances == searched.baseline.instances - 1]
+    assert failing and not failing[0].met(searched.slos)
+
+
+def test_the_chosen_policy_meets_the_slos_on_other_seeds(searched: Any) -> None:
+    """Re-run independently of the search: the scenario with the chosen policy, new seeds."""
+    group = {"hardware": "h100-sxm", "count": max(1, searched.chosen_autoscale["min"]),
+             "autoscale": searched.chosen_autoscale}  # fmt: skip
+    slos = parse_slos(SLOS, 0)
+    assert searched.verify_seeds == [6, 7] and searched.verified_met
+    for seed in (101, 202):
+        doc = _doc(DAY, group, "least_outstanding_tokens", seed)
+        variant = next(iter(simulate(doc, tables=False).variants.values()))
+        summary = variant.summary()
+        assert all(s.met(summary) for s in slos), (seed, summary["ttft_p99_s"])
+
+
+def test_space_errors_name_the_file_and_field(tmp_path: Path) -> None:
+    cases = {
+        "signals: {running: [0]}\n": "outside",
+        "signals: {kv_use: [2]}\n": "fraction",
+        "signals: {speed: [1]}\n": "signals",
+        "min: [9]\nmax: 4\nsignals: {running: [8]}\n": "above max",
+        "max: 4\n": "give signals",
+        "signals: {running: [8]}\nbogus: 1\n": "bogus",
+        "- 1\n": "mapping",
+    }
+    for text, words in cases.items():
+        path = tmp_path / "space.yaml"
+        path.write_text(text)
+        with pytest.raises(ScenarioError) as info:
+            read_space(path)
+        message = str(info.value)
+        assert "space.yaml" in message and words in message, message
+        assert "\n" not in message
+
+
+def test_a_scenario_with_variants_is_refused() -> None:
+    doc = {**DAY, "variants": {"a": {}, "b": {"seed": 4}}}
+    with pytest.raises(ScenarioError, match="without variants"):
+        autoscale_search(doc, AutoscaleSpace.model_validate(SPACE), parse_slos(SLOS, 0))
