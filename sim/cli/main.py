@@ -202,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         dest,
         scenario.dump(),
         plots=not args.no_plots and not args.stream,
+        over_time_plot=not args.no_plots,  # drawn from the timeline: a streamed run has it too
         trace_requests=args.trace_requests if args.trace else None,
         tables="summary" if args.stream else args.tables,
         table_format=args.table_format,

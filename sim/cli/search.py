@@ -50,7 +50,21 @@ def register(sub: Any) -> None:
         "search", help="cheapest fleet (GPU, TP, layout, policy, count) meeting the SLOs"
     )
     cmd.add_argument("scenario", type=Path, help="scenario YAML: workload, model, SLO targets")
-    cmd.add_argument("--space", type=Path, required=True, help="search space YAML")
+    cmd.add_argument("--space", type=Path, default=None, help="search space YAML (fleets)")
+    cmd.add_argument(
+        "--autoscale",
+        type=Path,
+        default=None,
+        metavar="SPACE",
+        help="search autoscaling policies over the scenario's time-varying workload instead "
+        "(instance types and policies; docs/autoscaling.md)",
+    )
+    cmd.add_argument(
+        "--verify",
+        type=nonnegative_int,
+        default=2,
+        help="--autoscale: unseen seeds the chosen policy is re-run on (default 2)",
+    )
     cmd.add_argument(
         "--slo",
         action="append",
@@ -203,6 +217,14 @@ def _search(args: argparse.Namespace) -> int:
     from sim.io.report_search import fleet_text
     from sim.whatif.search import search
 
+    if args.autoscale is not None:
+        from sim.cli.search_autoscale import run
+
+        return run(args)
+    if args.space is None:
+        from sim.errors import ScenarioError
+
+        raise ScenarioError("give --space (a fleet search) or --autoscale SPACE", path="--space")
     out = _out_folder(args)
     try:
         result = search(

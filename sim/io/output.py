@@ -154,6 +154,7 @@ def _steps(
         steps.append((f"itl.{ext}", lambda: _write_table(itl(), folder / f"itl.{ext}")))
     if options["plots"]:
         steps.append(("plots", lambda: save_plots(results, folder)))
+    if options["over_time_plot"]:
         steps.append(("over_time.png", over_time))
     if options["trace_requests"] is not None:
         n = options["trace_requests"]
@@ -196,6 +197,7 @@ def write_results(
     scenario_yaml: str,
     *,
     plots: bool = True,
+    over_time_plot: bool | None = None,
     report: bool = True,
     trace_requests: int | None = None,
     tables: Tables = "requests",
@@ -214,8 +216,10 @@ def write_results(
     if tables not in TABLE_CHOICES or table_format not in FORMAT_CHOICES:
         raise ValueError(f"tables {tables!r} / table_format {table_format!r}: unknown")
     out_dir = check_destination(Path(out_dir).parent, Path(out_dir).name)
-    options = {"plots": plots, "report": report, "trace_requests": trace_requests,
-               "tables": tables, "table_format": table_format, "progress": progress}  # fmt: skip
+    over_time_plot = plots if over_time_plot is None else over_time_plot
+    options = {"plots": plots, "over_time_plot": over_time_plot, "report": report,
+               "trace_requests": trace_requests, "tables": tables,
+               "table_format": table_format, "progress": progress}  # fmt: skip
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     clean_leftovers(out_dir.parent)
     tmp, old = temp_paths(out_dir)
