@@ -30,8 +30,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "router_options.refresh_s": (*ANY, "past"),
     "router_options.kv_event_lag_s": (*ANY, "past"),
     "admission.max_waiting": (*ANY, "frac", "big"),
-    # the schema reads `true` as a limit of 1 here (a dict of ints): not listed
-    "admission.tiers.default": tuple(x for x in (*ANY, "frac", "big") if x != "bool"),
+    "admission.tiers.default": (*ANY, "frac", "big"),
 }
 # where each key's error is reported (a tier's limit: by the admission's own check)
 WHERE = {"admission.tiers.default": "tiers.default"}
@@ -68,6 +67,9 @@ def control_cases() -> list[Case]:
                       dump(edited("variants.b.cluster",
                                   {"router_options": {"refresh_s": -2}}, CONTROL_BASE)),
                       "variants.b.cluster"),
+        scenario_case("control-admission-tier-not-in-workload",
+                      dump(edited("cluster.admission.tiers", {"gold": 2}, CONTROL_BASE)),
+                      "cluster.admission.tiers", "'gold' is not a tier of the workload"),
         Case("control-set-bad-lag", (*RUN, "--set",
                                      "cluster.router_options.kv_event_lag_s=-1"),
              ("cluster.router_options.kv_event_lag_s",), {"s.yaml": dump(CONTROL_BASE)}),

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
 from fuzz_corpus_audit import audit_cases
+from fuzz_corpus_autoscale import autoscale_cases
 from fuzz_corpus_bounds import bounds_cases
 from fuzz_corpus_cli import cli_cases
 from fuzz_corpus_clients import client_cases
@@ -38,6 +39,7 @@ CORPUS: list[Case] = [
     *trace_cases(),
     *cli_cases(),
     *search_cases(),
+    *autoscale_cases(),
     *measured_cases(),
     *export_cases(),
     *client_cases(),

@@ -30,9 +30,9 @@ Signals, each averaged over the group's serving instances at the decision: `queu
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StrictInt, model_validator
 
 from sim.inputs.strict_model import StrictModel
 
@@ -125,14 +125,7 @@ class AdmissionSpec(_Strict):
     limit per SLO tier (a tier not named takes `max_waiting`; None: no limit)."""
 
     max_waiting: int | None = Field(default=None, ge=0, le=10**7)
-    tiers: dict[str, int] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _limits(self) -> AdmissionSpec:
-        for tier, limit in self.tiers.items():
-            if not 0 <= limit <= 10**7:
-                raise ValueError(f"tiers.{tier}: {limit} is outside [0, 10000000]")
-        return self
+    tiers: dict[str, Annotated[StrictInt, Field(ge=0, le=10**7)]] = Field(default_factory=dict)
 
     def limit(self, tier: str) -> int | None:
         return self.tiers.get(tier, self.max_waiting)

@@ -406,3 +406,11 @@ def check_tiers(spec: Scenario, tiers: list[str] | None) -> None:
     for tier in tiers or ():
         if spec.slo.tiers and tier not in spec.slo.tiers:
             raise ValueError(f"slo.tiers lacks tier {tier!r} of the workload")
+    admission = spec.cluster.admission if spec.cluster is not None else None
+    if admission is not None and tiers is not None:
+        for tier in admission.tiers:
+            if tier not in tiers:
+                raise ValueError(
+                    f"cluster.admission.tiers: {tier!r} is not a tier of the workload "
+                    f"({', '.join(tiers)})"
+                )

@@ -89,7 +89,10 @@ class AutoscaleSpace(_Strict):
     @classmethod
     def _signal_lists(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: _listed(v) for k, v in value.items()}
+            value = {k: _listed(v) for k, v in value.items()}
+            for signal, targets in value.items():
+                if any(isinstance(t, bool) for t in targets):
+                    raise ValueError(f"{signal}: a target is a number, not true or false")
         return value
 
     @field_validator("signals")

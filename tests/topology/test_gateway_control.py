@@ -149,6 +149,11 @@ def test_each_tier_has_its_own_limit() -> None:
     )
     admission = {"max_waiting": 3, "tiers": {"bronze": 1}}
     raw = cluster_raw("least_outstanding_requests", count=1, policy=ONE_SEAT, admission=admission)
+    # the workload declares both tiers (the hand-made arrays carry them)
+    lengths = {k: raw["workload"].pop(k) for k in ("prompt_tokens", "output_tokens")}
+    raw["workload"]["mix"] = [
+        {"name": t, "weight": 1, "tier": t, **lengths} for t in ("gold", "bronze")
+    ]
     res, cluster = run_with_cluster(raw, arrays)
     check_invariants(res, cluster)
     req = res.requests.sort_values("id")
