@@ -209,15 +209,19 @@ def test_a_streamed_run_summarizes_like_the_tables(request, policy) -> None:
     np.testing.assert_allclose(inst_a["mfu"], inst_b["mfu"], rtol=1e-9)
 
 
-def test_batchsim_run_stream_writes_the_summary_only(tmp_path) -> None:
+def test_batchsim_run_stream_writes_the_summary_and_timeline_only(tmp_path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_raw("chunked")))
     assert main(["run", str(path), "--stream", "--out", str(tmp_path / "out"), "-q"]) == 0
     written = sorted(
         p.name for p in (tmp_path / "out" / "t").iterdir() if not p.name.startswith(".")
     )
-    assert written == ["bench_summary.json", "report.html", "scenario.yaml", "summary.csv",
-                       "summary.json", "timeline.csv"]
+    # the over-time plot is drawn from the timeline, which a streamed run keeps
+    assert written == ["bench_summary.json", "over_time.png", "over_time.svg", "report.html",
+                       "scenario.yaml", "summary.csv", "summary.json", "timeline.csv"]
+    assert main(["run", str(path), "--stream", "--no-plots", "--out", str(tmp_path / "np"),
+                 "-q"]) == 0  # fmt: skip
+    assert not list((tmp_path / "np" / "t").glob("over_time.*"))
     assert main(["run", str(path), "--stream", "--tables", "all", "--out", str(tmp_path)]) == 2
 
 
