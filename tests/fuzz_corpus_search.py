@@ -265,7 +265,7 @@ def flag_cases() -> list[Case]:
     ]
     cases += [
         Case("search-no-space", ("search", "s.yaml", "--slo", "ttft_p99=1"),
-             ("--space", "required"), {"s.yaml": dump(SCENARIO)}),
+             ("--space", "--autoscale"), {"s.yaml": dump(SCENARIO)}),
         Case("search-no-slo", ("search", "s.yaml", "--space", "space.yaml"),
              ("--slo", "required"), {"s.yaml": dump(SCENARIO), "space.yaml": dump(SPACE)}),
         Case("search-space-missing", ("search", "s.yaml", "--space", "nope.yaml", "--slo",

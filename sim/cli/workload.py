@@ -76,10 +76,17 @@ def _seed(text: str) -> int:
     return value
 
 
+# the defaults of sim.workload.day_profile, here so that building the command line imports no
+# tables (tests/cli/test_workload_defaults.py checks they agree)
+DEFAULT_PERIOD_S = 86_400.0
+DEFAULT_MEAN_RATE = 50.0
+DEFAULT_PEAK_TO_TROUGH = 3.0
+DEFAULT_PEAK_HOUR = 15.0
+DEFAULT_BIN_S = 60.0
+
+
 def register(sub: Any) -> None:
     """Add the `workload` command group to the CLI's subparsers."""
-    from sim.workload import day_profile as core
-
     group = sub.add_parser("workload", help="make workload inputs (rate profiles from traces)")
     verbs = group.add_subparsers(dest="workload_command", required=True)
     day = verbs.add_parser(
@@ -99,31 +106,31 @@ def register(sub: Any) -> None:
     day.add_argument(
         "--period-s",
         type=_positive,
-        default=core.DEFAULT_PERIOD_S,
+        default=DEFAULT_PERIOD_S,
         help="length of the profile in seconds (default 86400: a day)",
     )
     day.add_argument(
         "--mean-rate",
         type=_positive,
-        default=core.DEFAULT_MEAN_RATE,
+        default=DEFAULT_MEAN_RATE,
         help="mean requests/s over the period (default %(default)g)",
     )
     day.add_argument(
         "--peak-to-trough",
         type=_ratio,
-        default=core.DEFAULT_PEAK_TO_TROUGH,
+        default=DEFAULT_PEAK_TO_TROUGH,
         help="peak / trough of the smooth diurnal curve (default %(default)g)",
     )
     day.add_argument(
         "--peak-hour",
         type=_hour,
-        default=core.DEFAULT_PEAK_HOUR,
+        default=DEFAULT_PEAK_HOUR,
         help="hour of the smooth curve's peak (default %(default)g)",
     )
     day.add_argument(
         "--bin-s",
         type=_positive,
-        default=core.DEFAULT_BIN_S,
+        default=DEFAULT_BIN_S,
         help="width of the burst bins and of the profile's steps (default %(default)g s)",
     )
     day.add_argument(
