@@ -60,6 +60,9 @@ def _edges(frame: pd.DataFrame, unit: float) -> np.ndarray:
     return np.append(starts, ends[-1]) / unit
 
 
+MAX_MARKED_EVENTS = 60  # per variant; more are left to fleet_events.csv
+
+
 def over_time_figure(
     timelines: Mapping[str, pd.DataFrame],
     fleet_events: Mapping[str, pd.DataFrame] | None = None,
@@ -102,7 +105,8 @@ def over_time_figure(
         stairs(slo_ax, frame["slo_attainment"], edges, color=color, linewidth=1.2, label=name)
         stairs(usd_ax, frame["usd_per_hour"], edges, color=color, linewidth=1.2, label=name)
         events = fleet_events.get(name)
-        if events is not None and len(events):
+        # a day of scaling has hundreds of events: the stairs show them, markers would bury them
+        if events is not None and 0 < len(events) <= MAX_MARKED_EVENTS:
             for kind, (marker, label) in EVENT_MARKERS.items():
                 rows = events[events["event"] == kind]
                 if len(rows):
@@ -117,7 +121,11 @@ def over_time_figure(
     rate_ax.set_ylabel("requests/s")
     rate_ax.set_title("Arrival rate and completions")
     fleet_ax.set_ylabel("instances")
-    fleet_ax.set_title("Instances serving (solid) and billed (dashed); scaling events")
+    marked = all(len(e) <= MAX_MARKED_EVENTS for e in fleet_events.values())
+    fleet_ax.set_title(
+        "Instances serving (solid) and billed (dashed)"
+        + ("; scaling events" if marked else " (scaling events: fleet_events.csv)")
+    )
     fleet_ax.margins(y=0.12)
     fleet_ax.set_ylim(bottom=0)
     p90 = np.concatenate([t["ttft_p90_s"].to_numpy(dtype=float) for t in drawn.values()])

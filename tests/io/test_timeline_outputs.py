@@ -88,6 +88,15 @@ def test_a_day_plots_in_hours_with_its_scaling_events() -> None:
     assert t["usd"].sum() == pytest.approx(0.001 * (run_s + (50100 - 3600)))
 
 
+def test_a_day_of_many_events_leaves_them_to_the_table() -> None:
+    t = day().timeline()
+    many = pd.concat([EVENTS] * 16, ignore_index=True)  # 64 events: more than are marked
+    fig = over_time_figure({"auto": t}, {"auto": many}, {"auto": 0.2})
+    fleet_ax = fig.axes[1]
+    assert not [c for c in fleet_ax.collections if isinstance(c, PathCollection)]
+    assert "fleet_events.csv" in fleet_ax.get_title()
+
+
 def test_one_window_writes_no_plot(tmp_path: Path) -> None:
     requests = make_requests([(0, 1.0, 10, 3, 1.2, 1.5, 3.5, False, 1.0)])
     t = timeline_of_tables(requests, pd.DataFrame(), make_context(), window_s=60.0)
