@@ -5,7 +5,8 @@ what it saves against the cheapest fixed fleet sized for the peak.
 
 Every candidate of the space (`sim.whatif.autoscale_space`: an instance type with an autoscaling
 policy) replays the scenario's whole workload (a rate profile over a day, or a trace) on seeds
-`seed, seed + 1, ..., seed + seeds - 1`; it meets the SLOs when every SLO holds on every seed.
+`seed, seed + 1, ..., seed + seeds - 1` (the scenario's variants are set aside: the search
+varies the fleet itself); it meets the SLOs when every SLO holds on every seed.
 Its cost is the rent integrated over its instances' lifetimes, as dollars per day
 (`fleet_usd_per_day`, sim/metrics/fleet.py), averaged over the seeds.
 
@@ -34,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ScenarioError
-from sim.scenario.load import ScenarioSet, load_any, load_scenario_dict, source_of
+from sim.scenario.load import ScenarioSet, load_scenario_dict, source_of
 from sim.simulate import simulate
 from sim.whatif.autoscale_space import AutoscaleSpace, Candidate, candidates
 from sim.whatif.capacity import SLO
@@ -155,15 +156,11 @@ def _doc(raw: Mapping[str, Any], group: dict[str, Any], router: str, seed: int) 
 def _base(scenario: ScenarioSet | Mapping[str, Any] | str, overrides: Sequence[str]) -> tuple[
     dict[str, Any], str, str, int, str
 ]:  # fmt: skip
-    """The scenario's raw mapping, file label, base folder, seed and instance type."""
-    loaded = load_any(scenario, list(overrides))
-    if len(loaded.variants) != 1:
-        raise ScenarioError(
-            "the autoscaling search varies the fleet itself: give a scenario without variants",
-            file=loaded.file,
-            path="variants",
-        )
+    """The scenario's raw mapping (its variants set aside: the search varies the fleet
+    itself), file label, base folder, seed and instance type."""
     raw, file, base_dir = source_of(scenario, list(overrides))
+    raw.pop("variants", None)
+    loaded = load_scenario_dict(raw, file=file, base_dir=Path(base_dir))
     spec = loaded.variants[0].spec
     return raw, file, str(base_dir), spec.seed, spec.hardware.name
 

@@ -122,7 +122,9 @@ def test_space_errors_name_the_file_and_field(tmp_path: Path) -> None:
         assert "\n" not in message
 
 
-def test_a_scenario_with_variants_is_refused() -> None:
+def test_a_scenarios_variants_are_set_aside() -> None:
+    from sim.whatif.autoscale_search import _base
+
     doc = {**DAY, "variants": {"a": {}, "b": {"seed": 4}}}
-    with pytest.raises(ScenarioError, match="without variants"):
-        autoscale_search(doc, AutoscaleSpace.model_validate(SPACE), parse_slos(SLOS, 0))
+    raw, _, _, seed, gpu = _base(doc, ())
+    assert "variants" not in raw and seed == 3 and gpu == "h100-sxm"
