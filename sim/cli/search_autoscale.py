@@ -97,6 +97,10 @@ def answer_document(result: Any) -> dict[str, Any]:
         "saving": value(result.saving),
         "verify_seeds": result.verify_seeds,
         "verified_met": result.verified_met,
+        "verified": [
+            {"seed": seed, **{s.metric: value(x.get(s.metric, math.nan)) for s in result.slos}}
+            for seed, x in zip(result.verify_seeds, result.verified, strict=True)
+        ],
     }
 
 
@@ -177,6 +181,14 @@ def run(args: argparse.Namespace) -> int:
           f"at most; saves {saving:.1f} % against the cheapest fixed fleet")  # fmt: skip
     if result.verify_seeds:
         verdict = "meets" if result.verified_met else "does NOT meet"
-        print(f"On unseen seeds {result.verify_seeds}: it {verdict} the SLOs")
+        seen = "; ".join(
+            f"seed {seed}: " + ", ".join(f"{s.metric} {x.get(s.metric, math.nan):.4g}"
+                                         for s in result.slos)
+            for seed, x in zip(result.verify_seeds, result.verified, strict=True)
+        )  # fmt: skip
+        print(f"On unseen seeds {result.verify_seeds}: it {verdict} the SLOs ({seen})")
+        if not result.verified_met:
+            print("  its margin is thinner than the seeds showed: search with more --repeats, "
+                  "or take a policy with more margin from the table")  # fmt: skip
     print(f"results in {out}/ (autoscale_search.csv, timeline.csv, over_time.png)")
     return 0

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_autoscale import DAY, SPACE
 
 from sim.errors import ScenarioError
 from sim.simulate import simulate
@@ -14,33 +15,6 @@ from sim.whatif.autoscale_search import Outcome, _doc, _fewest, autoscale_search
 from sim.whatif.autoscale_space import AutoscaleSpace, candidates, read_space
 from sim.whatif.capacity import SLO, parse_slos
 
-DAY: dict[str, Any] = {
-    "name": "mini-day",
-    "seed": 3,
-    "workload": {
-        "duration_s": 2400,
-        "arrival": {  # a busy spell of ten minutes in a quiet forty
-            "process": "profile",
-            "rate": {"shape": "piecewise", "points": [[0, 1], [240, 1], [420, 14], [720, 14],
-                                                      [840, 1], [2400, 1]]},
-        },
-        "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
-        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
-    },
-    "model": "llama-3-8b",
-    "hardware": "h100-sxm",
-    "policy": {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
-    "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
-}
-SPACE = {
-    "signals": {"running": [4, 6]},
-    "min": [1],
-    "max": 6,
-    "interval_s": 5,
-    "scale_out_cooldown_s": 10,
-    "scale_in_cooldown_s": [30],
-    "provisioning": {"scheduling_s": 2, "load_bandwidth_gb_per_s": 8, "warmup_s": 3},
-}
 SLOS = ["ttft_p90=0.5", "tpot_p99=0.05"]  # p99 TTFT of a burst onset swings with the seed
 
 

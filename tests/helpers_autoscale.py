@@ -1,0 +1,35 @@
+"""A small time-varying workload and autoscaling space, shared by the autoscaling search's
+tests: a busy spell of ten minutes (14 req/s) in a quiet forty (1 req/s) on H100s with 8 seats,
+so the peak needs several instances and the rest one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DAY: dict[str, Any] = {
+    "name": "mini-day",
+    "seed": 3,
+    "workload": {
+        "duration_s": 2400,
+        "arrival": {  # a busy spell of ten minutes in a quiet forty
+            "process": "profile",
+            "rate": {"shape": "piecewise", "points": [[0, 1], [240, 1], [420, 14], [720, 14],
+                                                      [840, 1], [2400, 1]]},
+        },
+        "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
+        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
+    },
+    "model": "llama-3-8b",
+    "hardware": "h100-sxm",
+    "policy": {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
+    "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+}
+SPACE = {
+    "signals": {"running": [4, 6]},
+    "min": [1],
+    "max": 6,
+    "interval_s": 5,
+    "scale_out_cooldown_s": 10,
+    "scale_in_cooldown_s": [30],
+    "provisioning": {"scheduling_s": 2, "load_bandwidth_gb_per_s": 8, "warmup_s": 3},
+}
