@@ -48,10 +48,10 @@ def test_fewest_doubles_then_bisects() -> None:
 @pytest.fixture(scope="module")
 def searched() -> Any:
     space = AutoscaleSpace.model_validate(SPACE)
-    return autoscale_search(DAY, space, parse_slos(SLOS, 0), seeds=3, verify=2, workers=2)
+    return autoscale_search(DAY, space, parse_slos(SLOS, 0), seeds=2, verify=1, workers=2)
 
 
-def test_the_search_finds_a_policy_cheaper_than_the_fixed_peak_fleet(searched: Any) -> None:
+def test_the_search_finds_a_cheaper_policy_that_holds_on_other_seeds(searched: Any) -> None:
     assert searched.chosen is not None and searched.baseline is not None
     assert searched.baseline.instances >= 2  # the peak needs more than the trough
     assert 0 < searched.saving < 1
@@ -61,14 +61,16 @@ def test_the_search_finds_a_policy_cheaper_than_the_fixed_peak_fleet(searched: A
     # the fixed probes include the one below the answer, which fails
     failing = [p for p in searched.probes if p.instances == searched.baseline.instances - 1]
     assert failing and not failing[0].met(searched.slos)
+    # one test, not two: a module fixture would run once per worker of a parallel run
+    _the_chosen_policy_meets_the_slos_on_other_seeds(searched)
 
 
-def test_the_chosen_policy_meets_the_slos_on_other_seeds(searched: Any) -> None:
+def _the_chosen_policy_meets_the_slos_on_other_seeds(searched: Any) -> None:
     """Re-run independently of the search: the scenario with the chosen policy, new seeds."""
     group = {"hardware": "h100-sxm", "count": max(1, searched.chosen_autoscale["min"]),
              "autoscale": searched.chosen_autoscale}  # fmt: skip
     slos = parse_slos(SLOS, 0)
-    assert searched.verify_seeds == [6, 7] and searched.verified_met
+    assert searched.verify_seeds == [5] and searched.verified_met
     for seed in (101, 202):
         doc = _doc(DAY, group, "least_outstanding_tokens", seed)
         variant = next(iter(simulate(doc, tables=False).variants.values()))
