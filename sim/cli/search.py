@@ -193,7 +193,7 @@ def format_robustness(robustness: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _out_folder(args: argparse.Namespace) -> Path:
+def _out_folder(args: argparse.Namespace, suffix: str = "search") -> Path:
     from sim.errors import ScenarioError
     from sim.io.destination import results_folder_name
     from sim.scenario.load import source_of
@@ -209,7 +209,7 @@ def _out_folder(args: argparse.Namespace) -> Path:
         check_folder_name(name)
     except ValueError as exc:
         raise ScenarioError(str(exc), file=file, path="name") from None
-    return Path("results") / f"{results_folder_name(name, args.overrides)}-search"
+    return Path("results") / f"{results_folder_name(name, args.overrides)}-{suffix}"
 
 
 def _search(args: argparse.Namespace) -> int:

@@ -51,24 +51,6 @@ def _table_text(table: Any, top: int) -> str:
     )
 
 
-def _out(args: argparse.Namespace) -> Path:
-    from sim.io.destination import results_folder_name
-    from sim.scenario.load import source_of
-    from sim.scenario.schema import check_folder_name
-
-    if args.out is not None:
-        return Path(args.out)
-    raw, file, _ = source_of(args.scenario, args.overrides)
-    name = raw.get("name")
-    if not isinstance(name, str):
-        raise ScenarioError("missing, or not a string", file=file, path="name")
-    try:
-        check_folder_name(name)
-    except ValueError as exc:
-        raise ScenarioError(str(exc), file=file, path="name") from None
-    return Path("results") / f"{results_folder_name(name, args.overrides)}-autoscale"
-
-
 def answer_document(result: Any) -> dict[str, Any]:
     """The answer as plain data (autoscale_search.json)."""
 
@@ -123,7 +105,9 @@ def run(args: argparse.Namespace) -> int:
         )
     space = read_space(args.autoscale)
     slos = parse_slos(args.slo, 0)
-    out = _out(args)
+    from sim.cli.search import _out_folder
+
+    out = _out_folder(args, "autoscale")
     from sim.io.destination import check_destination
 
     check_destination(out.parent, out.name)  # a bad --out fails before any simulation
