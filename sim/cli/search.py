@@ -220,7 +220,7 @@ def _search(args: argparse.Namespace) -> int:
     if args.autoscale is not None:
         from sim.cli.search_autoscale import run
 
-        return run(args)
+        return run(args, _out_folder)
     if args.space is None:
         from sim.errors import ScenarioError
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,8 @@ def answer_document(result: Any) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, out_folder: Callable[[argparse.Namespace, str], Path]) -> int:
+    """Run ``batchsim search --autoscale``; ``out_folder`` names the default results folder."""
     from sim.io.output import write_results
     from sim.simulate import simulate
     from sim.whatif.autoscale_search import _doc, autoscale_search
@@ -105,9 +107,7 @@ def run(args: argparse.Namespace) -> int:
         )
     space = read_space(args.autoscale)
     slos = parse_slos(args.slo, 0)
-    from sim.cli.search import _out_folder
-
-    out = _out_folder(args, "autoscale")
+    out = out_folder(args, "autoscale")
     from sim.io.destination import check_destination
 
     check_destination(out.parent, out.name)  # a bad --out fails before any simulation
