@@ -72,6 +72,16 @@ class Load:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkLoad:
+    """An instance's queues and outstanding work at one instant (`Load` less its KV blocks):
+    what most routers read, known without applying the run in flight (`work_load`)."""
+
+    num_waiting: int
+    num_running: int
+    outstanding_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class KVSpec:
     """An instance's KV geometry beyond the pool: bytes per token on this instance (with tensor
     parallelism, as stored), and the host memory and bandwidth that swapping uses."""
@@ -257,6 +267,33 @@ class InstanceState:
             self.pool.num_used,
             self.pool.num_total,
         )
+
+    def work_load(self) -> WorkLoad:
+        """`load()`'s queues and outstanding tokens now, without settling the run in flight.
+
+        Inside a run nothing joins, leaves or finishes before its last step, so the steps that
+        ended by now changed only the work left: each took one token from every decoding member
+        and a repeated prompt chunk's tokens from its request. Settling would apply them (a
+        record per outside look); a router that reads no KV needs only their count, and the run
+        then stays one record, as with a lone instance. A speculative step, whose accepted
+        tokens are drawn when it is applied, is settled."""
+        run = self._run
+        done_work = 0
+        if run is not None and run.num_steps > 1:
+            done = run.settled_by(self.env.now)
+            if done > 0:
+                if run.spec is not None:
+                    return self._settled_work_load()
+                plan = run.plan
+                per_step = self.batch.size if plan.decode else 0
+                for chunk in plan.prefill.values():
+                    per_step += chunk
+                done_work = done * per_step
+        return WorkLoad(self.num_waiting, self.num_running, self.outstanding_tokens() - done_work)
+
+    def _settled_work_load(self) -> WorkLoad:
+        self.settle()
+        return WorkLoad(self.num_waiting, self.num_running, self.outstanding_tokens())
 
     def holds_requests(self) -> bool:
         """Whether any request is here now: queued, running, swapped, finished but holding its

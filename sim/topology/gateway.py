@@ -11,10 +11,12 @@ can launch one; the fleet calls `release` when an instance becomes ready, and th
 requests are routed then. Their TTFT counts the wait.
 
 What the router sees of the instances (`sim.topology.signals`): their loads exact at each
-decision, or as last scraped every `router_options.refresh_s` seconds; their prefix caches exact,
-or as KV events `router_options.kv_event_lag_s` late show them (routers `prefix_affinity` and
-`slo_headroom`); and for `slo_headroom`, each instance's predicted TTFT for the request against
-its tier's TTFT target.
+decision (queues and outstanding tokens read without applying the steps in flight,
+`InstanceState.work_load`, unless the router reads KV blocks or prefix hits, which those steps
+change), or as last scraped every `router_options.refresh_s` seconds; their prefix caches
+exact, or as KV events `router_options.kv_event_lag_s` late show them (routers
+`prefix_affinity` and `slo_headroom`); and for `slo_headroom`, each instance's predicted TTFT
+for the request against its tier's TTFT target.
 
 Admission (`cluster.admission`): once the router has chosen, a request whose instance has at
 least its tier's limit of requests waiting, as the gateway sees that instance's load (scraped
@@ -24,15 +26,16 @@ ones with `refresh_s > 0`), is rejected with the reason `shed: queue full`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sim.core.engine import Instance, Load
+from sim.core.instance import WorkLoad
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.scenario.control_plane import AdmissionSpec
 from sim.scenario.schema import RouterOptions, SLOSpec
-from sim.topology.router import Router
+from sim.topology.router import Router, WorkView
 from sim.topology.signals import LaggedPrefixes, Scraper, predicted_ttft, read_backlog
 
 SHED = "shed: queue full"
@@ -87,6 +90,9 @@ class Gateway:
     def _load(self, i: int) -> Load:
         return self.instances[i].load()
 
+    def _work_load(self, i: int) -> WorkLoad:
+        return self.instances[i].work_load()
+
     def _cached_tokens(self, req: Request, i: int) -> int:
         if self.prefixes is not None:
             return self.prefixes.cached_tokens(req, i)
@@ -102,7 +108,9 @@ class Gateway:
 
     def _route(self, req: Request, candidates: Sequence[int] | None) -> None:
         instances = self.instances
-        loads = self._load
+        # blocks cached by the steps in flight count for a prefix hit only once applied
+        settled = self.router.needs_kv or self.router.name in PREFIX_ROUTERS
+        loads: Callable[[int], WorkView] = self._load if settled else self._work_load
         scraper = self.scraper
         if scraper is not None:
             scraper.at_decision()

@@ -1,9 +1,9 @@
 """Routers: which instance of a pool gets the next request.
 
-A router sees each candidate instance's `Load` at the moment of the decision (an arrival, or a
-finished prompt whose KV must move to a decode instance) and returns an index. Ties go to the
-lowest index, so a choice is a pure function of the loads (and, for `random`, of the run's
-seeded routing stream).
+A router sees each candidate instance's load (a `WorkView`; a `LoadView` for `least_kv`) at the
+moment of the decision (an arrival, or a finished prompt whose KV must move to a decode
+instance) and returns an index. Ties go to the lowest index, so a choice is a pure function of
+the loads (and, for `random`, of the run's seeded routing stream).
 
 * `round_robin`: in turn, regardless of load.
 * `least_outstanding_requests`: fewest requests waiting or running.
@@ -26,15 +26,15 @@ seeded routing stream).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from sim.scenario.schema import RouterName
 
 
-class LoadView(Protocol):
-    """What routers read of an instance (`sim.core.engine.Load`)."""
+class WorkView(Protocol):
+    """What routers other than `least_kv` read of an instance (`sim.core.instance.WorkLoad`)."""
 
     @property
     def num_waiting(self) -> int: ...
@@ -45,6 +45,10 @@ class LoadView(Protocol):
     @property
     def outstanding_tokens(self) -> int: ...
 
+
+class LoadView(WorkView, Protocol):
+    """What `least_kv` reads besides (`sim.core.instance.Load`)."""
+
     @property
     def kv_blocks_used(self) -> int: ...
 
@@ -52,7 +56,7 @@ class LoadView(Protocol):
     def kv_blocks_total(self) -> int: ...
 
 
-_KEYS: dict[str, Callable[[LoadView], float]] = {
+_KEYS: dict[str, Callable[[Any], float]] = {  # least_kv's load is a LoadView
     "least_outstanding_requests": lambda load: load.num_waiting + load.num_running,
     "least_outstanding_tokens": lambda load: load.outstanding_tokens,
     "least_kv": lambda load: load.kv_blocks_used / max(1, load.kv_blocks_total),
@@ -80,10 +84,15 @@ class Router:
             "prefix_affinity", "session_sticky", "slo_headroom"
         )  # fmt: skip
 
+    @property
+    def needs_kv(self) -> bool:
+        """Whether it reads the instances' KV blocks (a `LoadView`, not only a `WorkView`)."""
+        return self.name == "least_kv"
+
     def pick(
         self,
         num_instances: int,
-        loads: Callable[[int], LoadView] | None = None,
+        loads: Callable[[int], WorkView] | None = None,
         candidates: Sequence[int] | None = None,
         *,
         hit: Callable[[int], float] | None = None,
@@ -111,7 +120,7 @@ class Router:
         self,
         num_instances: int,
         pool: list[int],
-        loads: Callable[[int], LoadView] | None,
+        loads: Callable[[int], WorkView] | None,
         hit: Callable[[int], float] | None,
     ) -> int:
         if self.name == "round_robin":  # the next instance in turn that is a candidate
@@ -131,7 +140,7 @@ class Router:
         return min(pool, key=lambda i: key(loads(i)))  # min keeps the first (lowest) on ties
 
     def _affinity(
-        self, pool: list[int], loads: Callable[[int], LoadView], hit: Callable[[int], float] | None
+        self, pool: list[int], loads: Callable[[int], WorkView], hit: Callable[[int], float] | None
     ) -> int:
         """The best of cached prefix and load (SGLang's cache-aware router, llm-d's prefix
         scorer): score = hit_weight * cached fraction - load_weight * outstanding tokens over

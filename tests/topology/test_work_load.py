@@ -1,0 +1,93 @@
+"""Routers read an instance's queues and outstanding tokens without applying the run in flight
+(`InstanceState.work_load`): the figures equal what settling that run would show, and a cluster
+routes every request where settled loads would send it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers_sim import run, scenario, tiny_hardware, tiny_model
+
+from sim.core.instance import InstanceState, WorkLoad
+from sim.topology.gateway import Gateway
+
+WORKLOAD = {
+    "num_requests": 240,
+    "arrival": {"process": "poisson", "rate": 30.0},
+    "prompt_tokens": {"dist": "uniform", "low": 10, "high": 180},
+    "output_tokens": {"dist": "uniform", "low": 1, "high": 60},
+}
+POLICIES: dict[str, dict[str, Any]] = {
+    "continuous": {"name": "continuous", "max_num_seqs": 16},
+    "chunked": {"name": "chunked", "max_num_batched_tokens": 24, "max_num_seqs": 16},
+    "static": {"name": "static", "max_batch_size": 8, "max_wait_s": 0.05},
+    "preempting": {"name": "continuous", "preemption": {"mode": "swap"}},
+    "speculative": {
+        "name": "continuous",
+        "speculative": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "acceptance": {"rate": 0.7},
+        },
+    },
+}
+ROUTERS = ("least_outstanding_tokens", "least_outstanding_requests", "session_sticky")
+
+
+def cluster(policy: str, router: str) -> dict[str, Any]:
+    # a small pool and model: requests are preempted; three instances behind the router
+    return scenario(
+        policy=POLICIES[policy],
+        workload=WORKLOAD,
+        model=tiny_model(300),
+        hardware=tiny_hardware(1200),
+        cluster={"router": router, "instances": [{"count": 3}]},
+    )
+
+
+def settled(instance: InstanceState) -> WorkLoad:
+    load = instance.load()  # applies the steps that ended by now
+    return WorkLoad(load.num_waiting, load.num_running, load.outstanding_tokens)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("router", ROUTERS)
+def test_work_load_equals_the_settled_load(
+    policy: str, router: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unsettled = InstanceState.work_load
+    mid_run = []
+
+    def checked(self: InstanceState) -> WorkLoad:
+        seen = unsettled(self)
+        before = len(self.steps)
+        assert seen == settled(self)
+        mid_run.append(len(self.steps) > before)  # settling applied steps: a look mid-run
+        return seen
+
+    monkeypatch.setattr(InstanceState, "work_load", checked)
+    res = run(cluster(policy, router))
+    assert res.summary()["num_requests"] == WORKLOAD["num_requests"]
+    if policy != "speculative":  # speculative steps run one at a time
+        assert sum(mid_run) > 10, "no look fell inside a run"
+
+
+@pytest.mark.parametrize("policy", ["continuous", "chunked", "preempting"])
+def test_routing_on_work_loads_matches_routing_on_settled_loads(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = run(cluster(policy, "least_outstanding_tokens"))
+    monkeypatch.setattr(Gateway, "_work_load", lambda self, i: settled(self.instances[i]))
+    slow = run(cluster(policy, "least_outstanding_tokens"))
+    a, b = fast.requests, slow.requests
+    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+    for column in ("ttft_s", "finish_s"):
+        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
+    # the same steps, fewer records: no outside look splits a run
+    for frame in (fast.steps, slow.steps):
+        frame["tokens"] = frame["num_tokens"] * frame["num_steps"]
+    assert fast.steps["num_steps"].sum() == slow.steps["num_steps"].sum()
+    assert fast.steps["tokens"].sum() == slow.steps["tokens"].sum()
+    assert len(fast.steps) < len(slow.steps)
