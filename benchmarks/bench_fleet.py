@@ -3,9 +3,9 @@ streamed (no tables), one variant at a time in this process.
 
 Prints per variant the simulated requests, wall time, microseconds per request, the scaling
 events and the mean instances, and this process's peak RSS so far. A fixed fleet of six
-instances and the autoscaled ones route every arrival among several instances: each routing
-decision settles every instance, which is where a cluster's time per request goes beyond one
-instance's (bench_sim.py).
+instances and the autoscaled ones route every arrival among several instances: each instance
+runs its own SimPy process and each routing decision weighs every candidate, which is where a
+cluster's time per request goes beyond one instance's (bench_sim.py).
 
     python benchmarks/bench_fleet.py --hours 2
 """
