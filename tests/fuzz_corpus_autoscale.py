@@ -4,8 +4,9 @@
   out of range or non-finite; rules across fields (min above max, a count outside [min, max],
   a mode without what it needs, fields of another mode); unknown keys; pipeline parallelism;
   predictive scaling on a workload that states no rate (a trace);
-- the autoscaling space file: every key with bad values, unknown keys, a space with nothing to
-  try, a file that is not a mapping, is missing or is empty; flags that do not go with it.
+- the autoscaling space file: every key with bad values, bad threshold bands (inverted, not a
+  pair, out of range, non-finite), unknown keys, a space with nothing to try, a file that is not
+  a mapping, is missing or is empty; flags that do not go with it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ SPACE_KEYS: dict[str, tuple[str, ...]] = {
     "router": ANY,
     "provisioning": ("neg", "str", "bool", "list", "inf", "nan"),
     "predictive": ("neg", "str", "bool", "list", "inf", "nan"),
+    "thresholds": ("neg", "str", "bool", "list", "inf", "nan"),
+    "step": ("neg", "str", "bool", "map", "inf", "nan", "zero", "big"),
+}
+BANDS = {  # a bad thresholds entry -> words of its error
+    "inverted": ([[16, 8]], "scale_in_below < scale_out_above"),
+    "equal": ([[8, 8]], "scale_in_below < scale_out_above"),
+    "negative": ([[-1, 8]], "scale_in_below < scale_out_above"),
+    "three": ([[1, 8, 16]], "pairs"),
+    "flat": ([1, 8], "pairs"),
+    "empty": ([], "at least one"),
+    "bool": ([[True, 8]], "not true or false"),
+    "nan": ([[float("nan"), 8]], "finite"),
+    "inf": ([[1, float("inf")]], "finite"),
+    "huge": ([[1, 10**9 + 1]], "scale_out_above"),
+    "str": ([["a", 8]], "number"),
 }
 
 
@@ -128,7 +144,15 @@ def autoscale_cases() -> list[Case]:
                         edited(key, _value(label), SPACE) if key in SPACE or "." in key
                         else {**SPACE, key: _value(label)}, "space.yaml", key.split(".")[0])
             )  # fmt: skip
+    for label, (band, words) in BANDS.items():
+        cases.append(_search(f"autoscale-space-thresholds-running-{label}",
+                             {"thresholds": {"running": band}, "max": 4}, "space.yaml",
+                             "thresholds", words))  # fmt: skip
     cases += [
+        _search("autoscale-space-thresholds-kv-over-one",
+                {"thresholds": {"kv_use": [[0.2, 1.5]]}, "max": 4}, "space.yaml", "fraction"),
+        _search("autoscale-space-thresholds-unknown-signal",
+                {"thresholds": {"speed": [[1, 4]]}, "max": 4}, "space.yaml", "thresholds"),
         _search("autoscale-space-unknown-key", {**SPACE, "signal": "running"}, "space.yaml",
                 "signal", "unknown key"),
         _search("autoscale-space-nothing", {"max": 4}, "space.yaml", "give signals"),

@@ -6,6 +6,9 @@ gpus: [h100-sxm, a100-80g]       # instance types (default: the scenario's hardw
 signals:                          # signal -> the targets to try (target tracking)
   running: [16, 32, 48]
   queue_length: [2, 8]
+thresholds:                       # optional: step scaling, signal -> [scale_in_below,
+  running: [[8, 40], [16, 48]]    #   scale_out_above] pairs to try
+step: [1, 2]                      # instances added or removed per threshold decision
 min: [1, 2]                       # each value is tried
 max: 16                           # the most instances a policy may run (also the static bound)
 scale_in_cooldown_s: [120, 600]
@@ -71,6 +74,8 @@ class PredictiveSpace(_Strict):
 class AutoscaleSpace(_Strict):
     gpus: list[str] | None = Field(default=None, min_length=1)
     signals: dict[Signal, list[float]] = Field(default_factory=dict)
+    thresholds: dict[Signal, list[tuple[float, float]]] = Field(default_factory=dict)
+    step: list[int] = Field(default_factory=lambda: [1], min_length=1)
     min: list[int] = Field(default_factory=lambda: [1], min_length=1)
     max: int = Field(default=16, gt=0, le=MAX_INSTANCES)
     scale_in_cooldown_s: list[float] = Field(default_factory=lambda: [300.0], min_length=1)
@@ -82,7 +87,7 @@ class AutoscaleSpace(_Strict):
     router: RouterName = "least_outstanding_tokens"
 
     _lists = field_validator(
-        "gpus", "min", "scale_in_cooldown_s", "scale_out_cooldown_s", mode="before"
+        "gpus", "min", "step", "scale_in_cooldown_s", "scale_out_cooldown_s", mode="before"
     )(_listed)
 
     @field_validator("signals", mode="before")
@@ -106,6 +111,45 @@ class AutoscaleSpace(_Strict):
                     raise ValueError(f"{signal}: target {t} is outside (0, 1e9]")
                 if signal == "kv_use" and t > 1:
                     raise ValueError(f"kv_use: target {t} is a fraction, at most 1")
+        return value
+
+    @field_validator("thresholds", mode="before")
+    @classmethod
+    def _pair_lists(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for signal, pairs in value.items():
+                if not isinstance(pairs, list) or not all(
+                    isinstance(p, list) and len(p) == 2 for p in pairs
+                ):
+                    raise ValueError(f"{signal}: a list of [scale_in_below, scale_out_above] pairs")
+                if any(isinstance(x, bool) for p in pairs for x in p):
+                    raise ValueError(f"{signal}: a threshold is a number, not true or false")
+        return value
+
+    @field_validator("thresholds")
+    @classmethod
+    def _bands(
+        cls, value: dict[str, list[tuple[float, float]]]
+    ) -> dict[str, list[tuple[float, float]]]:
+        for signal, pairs in value.items():
+            if not pairs:
+                raise ValueError(f"{signal}: give at least one [scale_in_below, scale_out_above]")
+            for below, above in pairs:
+                if not 0 <= below < above <= 1e9:
+                    raise ValueError(
+                        f"{signal}: [{below:g}, {above:g}] must have 0 <= scale_in_below < "
+                        "scale_out_above <= 1e9"
+                    )
+                if signal == "kv_use" and above > 1:
+                    raise ValueError(f"kv_use: threshold {above:g} is a fraction, at most 1")
+        return value
+
+    @field_validator("step")
+    @classmethod
+    def _steps(cls, value: list[int]) -> list[int]:
+        for v in value:
+            if not 0 < v <= MAX_INSTANCES:
+                raise ValueError(f"{v} is outside [1, {MAX_INSTANCES}]")
         return value
 
     @field_validator("min")
@@ -150,9 +194,11 @@ def read_space(path: str | Path) -> AutoscaleSpace:
         space = AutoscaleSpace.model_validate(data)
     except ValidationError as exc:
         raise as_error(problems(exc, AutoscaleSpace), file) from None
-    if not space.signals and space.predictive is None:
+    if not space.signals and not space.thresholds and space.predictive is None:
         raise ScenarioError(
-            "give signals (target tracking) or predictive", file=file, path="signals"
+            "give signals (target tracking), thresholds (step scaling) or predictive",
+            file=file,
+            path="signals",
         )
     if max(space.min) > space.max:
         raise ScenarioError(f"a min ({max(space.min)}) is above max ({space.max})", file=file,
@@ -181,6 +227,12 @@ def candidates(space: AutoscaleSpace, default_gpu: str) -> list[Candidate]:
         for signal, targets in space.signals.items():
             for target in targets:
                 policies.append({**base, "mode": "target", "signal": signal, "target": target})
+        for signal, pairs in space.thresholds.items():
+            for (below, above), step in itertools.product(pairs, space.step):
+                policies.append(
+                    {**base, "mode": "threshold", "signal": signal, "scale_in_below": below,
+                     "scale_out_above": above, "step": step}
+                )  # fmt: skip
         if space.predictive is not None:
             p = space.predictive
             for capacity in p.capacity_rps:
@@ -198,6 +250,11 @@ def candidates(space: AutoscaleSpace, default_gpu: str) -> list[Candidate]:
 def _name(gpu: str, policy: dict[str, Any]) -> str:
     if policy["mode"] == "predictive":
         what = f"predictive-{policy['capacity_rps']:g}rps"
+    elif policy["mode"] == "threshold":
+        what = (
+            f"{policy['signal']}-{policy['scale_in_below']:g}to{policy['scale_out_above']:g}"
+            f"-step{policy['step']}"
+        )
     else:
         what = f"{policy['signal']}-{policy['target']:g}"
     cool = f"in{policy['scale_in_cooldown_s']:g}s"

@@ -10,6 +10,7 @@ import pytest
 from helpers_autoscale import DAY, SPACE
 
 from sim.errors import ScenarioError
+from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 from sim.whatif.autoscale_search import Outcome, _doc, _fewest, autoscale_search
 from sim.whatif.autoscale_space import AutoscaleSpace, candidates, read_space
@@ -29,6 +30,24 @@ def test_candidates_expand_the_space() -> None:
     predictive = [c for c in cands if c.autoscale["mode"] == "predictive"]
     assert {c.autoscale["capacity_rps"] for c in predictive} == {3, 5}
     assert {c.start for c in cands} == {1, 2}
+
+
+def test_thresholds_expand_into_step_scaling_candidates_that_load() -> None:
+    space = AutoscaleSpace.model_validate(
+        {"thresholds": {"running": [[4, 16], [8, 24]], "kv_use": [[0.3, 0.8]]}, "step": [1, 2],
+         "max": 6}
+    )  # fmt: skip
+    cands = candidates(space, "h100-sxm")
+    assert len(cands) == 3 * 2 and len({c.id for c in cands}) == 6
+    bands = {(c.autoscale["signal"], c.autoscale["scale_in_below"], c.autoscale["scale_out_above"],
+              c.autoscale["step"]) for c in cands}  # fmt: skip
+    assert bands == {(s, lo, hi, k) for s, lo, hi in
+                     [("running", 4, 16), ("running", 8, 24), ("kv_use", 0.3, 0.8)]
+                     for k in (1, 2)}  # fmt: skip
+    assert {c.autoscale["mode"] for c in cands} == {"threshold"}
+    for c in cands:  # each is a valid autoscaled group of the scenario it replaces the fleet of
+        group = {"hardware": c.gpu, "count": c.start, "autoscale": c.autoscale}
+        load_scenario_dict(_doc(DAY, group, "least_outstanding_tokens", 1))
 
 
 def test_fewest_doubles_then_bisects() -> None:
@@ -85,6 +104,10 @@ def test_space_errors_name_the_file_and_field(tmp_path: Path) -> None:
         "signals: {speed: [1]}\n": "signals",
         "min: [9]\nmax: 4\nsignals: {running: [8]}\n": "above max",
         "max: 4\n": "give signals",
+        "thresholds: {running: [[16, 8]]}\n": "scale_in_below < scale_out_above",
+        "thresholds: {running: [[8, 16, 32]]}\n": "pairs",
+        "thresholds: {kv_use: [[0.5, 2]]}\n": "fraction",
+        "thresholds: {running: [[8, 16]]}\nstep: [0]\n": "step",
         "signals: {running: [8]}\nbogus: 1\n": "bogus",
         "- 1\n": "mapping",
     }
