@@ -252,7 +252,9 @@ def load_scenario_dict(
         if "variants" in merged:
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")
         resolved.append(_resolve(str(name), str(name), merged, override or {}, file, base_dir))
-    too_big = memory_problem([v.spec.workload for v in resolved])
+    too_big = memory_problem(
+        [v.spec.workload for v in resolved], seeds=[v.spec.seed for v in resolved]
+    )
     if too_big is not None:
         raise ScenarioError(too_big[1], file=file, path=too_big[0])
     return ScenarioSet(

@@ -6,7 +6,7 @@ from the spec (for a duration, the expected count `rate x duration` plus a margi
 profile, its integrated rate Lambda(duration) plus the margin). A run keeps
 its workload's columns (`STREAMED_BYTES_PER_REQUEST`, all a streamed run keeps) and, unless it
 streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: from
-`benchmarks/bench_sim.py`, 0.9 GB peak for a million requests, 0.2 GB streamed), so a workload
+`benchmarks/bench_sim.py`, 0.9 GB peak for a million requests), so a workload
 that cannot fit in this machine's memory is refused up front with the estimate, instead of
 trying to allocate terabytes or swapping for an hour: at load time what no run could hold, and
 when a run with tables starts, what its tables could not. Closed-loop `clients` send
@@ -30,6 +30,7 @@ from a csv is alike: sized here by its count alone (not at all by a duration), t
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -46,7 +47,12 @@ from sim.workload.spec import (
     WorkloadSpec,
 )
 
-STREAMED_BYTES_PER_REQUEST = 150  # the workload's columns and the run's per-request state
+# the workload's columns and the run's per-request state, streamed: generating 10 million
+# requests peaks at 40 bytes each (one class, scenarios/autoscaling_day.yaml's lengths) and 68
+# (a three-class mix with predicted outputs: the masks and draws of each class), and a streamed
+# run adds next to nothing per request (bench_sim.py: 216 MB for 1 million, 570 MB for 10
+# million); 100 leaves a margin over the mix
+STREAMED_BYTES_PER_REQUEST = 100
 TABLE_BYTES_PER_REQUEST = 1_200  # with the request, step and gap tables
 # A content id is one int64; building them takes the positions, three repeated columns and
 # the result at once (`content.content_ids`): about five int64 per unit at the peak.
@@ -166,11 +172,20 @@ def _size(num_bytes: float) -> str:
 
 
 def memory_problem(
-    workloads: list[WorkloadSpec], *, tables: bool = False
+    workloads: list[WorkloadSpec], *, tables: bool = False, seeds: list[int] | None = None
 ) -> tuple[str, str] | None:
     """(key, reason) when running these workloads (one per variant) cannot fit in memory,
-    streamed (`tables=False`: what no run could hold) or keeping tables."""
+    streamed (`tables=False`: what no run could hold) or keeping tables. With the variants'
+    `seeds`, a streamed run counts each distinct workload once: variants with the same seed and
+    workload replay one set of requests (`sim.simulate.simulate`), while each keeps its own
+    tables."""
     per_request = TABLE_BYTES_PER_REQUEST if tables else STREAMED_BYTES_PER_REQUEST
+    if seeds is not None and not tables:
+        distinct = {
+            json.dumps([seed, w.model_dump(mode="json")], sort_keys=True): w
+            for seed, w in zip(seeds, workloads, strict=True)
+        }
+        workloads = list(distinct.values())
     sized = [expected_requests(w) for w in workloads]
     known = [s for s in sized if s is not None]
     if not known:

@@ -386,3 +386,19 @@ def test_long_prompts_drop_that_drops_everything_is_refused(tmp_path: Path) -> N
         assert "max_model_len 4096" in info.value.reason
     raw["workload"]["trace"]["long_prompts"] = "clip"
     assert rejection_check(simulate(load_scenario_dict(raw)), "s.yaml") == []
+
+
+def test_variants_that_replay_one_workload_are_counted_once(machine_16gib: None) -> None:
+    """A streamed run keeps one set of requests per distinct (seed, workload): 60 million
+    requests fit in 16 GiB once (about 6 GB), not three times with three seeds."""
+    spec = WorkloadSpec.model_validate(
+        {"num_requests": 60_000_000, "arrival": POISSON, "prompt_tokens": UNIFORM,
+         "output_tokens": UNIFORM}
+    )  # fmt: skip
+    assert memory_problem([spec]) is None
+    assert memory_problem([spec] * 3, seeds=[7, 7, 7]) is None
+    problem = memory_problem([spec] * 3, seeds=[7, 8, 9])
+    assert problem is not None and "3 variants" in problem[1]
+    assert memory_problem([spec] * 3) is not None  # without seeds: every variant counts
+    # tables are each variant's own, whatever the workload
+    assert memory_problem([spec] * 3, seeds=[7, 7, 7], tables=True) is not None
