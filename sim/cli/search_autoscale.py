@@ -69,6 +69,8 @@ def answer_document(result: Any) -> dict[str, Any]:
             "gpu": chosen.gpu,
             "autoscale": result.chosen_autoscale,
             "usd_per_day": value(chosen.mean("fleet_usd_per_day")),
+            "usd_per_day_over_seeds": [value(x) for x in chosen.spread("fleet_usd_per_day")],
+            "slo_margins": {s.metric: value(chosen.margin(s)) for s in result.slos},
             "mean_instances": value(chosen.mean("mean_instances")),
             "peak_instances": value(chosen.mean("peak_instances")),
         },
@@ -78,6 +80,7 @@ def answer_document(result: Any) -> dict[str, Any]:
         },
         "baseline": None if base is None else {"gpu": base.gpu, "instances": base.instances},
         "saving": value(result.saving),
+        "saving_over_seeds": [value(x) for x in result.saving_spread],
         "verify_seeds": result.verify_seeds,
         "verified_met": result.verified_met,
         "verified": [
@@ -163,6 +166,13 @@ def run(args: argparse.Namespace, out_folder: Callable[[argparse.Namespace, str]
     print(f"Answer: {c.key}, ${c.mean('fleet_usd_per_day'):,.0f}/day, "
           f"{c.mean('mean_instances'):.2f} instances on average, {c.mean('peak_instances'):.0f} "
           f"at most; saves {saving:.1f} % against the cheapest fixed fleet")  # fmt: skip
+    if len(c.summaries) > 1:
+        low, high = c.spread("fleet_usd_per_day")
+        s_low, s_high = result.saving_spread
+        print(f"  over the {len(c.summaries)} seeds: ${low:,.2f} to ${high:,.2f}/day, saving "
+              f"{100 * s_low:.1f} to {100 * s_high:.1f} %")  # fmt: skip
+    margins = ", ".join(f"{s.metric} {100 * c.margin(s):.0f} %" for s in result.slos)
+    print(f"  SLO margins on its worst seed (of the limit): {margins}")
     if result.verify_seeds:
         verdict = "meets" if result.verified_met else "does NOT meet"
         seen = "; ".join(

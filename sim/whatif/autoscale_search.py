@@ -18,7 +18,9 @@ workload, the fixed fleet renting every instance for the whole run.
 
 `verify` re-runs the chosen policy on seeds the search never saw (after the ones it used) and
 says whether it meets the SLOs on each: a choice that only passes the seeds it was picked on
-shows here.
+shows here. Beside the means, the answer carries its spread over the seeds (cost, and the
+saving seed by seed against the fixed fleet on the same draws) and each SLO's margin on its
+worst seed (`Outcome.margin`): a thin margin is what fails on the next seed.
 
 Runs are streamed (no tables) and run in `workers` processes (`sim.whatif.sweep_backends`).
 """
@@ -91,6 +93,18 @@ class Outcome:
         values = [x[slo.metric] for x in self.summaries]
         return min(values) if slo.at_least else max(values)
 
+    def spread(self, metric: str) -> tuple[float, float]:
+        """The least and the most of a metric over the seeds."""
+        values = [x.get(metric, math.nan) for x in self.summaries]
+        return (min(values), max(values)) if values else (math.nan, math.nan)
+
+    def margin(self, slo: SLO) -> float:
+        """How far its worst seed stays inside the SLO, as a fraction of the limit (negative:
+        the SLO fails)."""
+        worst = self.worst(slo)
+        gap = worst - slo.limit if slo.at_least else slo.limit - worst
+        return gap / abs(slo.limit) if slo.limit else math.copysign(math.inf, gap)
+
 
 @dataclass
 class AutoscaleSearch:
@@ -117,6 +131,18 @@ class AutoscaleSearch:
         if self.chosen is None or base is None:
             return math.nan
         return 1 - self.chosen.mean("fleet_usd_per_day") / base.mean("fleet_usd_per_day")
+
+    @property
+    def saving_spread(self) -> tuple[float, float]:
+        """The least and the most saving over the seeds, each seed's policy against the same
+        seed's fixed fleet (the draws that favour one favour the other)."""
+        base = self.baseline
+        if self.chosen is None or base is None:
+            return math.nan, math.nan
+        metric = "fleet_usd_per_day"
+        pairs = zip(self.chosen.summaries, base.summaries, strict=True)
+        savings = [1 - a[metric] / b[metric] for a, b in pairs]
+        return min(savings), max(savings)
 
     @property
     def verified_met(self) -> bool | None:

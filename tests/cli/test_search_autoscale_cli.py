@@ -31,6 +31,11 @@ def test_search_autoscale_prints_and_writes_the_answer(
     assert answer["chosen"]["autoscale"]["target"] == 6
     assert answer["baseline"]["instances"] >= 2
     assert 0 < answer["saving"] < 1
+    # one seed: no spread; the margins on it, as printed
+    assert answer["saving_over_seeds"] == [pytest.approx(answer["saving"])] * 2
+    margins = answer["chosen"]["slo_margins"]
+    assert set(margins) == {"ttft_p90_s", "tpot_p99_s"} and min(margins.values()) >= 0
+    assert f"tpot_p99_s {100 * margins['tpot_p99_s']:.0f} %" in printed
     assert answer["verified"][0]["seed"] == 4
     table = pd.read_csv(out / "autoscale_search.csv")
     assert set(table["kind"]) == {"autoscaled", "fixed"}

@@ -80,6 +80,18 @@ def test_the_search_finds_a_cheaper_policy_that_holds_on_other_seeds(searched: A
     # the fixed probes include the one below the answer, which fails
     failing = [p for p in searched.probes if p.instances == searched.baseline.instances - 1]
     assert failing and not failing[0].met(searched.slos)
+    # the answer's spread over the two seeds, and its margins on the worse one
+    chosen = searched.chosen
+    low, high = chosen.spread("fleet_usd_per_day")
+    assert low <= chosen.mean("fleet_usd_per_day") <= high
+    s_low, s_high = searched.saving_spread  # the saving of the means is a weighted mean
+    assert s_low - 1e-12 <= searched.saving <= s_high + 1e-12
+    for slo in searched.slos:
+        worst = chosen.worst(slo)
+        assert chosen.margin(slo) == pytest.approx((slo.limit - worst) / slo.limit)
+        assert chosen.margin(slo) >= 0
+    too_slow = [o for o in searched.outcomes if not o.met(searched.slos)]
+    assert all(min(o.margin(s) for s in searched.slos) < 0 for o in too_slow)
     # one test, not two: a module fixture would run once per worker of a parallel run
     _the_chosen_policy_meets_the_slos_on_other_seeds(searched)
 
