@@ -189,14 +189,19 @@ class Fleet:
         if spec.signal == "ttft":
             return self._recent_ttft(spec.window_s)
         serving = [m.index for m in self.members if m.group == plan.number and m.phase == "serving"]
-        loads = [self.instances[i].load() for i in serving]
+        if spec.signal == "kv_use":  # blocks: the steps in flight are applied first
+            if not serving:
+                return NAN
+            loads = [self.instances[i].load() for i in serving]
+            return sum(x.kv_blocks_used / max(1, x.kv_blocks_total) for x in loads) / len(loads)
+        # queues: read without applying the steps in flight (`InstanceState.work_load`), so a
+        # fleet the controller never changes runs the very records of a fixed one
+        work = [self.instances[i].work_load() for i in serving]
         if spec.signal == "queue_length":
-            return (sum(x.num_waiting for x in loads) + self.held()) / max(1, len(loads))
-        if not loads:
+            return (sum(x.num_waiting for x in work) + self.held()) / max(1, len(work))
+        if not work:
             return NAN
-        if spec.signal == "running":
-            return sum(x.num_running for x in loads) / len(loads)
-        return sum(x.kv_blocks_used / max(1, x.kv_blocks_total) for x in loads) / len(loads)
+        return sum(x.num_running for x in work) / len(work)
 
     def _recent_ttft(self, window_s: float) -> float:
         """Mean TTFT of the latest arrivals of the last `window_s`: the TTFT of those with a

@@ -130,30 +130,22 @@ def test_events_agree_with_lifetimes(ramp: Any) -> None:
 
 
 def test_a_fleet_that_cannot_change_runs_as_a_fixed_one() -> None:
-    """Pinned to its count, an autoscaled group serves the same schedule as a fixed one (the
-    fixed fleet's own path is untouched: the regression baselines check it exactly)."""
+    """Pinned to its count, an autoscaled group serves the same schedule as a fixed one, record
+    for record: the controller reads queues without applying the steps in flight, so its reads
+    split no run (the fixed fleet's own path is untouched: the regression baselines check it)."""
     fixed = run(scenario(None, count=2, duration_s=200))
     pinned = run(scenario({**RUNNING, "min": 2, "max": 2}, count=2, duration_s=200))
     assert len(pinned.fleet_events) == 0
     cols = [c for c in fixed.requests.columns]
     pd.testing.assert_frame_equal(fixed.requests[cols], pinned.requests[cols])
-    # the same steps: the controller's reads only split coalesced runs into more rows
-    for frame in (fixed.steps, pinned.steps):
-        frame["tokens"] = frame["num_tokens"] * frame["num_steps"]
-    a = fixed.steps.groupby("instance")[["num_steps", "tokens"]].sum()
-    b = pinned.steps.groupby("instance")[["num_steps", "tokens"]].sum()
-    pd.testing.assert_frame_equal(a, b)
-    np.testing.assert_allclose(
-        fixed.steps.groupby("instance")["end_s"].max(),
-        pinned.steps.groupby("instance")["end_s"].max(),
-        rtol=1e-12,
-    )
+    pd.testing.assert_frame_equal(fixed.steps, pinned.steps)
     # same rent: two instances over the run, from 0 rather than the first arrival
     s, p = fixed.summary(), pinned.summary()
     assert p["instance_hours"] == pytest.approx(2 * p["fleet_usd"] / p["fleet_usd_per_hour"])
-    # the controller's reads settle coalesced runs in pieces: times agree to rounding
-    for key in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s", "output_tokens_per_s"):
-        assert p[key] == pytest.approx(s[key], rel=1e-9), key
+    # (energy differs: idle watts count over the lifetimes, from 0)
+    for key in ("ttft_p90_s", "tpot_p90_s", "e2e_p90_s", "output_tokens_per_s",
+                "kv_utilization_mean"):  # fmt: skip
+        assert p[key] == s[key], key
 
 
 def test_streamed_run_bills_the_same(ramp: Any) -> None:
