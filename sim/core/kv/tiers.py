@@ -69,24 +69,28 @@ class Tier:
         """Store the blocks it lacks (those it has become most recently used); returns the
         blocks evicted to make room, least recently used first."""
         blocks = self._blocks
-        new = []
-        for block_hash in hashes:
-            if block_hash in blocks:
-                blocks.move_to_end(block_hash)
-            else:
-                new.append(block_hash)
+        if blocks.keys().isdisjoint(hashes):  # the common case: every block is new
+            new = list(hashes)
+        else:
+            new = []
+            for block_hash in hashes:
+                if block_hash in blocks:
+                    blocks.move_to_end(block_hash)
+                else:
+                    new.append(block_hash)
         if not new or not self.capacity_blocks:
             return []
         start = now if now > self._write_free_s else self._write_free_s
         done = start + self.latency_s + len(new) * self.block_bytes / self.write_bytes_per_s
         self._write_free_s = done
-        for block_hash in new:
-            blocks[block_hash] = done
+        blocks.update(dict.fromkeys(new, done))  # appended in order, most recently used last
         self.num_written += len(new)
-        evicted = []
-        while len(blocks) > self.capacity_blocks:
-            evicted.append(blocks.popitem(last=False)[0])
-        self.num_evicted += len(evicted)
+        over = len(blocks) - self.capacity_blocks
+        if over <= 0:
+            return []
+        pop = blocks.popitem
+        evicted = [pop(False)[0] for _ in range(over)]  # least recently used first
+        self.num_evicted += over
         return evicted
 
     def read(self, hashes: Sequence[int]) -> float:
@@ -138,10 +142,19 @@ class TierStack:
     def run_length(self, hashes: Sequence[int], now: float) -> int:
         """How many of `hashes`, from the first, some tier holds readable at `now`."""
         n = 0
-        tiers = self.tiers
+        stores = [tier._blocks for tier in self.tiers]  # hash -> readable from, per tier
+        if len(stores) == 1:
+            get = stores[0].get
+            for block_hash in hashes:
+                ready = get(block_hash)
+                if ready is None or ready > now:
+                    return n
+                n += 1
+            return n
         for block_hash in hashes:
-            for tier in tiers:
-                if tier.holds(block_hash, now):
+            for blocks in stores:
+                ready = blocks.get(block_hash)
+                if ready is not None and ready <= now:
                     break
             else:
                 return n
