@@ -102,8 +102,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "tier-evicts-most-recent",
         "sim/core/kv/tiers.py",
-        "            evicted.append(blocks.popitem(last=False)[0])\n",
-        "            evicted.append(blocks.popitem(last=True)[0])\n",
+        "        evicted = [pop(False)[0] for _ in range(over)]  # least recently used first\n",
+        "        evicted = [pop(True)[0] for _ in range(over)]  # least recently used first\n",
         ("tests/core/test_kv_tiers.py",),
         "a full KV tier evicts its most recently used block instead of its least",
     ),
@@ -122,6 +122,22 @@ MUTATIONS: list[Mutation] = [
         "        return ready is not None\n",
         ("tests/core/test_kv_tiers.py",),
         "a block counts as a tier hit before its write has finished",
+    ),
+    Mutation(
+        "tier-prefix-before-written",
+        "sim/core/kv/tiers.py",
+        "                if ready is None or ready > now:\n",
+        "                if ready is None:\n",
+        ("tests/core/test_kv_tiers.py",),
+        "a prefix lookup in one KV tier counts blocks whose write has not finished",
+    ),
+    Mutation(
+        "tiers-prefix-before-written",
+        "sim/core/kv/tiers.py",
+        "                if ready is not None and ready <= now:\n",
+        "                if ready is not None:\n",
+        ("tests/core/test_kv_tiers.py",),
+        "a prefix lookup over several KV tiers counts blocks whose write has not finished",
     ),
     Mutation(
         "victim-last-admitted-is-first",

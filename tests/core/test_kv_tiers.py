@@ -43,6 +43,23 @@ def test_a_write_takes_the_channel_and_blocks_are_readable_once_written() -> Non
     assert tier.stats()["read_bytes"] == 200 and tier.stats()["written_bytes"] == 300
 
 
+def test_a_prefix_runs_only_over_blocks_already_written() -> None:
+    """`run_length` (what a lookup finds below the GPU) counts a block from the moment its
+    write ends, in the fastest tier holding it, with one tier and with several."""
+    dram = Tier("dram", 8, 100.0, 100.0, 100.0, latency_s=1.0)
+    dram.write([1, 2, 3], now=0.0)  # 1 s + 3 blocks at 1 s each: readable from 4.0
+    alone = TierStack([dram])
+    assert alone.run_length([1, 2, 3, 4], 3.9) == 0
+    assert alone.run_length([1, 2, 3, 4], 4.0) == 3
+    remote = Tier("remote", 8, 100.0, 100.0, 1000.0, latency_s=0.0)
+    remote.write([4], now=0.0)  # readable from 0.1
+    both = TierStack([dram, remote])
+    assert both.run_length([4, 1], 0.05) == 0
+    assert both.run_length([4, 1], 0.1) == 1  # block 1's write is still under way
+    assert both.run_length([4, 1, 2, 5], 4.0) == 3
+    assert both.found(4, 4.0) is remote and both.found(1, 4.0) is dram
+
+
 def test_a_full_tier_evicts_its_least_recently_used_block() -> None:
     tier = Tier("nvme", 2, 1.0, 1.0, 1.0, 0.0)
     tier.write([1, 2], 0.0)
