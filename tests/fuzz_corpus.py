@@ -128,6 +128,29 @@ def schema_cases() -> list[Case]:
             "workload",
         ),
         scenario_case("schema-variants-list", dump(edited("variants", [1, 2])), "variants"),
+        # engine: {name, version} (the events profile's host terms, sim/costs/step_events.py)
+        scenario_case(
+            "schema-engine-bad-name", dump(edited("engine", {"name": "tgi"})), "engine.name", "vllm"
+        ),
+        scenario_case(
+            "schema-engine-name-number", dump(edited("engine", {"name": 3})), "engine.name"
+        ),
+        scenario_case(
+            "schema-engine-version-empty", dump(edited("engine", {"version": ""})), "engine.version"
+        ),
+        scenario_case(
+            "schema-engine-version-long",
+            dump(edited("engine", {"version": "v" * 65})),
+            "engine.version",
+        ),
+        scenario_case(
+            "schema-engine-version-map",
+            dump(edited("engine", {"version": {"a": 1}})),
+            "engine.version",
+        ),
+        scenario_case(
+            "schema-profile-events-typo", dump(edited("profile", "event")), "profile", "event"
+        ),
         scenario_case("schema-variant-scalar", dump(edited("variants.b", 3)), "variants.b"),
         scenario_case("schema-name-dot", dump(edited("name", ".")), "name", "'.'"),
         scenario_case("schema-name-dotdot", dump(edited("name", "..")), "name", "'..'"),

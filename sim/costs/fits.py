@@ -16,6 +16,23 @@ from sim.costs.catalog import (
 )
 
 
+def layout_stem(model: ModelSpec, hw: HardwareSpec) -> str:
+    """`<model>-<hardware>`, plus `-tp<N>`, `-dp<N>`, `-ep<N>`, `-pp<N>`, `-w<dtype>`,
+    `-kv<dtype>` where not the defaults: a profile's name."""
+    stem = f"{model.name}-{hw.name}"
+    if hw.tensor_parallel > 1:
+        stem += f"-tp{hw.tensor_parallel}"
+    for label, degree in (("dp", hw.data_parallel), ("ep", hw.expert_parallel),
+                          ("pp", hw.pipeline_parallel)):  # fmt: skip
+        if degree > 1:
+            stem += f"-{label}{degree}"
+    if model.weight_dtype_name != "bf16":
+        stem += f"-w{model.weight_dtype_name}"
+    if model.kv_dtype_name != "bf16":
+        stem += f"-kv{model.kv_dtype_name}"
+    return stem
+
+
 def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
     """Raise ValueError when `hw.tensor_parallel` cannot shard `model` or lacks a link figure,
     or when its data and expert parallelism do not fit the model (`expert_layout_problem`)."""

@@ -97,6 +97,20 @@ def exchange_terms(
     return per_token * seconds_per_byte, 2 * layers * latency
 
 
+def expert_layout(model: ModelSpec, hw: HardwareSpec) -> dict[str, Any]:
+    """The `experts:` block's layout fields: the routing and where the experts live."""
+    assert model.num_experts is not None and model.experts_per_token is not None
+    return {
+        "num_experts": model.num_experts,
+        "experts_per_token": model.experts_per_token,
+        "hottest_share": model.expert_hottest_share,
+        "expert_parallel": hw.expert_parallel,
+        "gpus": hw.stage_gpus,
+        "imbalance": hw.expert_imbalance,
+        "data_parallel": hw.data_parallel,
+    }
+
+
 def expert_terms(
     model: ModelSpec,
     hw: HardwareSpec,
@@ -113,13 +127,7 @@ def expert_terms(
     expert_params = model.moe_layers * model.expert_parameters
     per_token, per_step = exchange_terms(model, hw, link_efficiency, latency_s)
     terms = ExpertTerms(
-        num_experts=model.num_experts,
-        experts_per_token=model.experts_per_token,
-        hottest_share=model.expert_hottest_share,
-        expert_parallel=hw.expert_parallel,
-        gpus=hw.stage_gpus,
-        imbalance=hw.expert_imbalance,
-        data_parallel=hw.data_parallel,
+        **expert_layout(model, hw),
         t_expert_read_s=expert_params
         * model.expert_bytes_per_parameter
         / (hw.hbm_bandwidth_bytes_per_s * mem_efficiency),

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, kv_bytes_per_token_on
-from sim.costs.fits import check_parallelism, min_tensor_parallel
+from sim.costs.fits import check_parallelism, layout_stem, min_tensor_parallel
 from sim.costs.parallel import compute_peak, expert_terms, kv_seconds_per_token
 from sim.costs.pipeline import pipeline_terms
 from sim.costs.profile_file import (
@@ -41,7 +41,10 @@ from sim.costs.profile_file import (
     load_profile,
     save_profile,
 )
+from sim.costs.step_events import events_profile
 from sim.errors import ScenarioError
+
+BUILTIN_PROFILES = ("roofline", "events")  # profile names that are not files
 
 __all__ = [  # the schema lives in sim.costs.profile_file; importers find it here too
     "Coefficients",
@@ -323,18 +326,7 @@ def _dump(spec: ModelSpec | HardwareSpec, exclude: set[str] | None = None) -> di
 
 def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
     """`<model>-<hardware>`, plus `-tp<N>`, `-w<dtype>`, `-kv<dtype>` where not the defaults."""
-    stem = f"{model.name}-{hw.name}"
-    if hw.tensor_parallel > 1:
-        stem += f"-tp{hw.tensor_parallel}"
-    for label, degree in (("dp", hw.data_parallel), ("ep", hw.expert_parallel),
-                          ("pp", hw.pipeline_parallel)):  # fmt: skip
-        if degree > 1:
-            stem += f"-{label}{degree}"
-    if model.weight_dtype_name != "bf16":
-        stem += f"-w{model.weight_dtype_name}"
-    if model.kv_dtype_name != "bf16":
-        stem += f"-kv{model.kv_dtype_name}"
-    return stem
+    return layout_stem(model, hw)
 
 
 def resolve_profile(
@@ -344,14 +336,18 @@ def resolve_profile(
     base_dir: Path,
     *,
     key: str | None = None,
+    engine: str | None = None,
 ) -> Profile:
-    """A scenario's `profile`: "roofline", a YAML path (relative to base_dir) or an inline mapping.
+    """A scenario's `profile`: "roofline", "events" (priced for `engine`, default vLLM), a YAML
+    path (relative to base_dir) or an inline mapping.
 
     Inline needs only `coefficients` (source `inline`; form `two_regime` when a ridge is given,
     `split` when a split term is, `table` with a `table` block, else `extended`); `key` prefixes
     its error paths."""
     if raw == "roofline":
         return roofline_profile(model, hw)
+    if raw == "events":
+        return events_profile(model, hw, engine or "vllm")
     if isinstance(raw, str):
         path = Path(raw)
         return load_profile(path if path.is_absolute() else base_dir / path)

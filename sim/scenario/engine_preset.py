@@ -11,8 +11,14 @@ first and the scenario's own `engine:` fields win over them, key by key (`pricin
 `cpu_overhead` merge too), so a scenario can pin one term and keep the others.
 
 The terms are fitted on top of one step-cost profile: a GPU-time scale means "this much faster
-or slower than that profile". The preset names that profile (`provenance.setup.profile`); use it
-with the same one.
+or slower than that profile". The preset names that profile (`provenance.setup.profile`), and
+the preset splits in two: its engine terms (host time per step and per sequence, front end,
+CUDA-graph sizes), which transfer across models on that engine and GPU class, and its kernel
+correction (`pricing.gpu_time_scale`), which belongs to the profile it was fitted on. On another
+profile only the engine terms apply (`engine.preset_scope: engine terms only`, recorded in the
+resolved scenario); on the `roofline` and `events` profiles, which price host time per step
+themselves, the preset's host time is left out as well (`front end and graph sizes only`). A
+scenario that states its own `gpu_time_scale` keeps the whole preset.
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ def preset_path(name: str, base_dir: Path) -> Path:
 
 def read_preset(path: Path) -> dict[str, Any]:
     """The `engine:` mapping of a preset file, checked against the scenario's engine schema (so
-    that a bad value is blamed on the preset, not on the scenario that names it)."""
+    that a bad value is blamed on the preset, not on the scenario that names it), with the
+    profile its kernel correction was fitted on as `preset_profile` (when it names one)."""
     check_regular_file(path, "engine preset")
     file = str(path)
     doc = load_yaml(read_text(path, "engine preset"), file)
@@ -63,11 +70,19 @@ def read_preset(path: Path) -> dict[str, Any]:
         raise ScenarioError("must be a mapping of engine fields", file=file, path="engine")
     if "preset" in engine:
         raise ScenarioError("a preset cannot name another preset", file=file, path="engine.preset")
+    for key in ("preset_profile", "preset_scope"):
+        if key in engine:
+            raise ScenarioError("set by batchsim, not by a preset", file=file, path=f"engine.{key}")
     try:
         EngineSpec.model_validate(engine)
     except ValidationError as exc:
         found = problems(exc, EngineSpec)
         raise as_error([(f"engine.{key}".rstrip("."), why) for key, why in found], file) from None
+    provenance = doc.get("provenance")
+    setup = provenance.get("setup") if isinstance(provenance, dict) else None
+    fitted_on = setup.get("profile") if isinstance(setup, dict) else None
+    if isinstance(fitted_on, str) and fitted_on:
+        engine = {**engine, "preset_profile": fitted_on[:200]}
     return engine
 
 
@@ -93,4 +108,27 @@ def apply_engine_preset(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
         raise ScenarioError("must be a preset name or a .yaml path", path="engine.preset")
     preset = read_preset(preset_path(name, base_dir))
     own = {k: v for k, v in engine.items() if k != "preset"}
+    pricing = own.get("pricing")
+    if isinstance(pricing, dict) and "gpu_time_scale" in pricing:
+        preset.pop("preset_profile", None)  # the scenario's own scale: nothing to scope
     return {**raw, "engine": {**_merge(preset, own), "preset": name}}
+
+
+def scope_preset(engine: EngineSpec, profile_name: str, prices_host: bool) -> EngineSpec:
+    """`engine` with its preset's kernel correction kept on the profile it was fitted on, and
+    dropped on any other; on a profile that prices host time itself (`roofline`, `events`: its
+    per-step host term), the preset's host time is dropped too, so that it is not counted twice
+    (`preset_scope` says which)."""
+    fitted_on = engine.preset_profile
+    if fitted_on is None:
+        return engine
+    if fitted_on == profile_name:
+        return engine.model_copy(update={"preset_scope": "all"})
+    pricing = engine.pricing
+    dropped = ("gpu_time_scale", "cpu_overhead") if prices_host else ("gpu_time_scale",)
+    if pricing is not None:
+        given = {k: v for k, v in pricing.model_dump(exclude_unset=True).items()
+                 if k not in dropped}  # fmt: skip
+        pricing = type(pricing).model_validate(given)
+    scope = "front end and graph sizes only" if prices_host else "engine terms only"
+    return engine.model_copy(update={"pricing": pricing, "preset_scope": scope})

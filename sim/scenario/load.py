@@ -27,14 +27,14 @@ from pydantic import ValidationError
 
 from sim.costs.catalog import HardwareSpec
 from sim.costs.fits import check_draft_fits, check_fits
-from sim.costs.profile import Profile, resolve_profile
+from sim.costs.profile import BUILTIN_PROFILES, Profile, resolve_profile
 from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.control_plane import AutoscaleSpec
-from sim.scenario.engine_preset import apply_engine_preset
+from sim.scenario.engine_preset import apply_engine_preset, scope_preset
 from sim.scenario.overrides import (
     apply_overrides,
     merge,
@@ -284,18 +284,23 @@ def _resolve(
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
-    if isinstance(spec.profile, str) and spec.profile != "roofline":
+    if isinstance(spec.profile, str) and spec.profile not in BUILTIN_PROFILES:
         target = Path(spec.profile) if Path(spec.profile).is_absolute() else base_dir / spec.profile
         try:
             check_regular_file(target, "profile file")
         except ScenarioError as exc:
             raise ScenarioError(f"{exc.message()}{note}", file=file, path=path) from None
     try:
-        profile = resolve_profile(spec.profile, spec.model, spec.hardware, base_dir, key=path)
+        profile = resolve_profile(
+            spec.profile, spec.model, spec.hardware, base_dir, key=path, engine=spec.engine.name
+        )
     except ScenarioError as exc:
         if exc.file is None:
             raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, path)) from None
         raise
+    scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
+    if scoped is not spec.engine:
+        spec = spec.model_copy(update={"engine": scoped})
     groups = []
     for i, (role, group_name, g) in enumerate(spec.groups()):
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
@@ -307,11 +312,13 @@ def _resolve(
                 where, note = _where(f"{key}.hardware", variant, override)
                 raise ScenarioError(str(exc) + note, file=file, path=where) from None
         group_profile = profile
-        if g.profile is not None or (g.hardware is not None and spec.profile == "roofline"):
+        if g.profile is not None or (g.hardware is not None and spec.profile in BUILTIN_PROFILES):
             where, note = _where(f"{key}.profile", variant, override)
             raw_profile = g.profile if g.profile is not None else spec.profile
             try:
-                group_profile = resolve_profile(raw_profile, spec.model, hw, base_dir, key=where)
+                group_profile = resolve_profile(
+                    raw_profile, spec.model, hw, base_dir, key=where, engine=spec.engine.name
+                )
             except ScenarioError as exc:
                 if exc.file is None:
                     raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
@@ -427,7 +434,7 @@ def _draft_profile(
         raise ScenarioError(str(exc) + note, file=file, path=where) from None
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
     raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
-    if isinstance(raw, str) and raw != "roofline":
+    if isinstance(raw, str) and raw not in BUILTIN_PROFILES:
         target = Path(raw) if Path(raw).is_absolute() else base_dir / raw
         try:
             check_regular_file(target, "profile file")

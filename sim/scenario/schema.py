@@ -204,7 +204,14 @@ class MetricsSpec(_Strict):
     window_s: float | None = Field(default=None, gt=0, le=86400)
 
 
+EngineName = Literal["vllm", "sglang", "trt-llm", "atom"]
+
+
 class EngineSpec(_Strict):
+    # the serving engine: its host time per step and kernel floors price `profile: events`
+    # (sim/costs/step_events.py); None prices as vLLM
+    name: EngineName | None = None
+    version: str | None = Field(default=None, min_length=1, max_length=64)
     # jump over runs of identical decode steps (exact; off only to check that it is exact)
     coalesce_decode_steps: bool = True
     # engine effects priced on top of every instance's profile (CUDA-graph padding, token
@@ -217,6 +224,14 @@ class EngineSpec(_Strict):
     # the engine preset these fields started from (sim/scenario/engine_preset.py): a shipped
     # name such as vllm-0.11_h100-sxm, or a preset file
     preset: str | None = Field(default=None, min_length=1)
+    # set from the preset: the profile its kernel correction (pricing.gpu_time_scale) was fitted
+    # on, and how much of the preset applies: "all" on that profile, "engine terms only" on
+    # another (the correction is dropped; host time and front end transfer), "front end and
+    # graph sizes only" on a profile with its own host term (sim/scenario/engine_preset.py)
+    preset_profile: str | None = Field(default=None, min_length=1, max_length=200)
+    preset_scope: (
+        Literal["all", "engine terms only", "front end and graph sizes only"] | None
+    ) = None
 
 
 Role = Literal["serve", "prefill", "decode"]
@@ -300,7 +315,8 @@ class Scenario(_Strict):
     workload: WorkloadSpec
     model: ModelSpec
     hardware: HardwareSpec
-    # "roofline", a profile file (relative to the scenario's folder) or inline coefficients
+    # "roofline", "events" (counted events and fitted unit costs: sim/costs/step_events.py), a
+    # profile file (relative to the scenario's folder) or inline coefficients
     profile: str | dict[str, Any] = "roofline"
     policy: PolicySpec
     slo: SLOSpec = SLOSpec()

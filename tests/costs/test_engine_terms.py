@@ -133,9 +133,66 @@ def test_the_shipped_preset_resolves_by_name(tmp_path: Path) -> None:
     engine = load_scenario_dict(spec, base_dir=tmp_path).variants[0].spec.engine
     shipped = yaml.safe_load((PRESETS_DIR / "vllm-0.11_h100-sxm.yaml").read_text())["engine"]
     assert engine.frontend_s == shipped["frontend_s"] > 0
-    assert engine.pricing is not None
-    assert engine.pricing.gpu_time_scale == shipped["pricing"]["gpu_time_scale"]
+    assert engine.pricing is not None and engine.pricing.cpu_overhead is not None
+    step_s = shipped["pricing"]["cpu_overhead"]["per_step_s"]
+    assert engine.pricing.cpu_overhead.per_step_s == step_s
     assert engine.pricing.capture_sizes()[-1] == 512
+
+
+VIDUR_7B_H100 = Path(__file__).resolve().parents[2] / (
+    "calibration/profiles/imported/vidur/llama-2-7b_h100-sxm.yaml"
+)
+
+
+def _preset_engine(tmp_path: Path, profile: Any, **engine: Any) -> Any:
+    spec = raw(tmp_path, ROWS, preset="vllm-0.11_h100-sxm", **engine)
+    spec |= {"profile": profile, "model": "llama-2-7b", "hardware": "h100-sxm"}
+    return load_scenario_dict(spec, base_dir=tmp_path).variants[0].spec.engine
+
+
+def test_a_preset_keeps_its_kernel_correction_on_the_profile_it_was_fitted_on(
+    tmp_path: Path,
+) -> None:
+    shipped = yaml.safe_load((PRESETS_DIR / "vllm-0.11_h100-sxm.yaml").read_text())
+    assert shipped["provenance"]["setup"]["profile"] == "vidur-llama-2-7b_h100-sxm"
+    engine = _preset_engine(tmp_path, str(VIDUR_7B_H100))
+    assert engine.preset_scope == "all"
+    assert engine.pricing is not None
+    assert engine.pricing.gpu_time_scale == shipped["engine"]["pricing"]["gpu_time_scale"] != 1
+
+
+def test_on_another_profile_a_preset_applies_its_engine_terms_only(tmp_path: Path) -> None:
+    """A preset's GPU-time scale corrects the profile it was fitted on (the issue's case: the
+    7B table's 0.90 made another model's table 8-15 % too fast); its engine terms transfer."""
+    shipped = yaml.safe_load((PRESETS_DIR / "vllm-0.11_h100-sxm.yaml").read_text())["engine"]
+    engine = _preset_engine(tmp_path, copy.deepcopy(PROFILE))
+    assert engine.preset_scope == "engine terms only"
+    assert engine.pricing is not None and engine.pricing.cpu_overhead is not None
+    assert engine.pricing.gpu_time_scale == 1.0  # the kernel correction dropped
+    assert "gpu_time_scale" not in engine.pricing.model_fields_set  # a profile's own wins
+    step_s = shipped["pricing"]["cpu_overhead"]["per_step_s"]
+    assert engine.pricing.cpu_overhead.per_step_s == step_s
+    assert engine.frontend_s == shipped["frontend_s"]
+    assert engine.pricing.capture_sizes()[-1] == 512
+    # the roofline and events profiles price host time per step themselves: not twice
+    for profile in ("roofline", "events"):
+        engine = _preset_engine(tmp_path, profile)
+        assert engine.preset_scope == "front end and graph sizes only"
+        assert engine.pricing is not None and engine.pricing.cpu_overhead is None
+        assert engine.pricing.gpu_time_scale == 1.0
+        assert engine.frontend_s == shipped["frontend_s"]
+        assert engine.pricing.capture_sizes()[-1] == 512
+    # a scenario that states its own scale keeps it, whatever the profile
+    own = _preset_engine(tmp_path, "roofline", pricing={"gpu_time_scale": 0.95})
+    assert own.pricing is not None and own.pricing.gpu_time_scale == 0.95
+    assert own.preset_scope is None and own.preset_profile is None
+
+
+def test_a_preset_cannot_set_what_batchsim_sets(tmp_path: Path) -> None:
+    write_preset(tmp_path / "p.yaml", {"frontend_s": 0.001, "preset_scope": "all"})
+    with pytest.raises(ScenarioError) as info:
+        load_scenario_dict(raw(tmp_path, ROWS, preset="p.yaml"), base_dir=tmp_path)
+    assert "p.yaml" in str(info.value) and "engine.preset_scope" in str(info.value)
 
 
 @pytest.mark.parametrize(

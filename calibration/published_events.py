@@ -1,0 +1,332 @@
+"""Published closed-loop points as linear functions of the step model's unit costs.
+
+A row of `calibration/training/inferencex_train.csv` is one closed-loop benchmark point: C
+clients, each sending its next request the moment the previous one finished, 10·C requests
+(columns in calibration/training/README.md). `scenario(row)` is the batchsim scenario that
+reproduces it.
+
+In a closed loop with no think time every arrival falls on a step boundary (the finish that
+frees its client), so which steps run, and with which tokens, contexts and sequences, does not
+depend on how long the steps take: the schedule is fixed by token counts, seats and KV blocks.
+One simulation at any unit costs therefore gives the counted events of every step, and the run's
+duration, each request's TTFT and TPOT are sums of step times, each linear in the unit costs
+(`sim.costs.step_events.basis`). `point_rows` turns one simulation into three linear rows: the
+duration, mean TPOT and mean TTFT as `{unit cost key: seconds per unit}`; evaluating a row at
+other unit costs gives exactly what simulating at them gives (tests/calibration/
+test_published_events.py checks it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.costs.expert_terms import ExpertStepCost
+from sim.costs.step_events import Basis, basis, evaluate, events_profile, value_of
+from sim.simulate import simulate
+
+MODELS = {"llama70b": "llama-3.3-70b", "gptoss": "gpt-oss-120b", "dsr1": "deepseek-v3"}
+GPUS = {
+    "h100": "h100-sxm",
+    "h200": "h200",
+    "b200": "b200",
+    "gb200": "gb200",
+    "mi300x": "mi300x",
+    "mi325x": "mi325x",
+    "mi355x": "mi355x",
+}
+ENGINES = {"vllm": "vllm", "sglang": "sglang", "trt": "trt-llm", "atom": "atom"}
+AMD = {"mi300x", "mi325x", "mi355x"}
+# one configuration: the rows that differ only in concurrency
+CONFIG = ["model_key", "precision", "gpu", "framework", "tp", "ep", "dp_attention", "isl", "osl"]
+
+
+def expressible(row: Any) -> str | None:
+    """Why batchsim cannot reproduce the row as one instance, or None when it can."""
+    if bool(row.disagg):
+        return "prefill/decode-disaggregated (multi-node pools)"
+    if str(row.spec_decoding) != "none":
+        return "speculative decoding (MTP) acceptance not published"
+    if row.framework not in ENGINES:
+        return f"engine {row.framework}"
+    if row.model_key not in MODELS or row.gpu not in GPUS:
+        return "model or GPU outside the catalog"
+    return None
+
+
+def weight_dtype(row: Any) -> str:
+    """fp8, or the fp4 format the row's checkpoint uses (MXFP4 for gpt-oss and on AMD)."""
+    if row.precision == "fp8":
+        return "fp8"
+    return "mxfp4" if row.model_key == "gptoss" or row.gpu in AMD else "nvfp4"
+
+
+def model_fields(row: Any) -> dict[str, Any]:
+    """The scenario's `model:` (Llama ran with an fp8 KV cache; the MoE rows with bf16)."""
+    out: dict[str, Any] = {"name": MODELS[row.model_key]}
+    if row.model_key != "gptoss":  # gpt-oss: MXFP4 experts, bf16 elsewhere (the catalog's)
+        out["weight_dtype"] = weight_dtype(row)
+    out["kv_dtype"] = "fp8" if row.model_key == "llama70b" else "bf16"
+    return out
+
+
+def hardware_fields(row: Any) -> dict[str, Any]:
+    """`tp` GPUs: one tensor-parallel rank, or with DP attention `tp` ranks of one GPU, with
+    expert parallelism over all of them where `ep` says so."""
+    gpus, ep = int(row.tp), int(row.ep)
+    out: dict[str, Any] = {"name": GPUS[row.gpu], "tensor_parallel": gpus}
+    if bool(row.dp_attention):
+        out |= {"tensor_parallel": 1, "data_parallel": gpus}
+    if ep > 1:
+        out["expert_parallel"] = ep
+    return out
+
+
+def policy_fields(row: Any) -> dict[str, Any]:
+    """The engine's scheduling: SGLang runs prompts as prefill batches of their own (its default
+    `--chunked-prefill-size 8192`, no mixed chunks), the others mix prompt chunks into decode
+    steps under an 8,192-token budget (vLLM V1's default; TensorRT-LLM and ATOM batch in flight
+    the same way)."""
+    conc = int(row.conc)
+    if row.framework == "sglang":
+        return {
+            "name": "continuous",
+            "max_num_seqs": conc,
+            "max_num_batched_tokens": 16384,
+            "mode": "prefill_first",
+        }
+    return {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": 8192}
+
+
+def _lengths(nominal: int, ratio: float) -> dict[str, Any]:
+    low = int(nominal * ratio)
+    if low >= nominal:
+        return {"dist": "fixed", "value": nominal}
+    return {"dist": "uniform", "low": low, "high": nominal}
+
+
+def scenario(row: Any, profile: Any = "events") -> dict[str, Any]:
+    """The scenario that reproduces one published point (a row of the training file)."""
+    conc, ratio = int(row.conc), float(row.random_range_ratio)
+    return {
+        "name": "published",
+        "seed": 1,
+        "workload": {
+            "num_requests": 10 * conc,
+            "clients": {
+                "num_clients": conc,
+                "prompt_tokens": _lengths(int(row.isl), ratio),
+                "output_tokens": _lengths(int(row.osl), ratio),
+            },
+        },
+        "model": model_fields(row),
+        "hardware": hardware_fields(row),
+        "profile": profile,
+        "policy": policy_fields(row),
+        "engine": {"name": ENGINES[row.framework]},
+    }
+
+
+def specs(row: Any) -> tuple[ModelSpec, HardwareSpec, str]:
+    model = ModelSpec.model_validate(model_fields(row))
+    hw = HardwareSpec.model_validate(hardware_fields(row))
+    return model, hw, ENGINES[row.framework]
+
+
+@dataclass
+class PointCounts:
+    """One point's counted events: per profile coefficient, its count summed over the run's
+    steps (`duration`), over each request's decode steps averaged as mean TPOT averages them
+    (`tpot_mean`), and over each request's steps until its first token (`ttft_mean`). These do
+    not depend on the unit costs; `rows` prices them with a basis."""
+
+    duration: dict[str, float]
+    tpot_mean: dict[str, float]
+    ttft_mean: dict[str, float]
+    total_tokens: int  # prompt + output tokens of every request
+    gpus: int
+    simulated: dict[str, float]  # the baseline run's summary (its duration, TPOT, TTFT)
+
+
+@dataclass
+class PointRows:
+    """One point's linear rows: `{unit cost key: seconds per unit}` of each statistic."""
+
+    duration: dict[str, float]
+    tpot_mean: dict[str, float]
+    ttft_mean: dict[str, float]
+    total_tokens: int
+    gpus: int
+
+
+def _group_features(
+    steps: pd.DataFrame, terms: Basis, model: ModelSpec, hw: HardwareSpec, engine: str
+) -> dict[str, np.ndarray]:
+    """Per step group: each coefficient's count (seconds per unit of that coefficient), with
+    the prompt-attention count backed out of the recorded durations."""
+    n = steps["num_steps"].to_numpy(float)
+    tokens = steps["num_tokens"].to_numpy(float)
+    seqs = steps["num_seqs"].to_numpy(int)
+    growth = steps["context_growth_per_step"].to_numpy(float)
+    context = steps["sum_context_tokens"].to_numpy(float) * n + growth * n * (n - 1) / 2
+    recorded = (
+        steps["duration_s"].to_numpy(float) * n
+        + steps["duration_increment_s"].to_numpy(float) * n * (n - 1) / 2
+    )
+    profile = events_profile(model, hw, engine, costs={})
+    c = profile.coefficients
+    u = np.ones_like(n)
+    features: dict[str, np.ndarray] = {"t_mem_s": n}
+    expert_s = np.zeros_like(n)
+    if profile.experts is not None:
+        cost = ExpertStepCost(profile.experts)
+        u = np.array([cost.rank_factor(int(s)) for s in seqs])
+        read = np.array([cost.routing.experts_read(int(t)) for t in tokens])
+        k_share = profile.experts.experts_per_token * cost.routing.compute_share
+        features |= {
+            "t_expert_read_s": n * read,
+            "t_expert_pair_s": n * tokens * k_share,
+            "t_exchange_s_per_token": n * tokens,
+            "t_exchange_s": n,
+        }
+        expert_s = np.array([cost.seconds(int(t)) for t in tokens]) * n
+    features["t_flop_s_per_token"] = u * n * tokens
+    features["t_kv_s_per_token"] = u * context
+    rest = (
+        n * c.t_mem_s
+        + features["t_flop_s_per_token"] * c.t_flop_s_per_token
+        + features["t_kv_s_per_token"] * c.t_kv_s_per_token
+        + expert_s
+    )
+    pairs = np.maximum(recorded - rest, 0.0) / c.t_attn_s_per_token2
+    features["t_attn_s_per_token2"] = pairs
+    return features
+
+
+def _windows(steps: pd.DataFrame, requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per step group: the weight it carries in mean TPOT and in mean TTFT."""
+    ends = steps["end_s"].to_numpy(float)
+    starts = steps["start_s"].to_numpy(float)
+    g = len(ends)
+    eps = 1e-9 * max(1.0, float(ends[-1]))
+    done = requests[~requests["rejected"]]
+    first = np.searchsorted(ends, done["first_token_s"].to_numpy(float) - eps)
+    finish = np.searchsorted(ends, done["finish_s"].to_numpy(float) - eps)
+    arrive = np.searchsorted(starts, done["arrival_s"].to_numpy(float) - eps)
+    outputs = done["num_output_tokens"].to_numpy(float)
+    tpot = np.zeros(g + 1)
+    decoding = outputs > 1
+    share = 1.0 / (outputs[decoding] - 1) / max(1, int(decoding.sum()))
+    np.add.at(tpot, first[decoding] + 1, share)
+    np.add.at(tpot, finish[decoding] + 1, -share)
+    ttft = np.zeros(g + 1)
+    np.add.at(ttft, arrive, 1.0 / len(done))
+    np.add.at(ttft, first + 1, -1.0 / len(done))
+    return np.cumsum(tpot)[:g], np.cumsum(ttft)[:g]
+
+
+def inline_profile(row: Any, costs: dict[str, float]) -> dict[str, Any]:
+    """The events profile of the row's model, layout and engine at `costs` (unit costs not
+    given take their priors) as a scenario's inline `profile:`."""
+    model, hw, engine = specs(row)
+    profile = events_profile(model, hw, engine, costs=costs).model_dump(exclude_none=True)
+    return {k: profile[k] for k in ("coefficients", "experts") if k in profile}
+
+
+def _sums(features: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, float]:
+    return {c: float(np.dot(f, weights)) for c, f in features.items()}
+
+
+def point_counts(row: Any) -> PointCounts:
+    """Simulate the point once (unit costs at their priors) and count its events."""
+    model, hw, engine = specs(row)
+    result = next(iter(simulate(scenario(row, profile=inline_profile(row, {}))).variants.values()))
+    steps, requests = result.steps, result.requests
+    features = _group_features(steps, basis(model, hw, engine), model, hw, engine)
+    tpot_w, ttft_w = _windows(steps, requests)
+    done = requests[~requests["rejected"]]
+    summary = result.summary()
+    return PointCounts(
+        duration=_sums(features, np.ones(len(steps))),
+        tpot_mean=_sums(features, tpot_w),
+        ttft_mean=_sums(features, ttft_w),
+        total_tokens=int(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum()),
+        gpus=hw.num_gpus,
+        simulated={
+            k: float(summary[k])
+            for k in ("duration_s", "tpot_mean_s", "ttft_mean_s")
+            if k in summary
+        },
+    )
+
+
+def _priced(terms: Basis, counts: dict[str, float]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for coefficient, multipliers in terms.items():
+        total = counts.get(coefficient, 0.0)
+        for key, m in multipliers.items():
+            out[key] = out.get(key, 0.0) + m * total
+    return out
+
+
+def rows_for(row: Any, counts: PointCounts) -> PointRows:
+    """The point's counted events priced by today's basis (`sim.costs.step_events.basis`)."""
+    model, hw, engine = specs(row)
+    terms = basis(model, hw, engine)
+    return PointRows(
+        duration=_priced(terms, counts.duration),
+        tpot_mean=_priced(terms, counts.tpot_mean),
+        ttft_mean=_priced(terms, counts.ttft_mean),
+        total_tokens=counts.total_tokens,
+        gpus=counts.gpus,
+    )
+
+
+def point_rows(row: Any) -> PointRows:
+    """Simulate the point once and return its linear rows."""
+    return rows_for(row, point_counts(row))
+
+
+def seconds(row: dict[str, float], costs: dict[str, float]) -> float:
+    """A linear row evaluated at unit costs (missing ones at their priors)."""
+    return math.fsum(m * value_of(k, costs) for k, m in row.items())
+
+
+__all__ = [
+    "CONFIG",
+    "PointCounts",
+    "PointRows",
+    "evaluate",
+    "expressible",
+    "inline_profile",
+    "point_counts",
+    "point_rows",
+    "rows_for",
+    "scenario",
+    "seconds",
+]
+
+
+def simulated_errors(
+    row: Any, frontend_s: float = 0.0, profile: Any = "events"
+) -> dict[str, float]:
+    """Simulate the point (by default with the events profile and the catalog's unit costs) and
+    return its signed errors in % (simulated / measured - 1): throughput per GPU, mean TPOT,
+    and mean TTFT with `frontend_s` added (the fitted front-end time of its engine)."""
+    result = next(iter(simulate(scenario(row, profile=profile)).variants.values()))
+    summary = result.summary()
+    done = result.requests[~result.requests["rejected"]]
+    tokens = float(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum())
+    gpus = HardwareSpec.model_validate(hardware_fields(row)).num_gpus
+    tput = tokens / float(summary["duration_s"]) / gpus
+    return {
+        "tput_err": (tput / float(row.tput_per_gpu) - 1) * 100,
+        "tpot_err": (float(summary["tpot_mean_s"]) / float(row.tpot_mean_s) - 1) * 100,
+        "ttft_err": ((float(summary["ttft_mean_s"]) + frontend_s) / float(row.ttft_mean_s) - 1)
+        * 100,
+    }

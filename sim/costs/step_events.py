@@ -1,0 +1,415 @@
+"""A step's time from counted events and unit costs: the `events` profile.
+
+The roofline (`sim.costs.profile`) prices a step from datasheet bandwidth and FLOP/s at one
+efficiency for every GPU and dtype. Measured decode steps carry more than that: a fixed time per
+layer that does not shrink with tensor parallelism (kernel launches and tails), collectives whose
+latency grows with the group, and GEMMs that reach less of the datasheet at small batch than at
+large. This module counts those events for a model, layout and engine, and prices each with a
+unit cost:
+
+* **kernels**: `LAYER_KERNELS` per layer type (grouped-query or latent attention, dense MLP,
+  routed experts, shared experts) plus `STEP_KERNELS` per step, each charged `kernel_s[gen]`, the
+  launch-and-tail floor of one small kernel on a GPU generation (graph-replayed decode);
+* **all-reduces**: two per layer at tensor parallelism t > 1 (after attention's output projection
+  and after the MLP or experts), each `allreduce_s[vendor] + allreduce_peer_s[vendor] * (t - 2)`
+  (monotone in t: a one-shot all-reduce reads every peer's buffer), plus the bytes over the link;
+  expert parallelism under tensor-parallel attention runs no all-to-all (every rank holds every
+  token; the second all-reduce combines the experts' outputs); data-parallel attention with
+  expert parallelism dispatches and combines once each per MoE layer (`dispatch_s[vendor]`);
+* **bytes and FLOPs**: weight and expert reads over HBM at `stream_eff[gen/storage]` (weight
+  streaming at decode sizes; each packed 4-bit block format streams apart from plain
+  bf16/fp16/fp8 weights),
+  KV reads at `mem_eff[gen]`; GEMMs at the compute dtype's datasheet peak over
+  `gemm_eff[gen/dtype]`, attention (prompt attention, latent decode attention) at the bf16
+  peak over `attn_eff[gen]`. With `eff(M) = eff_max * M / (M + M_ridge)`
+  a GEMM of M tokens takes `F * M / (peak * eff_max)` plus a fixed part; the weight read is that
+  fixed part, so the sum of the two terms is the GEMM's efficiency against M;
+* **host**: `host_s[engine]` per step that the engine's scheduling does not hide.
+
+Every term is a unit cost times a count, so a step's time is linear in the unit costs: `basis`
+returns each profile coefficient as `{unit cost: multiplier}`, which the profile evaluates with
+the catalog's values (`sim/costs/unit_costs.yaml`) and `calibration/fit_unit_costs.py` fits
+against published deployments (the same function, so the fit and the simulator agree exactly).
+A generation's unit cost the fit had no deployment of takes its vendor's fitted value
+(`vendor_key`: MI325X, a CDNA3 GPU, falls back to AMD's), else its stated prior (`PRIORS`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.costs.catalog import FP4_DTYPES, HardwareSpec, ModelSpec, kv_bytes_per_token_on
+from sim.costs.expert_terms import ExpertTerms
+from sim.costs.fits import check_parallelism, layout_stem
+from sim.costs.parallel import COMBINE_BYTES, DISPATCH_BYTES, compute_peak, expert_layout
+from sim.costs.profile_file import Coefficients, Profile
+
+UNIT_COSTS_FILE = Path(__file__).with_name("unit_costs.yaml")
+ENGINES = ("vllm", "sglang", "trt-llm", "atom")
+ACTIVATION_BYTES = 2  # bf16 activations cross the link
+LINK_EFFICIENCY = 0.8  # of the one-way link bandwidth on large messages (sim/costs/profile.py)
+
+# Kernels one layer launches in a decode step, by layer type, as the engines' model code runs
+# them (vLLM vllm/model_executor/models/llama.py, gpt_oss.py, deepseek_v2.py and
+# layers/fused_moe; SGLang python/sglang/srt/models/deepseek_v2.py runs the same sequence):
+LAYER_KERNELS: dict[str, int] = {
+    # fused add + RMSNorm, QKV GEMM, rotary embedding, KV-cache write, attention, O GEMM
+    "attention_gqa": 6,
+    # fused add + RMSNorm, fused q_a/kv_a GEMM, q_a and kv_a RMSNorms, q_b GEMM, rotary, W_UK
+    # batched GEMM (absorbed), KV-cache write, latent attention (split-KV kernel and combine),
+    # W_UV batched GEMM, O GEMM
+    "attention_mla": 12,
+    # fused add + RMSNorm, gate_up GEMM, SiLU-and-mul, down GEMM
+    "mlp_dense": 4,
+    # fused add + RMSNorm, router GEMM, top-k softmax, block alignment (moe_align_block_size),
+    # grouped GEMM 1, activation, grouped GEMM 2, weighted sum of the k outputs
+    "moe": 8,
+    # the shared expert's gate_up GEMM, activation and down GEMM
+    "shared_expert": 3,
+}
+# per step: embedding, final RMSNorm, LM head GEMM, logits processing, softmax, sampling
+STEP_KERNELS = 6
+
+GENERATIONS: dict[str, str] = {
+    "a100-40g": "ampere",
+    "a100-80g": "ampere",
+    "a40": "ampere",
+    "l40s": "ada",
+    "rtx-4090": "ada",
+    "h100-sxm": "hopper",
+    "h100-pcie": "hopper",
+    "h200": "hopper",
+    "b200": "blackwell",
+    "gb200": "blackwell",
+    "mi300x": "cdna3",
+    "mi325x": "cdna3",
+    "mi355x": "cdna4",
+}
+VENDOR = {
+    "ampere": "nvidia",
+    "ada": "nvidia",
+    "hopper": "nvidia",
+    "blackwell": "nvidia",
+    "cdna3": "amd",
+    "cdna4": "amd",
+}
+
+# Stated priors, each with its source: the value a unit cost takes where no fit covers it, and
+# the value the fit is drawn towards (calibration/fit_unit_costs.py).
+PRIORS: dict[str, tuple[float, str]] = {
+    "kernel_s": (
+        4e-6,
+        "a small kernel's launch gap plus tail under CUDA-graph replay: 2-3 us "
+        "of launch gap (NVIDIA CUDA Graphs blog, 2019; vLLM's graph capture notes) "
+        "and a few us of a kernel that cannot fill the GPU at decode sizes",
+    ),
+    "allreduce_s": (
+        10e-6,
+        "one-shot all-reduce of a decode step's activations on one NVLink "
+        "node: vLLM custom_all_reduce and FlashInfer trtllm all-reduce publish "
+        "8-15 us for 8-256 KiB at 2-8 GPUs; NCCL small-message latency is 15-30 us "
+        "(nccl-tests on DGX H100)",
+    ),
+    "allreduce_peer_s": (
+        1e-6,
+        "one-shot all-reduce reads each peer's buffer: about 1 us more "
+        "per peer at small messages (same sources)",
+    ),
+    "dispatch_s": (
+        60e-6,
+        "DeepEP low-latency dispatch or combine at EP 8 and 128 tokens per "
+        "rank: 77 us dispatch and 114 us combine over RDMA, less over NVLink "
+        "(deepseek-ai/DeepEP README)",
+    ),
+    "mem_eff": (
+        0.8,
+        "long-context KV reads reach about 90 % of HBM bandwidth "
+        "(calibration/check_roofline.py on A100 step times)",
+    ),
+    "stream_eff": (
+        0.8,
+        "weight streaming at batch 1 reaches about 70 % of HBM bandwidth "
+        "(calibration/check_roofline.py on A100 step times)",
+    ),
+    "gemm_eff": (0.7, "large bf16 GEMMs reach 70-80 % of tensor-core peak (cuBLAS, A100/H100)"),
+    "attn_eff": (
+        0.5,
+        "attention kernels (FlashAttention-2/3, FlashInfer, FlashMLA) reach "
+        "35-75 % of bf16 peak on long prompts and latent decode (FlashAttention-3 "
+        "paper: 0.6-0.75 on H100 forward; FlashMLA README: 660 TFLOPS of 989 on H800 "
+        "decode at large batch, less at small)",
+    ),
+    "host_s": (
+        0.3e-3,
+        "host time per step an asynchronous scheduler does not hide "
+        "(vLLM 0.11 decode: 0.6 ms synchronous, sim/costs/profile.py HOST_NOTE)",
+    ),
+}
+# unit costs kept at their priors by the fit (too few deployments to identify them)
+FIXED: frozenset[str] = frozenset()
+
+
+def generation(hw: HardwareSpec) -> str:
+    """The GPU generation whose unit costs price `hw` (`hopper` for a GPU the table lacks)."""
+    return GENERATIONS.get(hw.name, "hopper")
+
+
+def dtype_label(weight_dtype: str, compute_dtype: str) -> str:
+    """The kernel class of a GEMM: its compute dtype (fp16 counts as bf16), or
+    `<weights>-on-<compute>` where the weights are dequantized to a wider compute dtype (MXFP4
+    on Hopper's bf16 tensor cores: W4A16 kernels, not the bf16 GEMMs of bf16 weights)."""
+    weight = "bf16" if weight_dtype == "fp16" else weight_dtype
+    if weight in ("bf16", compute_dtype) or (compute_dtype == "fp4" and weight in FP4_DTYPES):
+        return compute_dtype
+    return f"{weight}-on-{compute_dtype}"
+
+
+def storage(weight_dtype: str) -> str:
+    """How weights of `weight_dtype` stream: `plain` (one element per byte or two: bf16, fp16,
+    fp8) or their block format (`mxfp4`, `nvfp4`, `int4`: packed 4-bit blocks with their scales,
+    each read and dequantized by its own kernel family)."""
+    return weight_dtype if weight_dtype in (*FP4_DTYPES, "int4") else "plain"
+
+
+def unit_key(kind: str, hw: HardwareSpec, engine: str, dtype: str = "") -> str:
+    """The catalog key of a unit cost: `kernel_s@hopper`, `gemm_eff@blackwell/fp4`, ..."""
+    gen = generation(hw)
+    if dtype == "fp16":
+        dtype = "bf16"
+    if kind in ("allreduce_s", "allreduce_peer_s", "dispatch_s"):
+        return f"{kind}@{VENDOR[gen]}"
+    if kind == "host_s":
+        return f"host_s@{engine}"
+    if kind in ("gemm_eff", "stream_eff"):
+        return f"{kind}@{gen}/{dtype}"
+    return f"{kind}@{gen}"
+
+
+Basis = dict[str, dict[str, float]]  # coefficient -> {unit cost key: multiplier}
+# Efficiencies enter as their inverses: `inv:` keys multiply 1 / value.
+INVERSE_KINDS = ("mem_eff", "stream_eff", "gemm_eff", "attn_eff")
+
+
+def _add(basis: Basis, coefficient: str, key: str, multiplier: float) -> None:
+    if multiplier:
+        terms = basis.setdefault(coefficient, {})
+        terms[key] = terms.get(key, 0.0) + multiplier
+
+
+def kernels_per_step(model: ModelSpec) -> int:
+    """Kernels one decode step launches: every layer's by type, plus the step's own."""
+    attention = "attention_mla" if model.kv_lora_rank is not None else "attention_gqa"
+    moe_layers = model.moe_layers
+    dense_layers = model.num_layers - moe_layers
+    per_moe = LAYER_KERNELS["moe"] + (
+        LAYER_KERNELS["shared_expert"] if model.num_shared_experts else 0
+    )
+    return (
+        model.num_layers * LAYER_KERNELS[attention]
+        + dense_layers * LAYER_KERNELS["mlp_dense"]
+        + moe_layers * per_moe
+        + STEP_KERNELS
+    )
+
+
+def basis(model: ModelSpec, hw: HardwareSpec, engine: str = "vllm") -> Basis:
+    """Each coefficient of the step's profile as unit costs times counts (see the module doc).
+
+    Coefficients: the extended form's `t_mem_s`, `t_flop_s_per_token`, `t_kv_s_per_token`,
+    `t_attn_s_per_token2` (a data-parallel rank's, as the ranks' aggregate, as
+    `sim.costs.profile` builds them) and, for a mixture of experts, the `experts:` block's
+    `t_expert_read_s`, `t_expert_pair_s`, `t_exchange_s_per_token`, `t_exchange_s`. The key
+    `const` holds terms with no unit cost to fit (link bytes at the stated link efficiency)."""
+    check_parallelism(model, hw)
+    tp, dp = hw.tensor_parallel, hw.data_parallel
+    hbm = tp * hw.hbm_bandwidth_bytes_per_s
+    mem = "inv:" + unit_key("mem_eff", hw, engine)
+    out: Basis = {}
+    # per step: host, kernels, all-reduce latencies, the dense weights
+    _add(out, "t_mem_s", unit_key("host_s", hw, engine), 1.0)
+    _add(out, "t_mem_s", unit_key("kernel_s", hw, engine), float(kernels_per_step(model)))
+    allreduces = 2 * model.num_layers if tp > 1 else 0
+    _add(out, "t_mem_s", unit_key("allreduce_s", hw, engine), float(allreduces))
+    _add(out, "t_mem_s", unit_key("allreduce_peer_s", hw, engine), float(allreduces * (tp - 2)))
+    dense_bytes = model.dense_weight_bytes if model.is_moe else model.weight_bytes
+    stream = "inv:" + unit_key("stream_eff", hw, engine, storage(model.weight_dtype_name))
+    _add(out, "t_mem_s", stream, dense_bytes / hbm)
+    # per token: the dense GEMMs and the all-reduces' bytes (a rank's share: / dp)
+    peak, dtype = compute_peak(model.weight_dtype_name, hw)
+    params = 2.0 * (model.dense_parameters if model.is_moe else model.active_parameters)
+    gemm = unit_key("gemm_eff", hw, engine, dtype_label(model.weight_dtype_name, dtype))
+    _add(out, "t_flop_s_per_token", "inv:" + gemm, params / (tp * peak) / dp)
+    if tp > 1:
+        assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
+        one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * LINK_EFFICIENCY
+        per_token = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
+        _add(out, "t_flop_s_per_token", "const", 2 * model.num_layers * per_token / one_way / dp)
+    # attention: KV reads (or latent attention's FLOPs, if slower) and prompt attention FLOPs
+    bf16 = "inv:" + unit_key("attn_eff", hw, engine)
+    attn_peak = tp * hw.peak_flops
+    read = kv_bytes_per_token_on(model, hw) / hbm
+    if model.kv_lora_rank is not None and model.qk_rope_head_dim is not None:
+        latent = 2 * model.kv_lora_rank + model.qk_rope_head_dim
+        per_layer = 2 * model.num_attention_heads * latent
+        flops = model.full_attention_layers * per_layer / attn_peak
+        prior_mem, prior_gemm = PRIORS["mem_eff"][0], PRIORS["attn_eff"][0]
+        if flops / prior_gemm > read / prior_mem:
+            _add(out, "t_kv_s_per_token", bf16, flops / dp)
+        else:
+            _add(out, "t_kv_s_per_token", mem, read / dp)
+    else:
+        _add(out, "t_kv_s_per_token", mem, read / dp)
+    v_head = model.v_head_dim or model.head_dim
+    if model.is_moe:
+        pair = 2 * model.num_layers * model.num_attention_heads * (model.head_dim + v_head)
+    else:
+        pair = 4 * model.num_layers * model.num_attention_heads * model.head_dim
+    _add(out, "t_attn_s_per_token2", bf16, pair / attn_peak / dp)
+    if model.is_moe:
+        _expert_basis(out, model, hw, engine)
+    return out
+
+
+def _expert_basis(out: Basis, model: ModelSpec, hw: HardwareSpec, engine: str) -> None:
+    """The `experts:` block's terms (sim/costs/expert_terms.py) as unit costs times counts."""
+    g, layers = hw.stage_gpus, model.moe_layers
+    dtype = model.expert_weight_dtype or model.weight_dtype_name
+    peak, compute_dtype = compute_peak(dtype, hw)
+    params = model.moe_layers * model.expert_parameters
+    _add(
+        out,
+        "t_expert_read_s",
+        "inv:" + unit_key("stream_eff", hw, engine, storage(dtype)),
+        params * model.expert_bytes_per_parameter / hw.hbm_bandwidth_bytes_per_s,
+    )
+    gemm = unit_key("gemm_eff", hw, engine, dtype_label(dtype, compute_dtype))
+    _add(out, "t_expert_pair_s", "inv:" + gemm, 2 * params / peak)
+    if g == 1 or hw.data_parallel == 1:
+        # one rank: every GPU holds every token, and the rank's second all-reduce per layer
+        # combines the experts' outputs (expert parallel or split by tensor): no exchange
+        return
+    assert hw.interconnect_bandwidth_bytes_per_s is not None
+    one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * LINK_EFFICIENCY
+    if hw.expert_parallel > 1:  # dispatch to the k experts' GPUs and combine back
+        k = model.experts_per_token or 1
+        sent = layers * k * model.hidden_size * (DISPATCH_BYTES + COMBINE_BYTES)
+        per_token = sent * (g - 1) / g / g
+        _add(out, "t_exchange_s", unit_key("dispatch_s", hw, engine), 2.0 * layers)
+    else:  # experts split by tensor over the ranks: gather the tokens, scatter the outputs
+        per_token = float(layers * 2 * (g - 1) / g * model.hidden_size * ACTIVATION_BYTES)
+        _add(out, "t_exchange_s", unit_key("allreduce_s", hw, engine), 2.0 * layers)
+        _add(
+            out,
+            "t_exchange_s",
+            unit_key("allreduce_peer_s", hw, engine),
+            2.0 * layers * max(g - 2, 0),
+        )
+    _add(out, "t_exchange_s_per_token", "const", per_token / one_way)
+
+
+def prior(key: str) -> float:
+    """A unit cost's stated prior (`PRIORS`), by its catalog key."""
+    return PRIORS[key.split("@", 1)[0]][0]
+
+
+@lru_cache(maxsize=1)
+def catalog_unit_costs() -> dict[str, float]:
+    """The fitted unit costs shipped in `sim/costs/unit_costs.yaml` (key -> value)."""
+    doc = yaml.safe_load(UNIT_COSTS_FILE.read_text())
+    return {key: float(entry["value"]) for key, entry in doc["unit_costs"].items()}
+
+
+HIERARCHICAL = frozenset({"kernel_s", "mem_eff", "stream_eff", "gemm_eff", "attn_eff"})
+
+
+def vendor_key(key: str) -> str | None:
+    """The vendor-level key a generation's unit cost falls back to (`kernel_s@hopper` ->
+    `kernel_s@nvidia`, `gemm_eff@cdna3/fp8` -> `gemm_eff@amd/fp8`), or None."""
+    kind, _, rest = key.partition("@")
+    gen, _, dtype = rest.partition("/")
+    if kind not in HIERARCHICAL or gen not in VENDOR:
+        return None
+    return f"{kind}@{VENDOR[gen]}" + (f"/{dtype}" if dtype else "")
+
+
+def lookup(name: str, costs: dict[str, float]) -> tuple[float, str]:
+    """A unit cost and where it comes from: fitted for its generation, else its vendor's
+    fitted value (a GPU generation the fit had no deployment of), else its stated prior."""
+    if name in costs:
+        return costs[name], "fitted"
+    parent = vendor_key(name)
+    if parent is not None and parent in costs:
+        return costs[parent], f"fitted for {parent}"
+    return prior(name), "prior"
+
+
+def value_of(key: str, costs: dict[str, float]) -> float:
+    """One basis key's factor: `const` 1, an `inv:` efficiency's inverse, else the unit cost
+    (`lookup`)."""
+    if key == "const":
+        return 1.0
+    if key.startswith("inv:"):
+        return 1.0 / lookup(key[4:], costs)[0]
+    return lookup(key, costs)[0]
+
+
+def evaluate(terms: Basis, costs: dict[str, float]) -> dict[str, float]:
+    """Each coefficient's seconds: the basis with the unit costs put in."""
+    return {c: sum(m * value_of(k, costs) for k, m in t.items()) for c, t in terms.items()}
+
+
+def events_profile(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    engine: str = "vllm",
+    costs: dict[str, float] | None = None,
+) -> Profile:
+    """The extended-form profile of `model` on `hw` under `engine`, priced from counted events
+    and the catalog's unit costs (or `costs`), with each term's provenance."""
+    costs = catalog_unit_costs() if costs is None else costs
+    terms = basis(model, hw, engine)
+    seconds = evaluate(terms, costs)
+    coefficients = Coefficients(
+        t_mem_s=seconds.get("t_mem_s", 0.0),
+        t_flop_s_per_token=seconds.get("t_flop_s_per_token", 0.0),
+        t_kv_s_per_token=seconds.get("t_kv_s_per_token", 0.0),
+        t_attn_s_per_token2=seconds.get("t_attn_s_per_token2", 0.0),
+    )
+    experts = None
+    if model.is_moe:
+        experts = ExpertTerms(
+            **expert_layout(model, hw),
+            t_expert_read_s=seconds.get("t_expert_read_s", 0.0),
+            t_expert_pair_s=seconds.get("t_expert_pair_s", 0.0),
+            t_exchange_s_per_token=seconds.get("t_exchange_s_per_token", 0.0),
+            t_exchange_s=seconds.get("t_exchange_s", 0.0),
+        )
+    used = sorted({k for t in terms.values() for k in t if k != "const"})
+    units: dict[str, Any] = {}
+    for key in used:
+        name = key.removeprefix("inv:")
+        value, source = lookup(name, costs)
+        units[name] = {"value": value, "source": source}
+    provenance: dict[str, Any] = {
+        "generator": "sim.costs.step_events.events_profile (batchsim)",
+        "engine": engine,
+        "generation": generation(hw),
+        "kernels_per_step": kernels_per_step(model),
+        "unit_costs": units,
+        "unit_costs_file": "sim/costs/unit_costs.yaml",
+        "counts": {c: dict(sorted(t.items())) for c, t in sorted(terms.items())},
+        "date": None,
+    }
+    return Profile(
+        schema_version=1,
+        name=f"events-{engine}-{layout_stem(model, hw)}",
+        source="roofline",
+        model_form="extended",
+        coefficients=coefficients,
+        provenance=provenance,
+        experts=experts,
+    )

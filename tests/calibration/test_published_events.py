@@ -1,0 +1,115 @@
+"""Counted events of a closed-loop point (calibration/published_events.py): one simulation gives
+the duration, mean TPOT and mean TTFT as linear functions of the unit costs, and evaluating
+them at other unit costs gives exactly what simulating at those unit costs gives."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from calibration.published_events import (
+    expressible,
+    inline_profile,
+    point_rows,
+    scenario,
+    seconds,
+    specs,
+)
+from sim.costs.step_events import events_profile
+from sim.simulate import simulate
+
+
+def _row(**fields: Any) -> SimpleNamespace:
+    """A small training-file row: 4 clients, short prompts and outputs."""
+    base = dict(
+        model_key="llama70b",
+        precision="fp8",
+        gpu="h200",
+        framework="vllm",
+        tp=2,
+        ep=1,
+        dp_attention=False,
+        isl=300,
+        osl=24,
+        conc=4,
+        random_range_ratio=0.8,
+        disagg=False,
+        spec_decoding="none",
+        tput_per_gpu=1.0,
+        tpot_mean_s=0.01,
+        ttft_mean_s=0.1,
+    )
+    return SimpleNamespace(**(base | fields))
+
+
+ROWS = {
+    "dense, chunked (vLLM)": _row(),
+    "MoE, expert parallel under TP attention, prefill batches (SGLang)": _row(
+        model_key="dsr1", precision="fp4", gpu="b200", framework="sglang", tp=4, ep=4, conc=6
+    ),
+    "MoE, data-parallel attention with expert parallelism (TensorRT-LLM)": _row(
+        model_key="gptoss",
+        precision="fp4",
+        gpu="b200",
+        framework="trt",
+        tp=2,
+        ep=2,
+        dp_attention=True,
+        conc=5,
+    ),
+}
+OTHER_COSTS = {
+    "kernel_s@hopper": 7e-6,
+    "kernel_s@blackwell": 3e-6,
+    "allreduce_s@nvidia": 25e-6,
+    "allreduce_peer_s@nvidia": 3e-6,
+    "dispatch_s@nvidia": 40e-6,
+    "host_s@vllm": 2e-3,
+    "host_s@sglang": 1e-3,
+    "host_s@trt-llm": 5e-4,
+    "stream_eff@hopper/fp8": 0.5,
+    "stream_eff@blackwell/nvfp4": 0.4,
+    "stream_eff@blackwell/mxfp4": 0.6,
+    "gemm_eff@hopper/fp8": 0.35,
+    "gemm_eff@blackwell/fp4": 0.3,
+    "gemm_eff@blackwell/bf16": 0.4,
+    "mem_eff@hopper": 0.55,
+    "mem_eff@blackwell": 0.65,
+    "attn_eff@hopper": 0.3,
+    "attn_eff@blackwell": 0.25,
+}
+
+
+def _simulated_at(row: SimpleNamespace, costs: dict[str, float]) -> dict[str, float]:
+    model, hw, engine = specs(row)
+    profile = events_profile(model, hw, engine, costs=costs).model_dump(exclude_none=True)
+    inline = {k: profile[k] for k in ("coefficients", "experts") if k in profile}
+    summary = next(iter(simulate(scenario(row, profile=inline)).variants.values())).summary()
+    assert inline == inline_profile(row, costs)
+    return {k: float(summary[k]) for k in ("duration_s", "tpot_mean_s", "ttft_mean_s")}
+
+
+@pytest.mark.parametrize("case", list(ROWS))
+def test_linear_rows_reproduce_a_simulation_at_other_unit_costs(case: str) -> None:
+    row = ROWS[case]
+    rows = point_rows(row)
+    again = _simulated_at(row, OTHER_COSTS)
+    predicted = {
+        "duration_s": seconds(rows.duration, OTHER_COSTS),
+        "tpot_mean_s": seconds(rows.tpot_mean, OTHER_COSTS),
+        "ttft_mean_s": seconds(rows.ttft_mean, OTHER_COSTS),
+    }
+    at_priors = _simulated_at(row, {})
+    for key, value in predicted.items():
+        assert value == pytest.approx(again[key], rel=1e-9), key
+        # and the other unit costs did move it: the check is not vacuous
+        assert abs(again[key] / at_priors[key] - 1) > 0.005, key
+
+
+def test_rows_batchsim_cannot_express_are_named() -> None:
+    assert expressible(_row()) is None
+    assert "disaggregated" in str(expressible(_row(disagg=True)))
+    assert "MTP" in str(expressible(_row(spec_decoding="mtp")))
+    assert "engine" in str(expressible(_row(framework="dynamo-trt")))
