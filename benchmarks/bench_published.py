@@ -5,6 +5,8 @@ throughput, TPOT and TTFT for every row of calibration/published/*.csv (columns 
     python benchmarks/bench_published.py --old    # the roofline before measured all-reduce
                                                   # latency and host time (5 us, no host step)
     python benchmarks/bench_published.py --assume-kv fp8   # KV dtype where a row gives none
+    python benchmarks/bench_published.py --profile events  # the events profile (fitted unit
+                                                           # costs, the row's engine)
 
 A row is a fixed-concurrency benchmark: `concurrency` closed-loop clients (`workload.clients`,
 as `vllm bench serve --max-concurrency`, AIPerf and GuideLLM run them), each sending its next
@@ -41,6 +43,9 @@ from sim.costs.catalog import MODELS  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
 
 DEFAULT_BATCHED_TOKENS = 8192
+PROFILE = "roofline"  # --profile: the step-cost profile every row is simulated with
+# a row's engine as the events profile names it (NIM serves Llama through TensorRT-LLM)
+EVENTS_ENGINE = {"vllm": "vllm", "sglang": "sglang", "trt-llm": "trt-llm", "nim": "trt-llm"}
 METRICS = ("tput", "tpot", "ttft")
 
 
@@ -83,9 +88,10 @@ def scenario(row: Any, step_s: float = 0.0) -> dict[str, Any]:
         },
         "model": model,
         "hardware": hardware(row),
-        "profile": "roofline",
+        "profile": PROFILE,
         "policy": {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": batched},
-        "engine": {"pricing": {"cpu_overhead": {"per_step_s": step_s}}},
+        "engine": {"pricing": {"cpu_overhead": {"per_step_s": step_s}}}
+        | ({"name": EVENTS_ENGINE.get(str(row.engine), "vllm")} if PROFILE == "events" else {}),
     }
 
 
@@ -282,6 +288,8 @@ def read_rows(folder: Path) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="the roofline's old constants")
+    parser.add_argument("--profile", choices=("roofline", "events"), default="roofline",
+                        help="the step-cost profile (events: counted events, fitted unit costs)")
     parser.add_argument("--data", type=Path, default=ROOT / "calibration/published")
     parser.add_argument("--calibrated", action="store_true",
                         help="fit each deployment's engine time per step on its lowest-"
@@ -291,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--assume-kv", choices=("bf16", "fp16", "fp8"), default=None,
                         help="KV dtype for rows that publish none (default: the catalog's bf16)")
     args = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = args.profile
     table = run(read_rows(args.data), args.old, args.assume_kv, args.calibrated)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         shown = table.drop(columns=["engine", "model", "gpu", "concurrency"])

@@ -67,9 +67,16 @@ def weight_dtype(row: Any) -> str:
 
 
 def model_fields(row: Any) -> dict[str, Any]:
-    """The scenario's `model:` (Llama ran with an fp8 KV cache; the MoE rows with bf16)."""
+    """The scenario's `model:` (Llama ran with an fp8 KV cache; the MoE rows with bf16).
+
+    The FP4 DeepSeek-R1 checkpoints (nvidia/DeepSeek-R1-FP4, amd/DeepSeek-R1-MXFP4) quantize
+    the routed experts to FP4 and keep attention, dense layers and shared experts in FP8; the
+    FP4 Llama checkpoint quantizes every linear layer; gpt-oss ships MXFP4 experts and bf16
+    elsewhere (the catalog's)."""
     out: dict[str, Any] = {"name": MODELS[row.model_key]}
-    if row.model_key != "gptoss":  # gpt-oss: MXFP4 experts, bf16 elsewhere (the catalog's)
+    if row.model_key == "dsr1" and row.precision == "fp4":
+        out |= {"weight_dtype": "fp8", "expert_weight_dtype": weight_dtype(row)}
+    elif row.model_key != "gptoss":
         out["weight_dtype"] = weight_dtype(row)
     out["kv_dtype"] = "fp8" if row.model_key == "llama70b" else "bf16"
     return out
