@@ -84,10 +84,10 @@ OTHER_COSTS = {
 
 def _simulated_at(row: SimpleNamespace, costs: dict[str, float]) -> dict[str, float]:
     model, hw, engine = specs(row)
-    profile = events_profile(model, hw, engine, costs=costs).model_dump(exclude_none=True)
-    inline = {k: profile[k] for k in ("coefficients", "experts") if k in profile}
+    profile = events_profile(model, hw, engine, costs=costs)
+    inline = inline_profile(row, costs)
+    assert inline["coefficients"] == profile.coefficients.model_dump(exclude_none=True)
     summary = next(iter(simulate(scenario(row, profile=inline)).variants.values())).summary()
-    assert inline == inline_profile(row, costs)
     return {k: float(summary[k]) for k in ("duration_s", "tpot_mean_s", "ttft_mean_s")}
 
 

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import yaml
+from helpers_sim import run, scenario
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.step_events import (
@@ -20,7 +21,6 @@ from sim.costs.step_events import (
     prior,
     vendor_key,
 )
-from sim.simulate import simulate
 
 
 def _model(name: str, **fields: object) -> ModelSpec:
@@ -141,24 +141,19 @@ def test_shipped_unit_costs_are_sourced_and_physical() -> None:
 
 
 def test_a_scenario_runs_on_the_events_profile_of_its_engine() -> None:
-    scenario = {
-        "name": "events",
-        "seed": 1,
-        "workload": {
-            "num_requests": 5,
-            "arrival": {"process": "poisson", "rate": 0.01},
-            "prompt_tokens": {"dist": "fixed", "value": 256},
-            "output_tokens": {"dist": "fixed", "value": 16},
-        },
-        "model": "llama-3-8b",
-        "hardware": "h100-sxm",
-        "profile": "events",
-        "policy": {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 512},
+    workload = {
+        "num_requests": 5,
+        "arrival": {"process": "poisson", "rate": 0.01},
+        "prompt_tokens": {"dist": "fixed", "value": 256},
+        "output_tokens": {"dist": "fixed", "value": 16},
     }
+    policy = {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 512}
+    base = scenario(policy=policy, workload=workload, model="llama-3-8b", hardware="h100-sxm",
+                    profile="events")
     tpot = {}
     for engine in ("vllm", "sglang"):
-        run = simulate(scenario | {"engine": {"name": engine, "version": "x"}})
-        tpot[engine] = next(iter(run.variants.values())).summary()["tpot_mean_s"]
+        result = run(base | {"engine": {"name": engine, "version": "x"}})
+        tpot[engine] = result.summary()["tpot_mean_s"]
     costs = catalog_unit_costs()
     gap = costs.get("host_s@sglang", prior("host_s@sglang")) - costs.get(
         "host_s@vllm", prior("host_s@vllm")
