@@ -29,6 +29,7 @@ from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.expert_terms import ExpertStepCost
 from sim.costs.step_events import Basis, basis, evaluate, events_profile, value_of
 from sim.simulate import simulate
+from sim.whatif.calibrate_points import group_seconds, metric_weights
 
 MODELS = {"llama70b": "llama-3.3-70b", "gptoss": "gpt-oss-120b", "dsr1": "deepseek-v3"}
 GPUS = {
@@ -57,6 +58,16 @@ def expressible(row: Any) -> str | None:
     if row.model_key not in MODELS or row.gpu not in GPUS:
         return "model or GPU outside the catalog"
     return None
+
+
+def cold_started(row: Any) -> bool:
+    """Whether the point ran without warm-up: its p99 TTFT is at least 20 s and 10x its median
+    (the first wave of requests waited for the engine's first-use compilation; the rest did not).
+    Such a point carries the cold start in its duration and mean TTFT, never in its TPOT."""
+    p99, median = float(row.ttft_p99_s), float(row.ttft_median_s)
+    if not math.isfinite(p99) or p99 < 20.0:
+        return False
+    return not math.isfinite(median) or p99 >= 10 * median
 
 
 def weight_dtype(row: Any) -> str:
@@ -117,9 +128,13 @@ def _lengths(nominal: int, ratio: float) -> dict[str, Any]:
     return {"dist": "uniform", "low": low, "high": nominal}
 
 
-def scenario(row: Any, profile: Any = "events") -> dict[str, Any]:
-    """The scenario that reproduces one published point (a row of the training file)."""
+def scenario(row: Any, profile: Any = "events", cold_start_s: float = 0.0) -> dict[str, Any]:
+    """The scenario that reproduces one published point (a row of the training file), with
+    `cold_start_s` when the point ran cold (`cold_started`)."""
     conc, ratio = int(row.conc), float(row.random_range_ratio)
+    engine: dict[str, Any] = {"name": ENGINES[row.framework]}
+    if cold_start_s and cold_started(row):
+        engine["cold_start_s"] = cold_start_s
     return {
         "name": "published",
         "seed": 1,
@@ -135,7 +150,7 @@ def scenario(row: Any, profile: Any = "events") -> dict[str, Any]:
         "hardware": hardware_fields(row),
         "profile": profile,
         "policy": policy_fields(row),
-        "engine": {"name": ENGINES[row.framework]},
+        "engine": engine,
     }
 
 
@@ -158,6 +173,7 @@ class PointCounts:
     total_tokens: int  # prompt + output tokens of every request
     gpus: int
     simulated: dict[str, float]  # the baseline run's summary (its duration, TPOT, TTFT)
+    first_wave: float = 0.0  # share of the requests sent at the start (a cold start holds them)
 
 
 @dataclass
@@ -181,10 +197,7 @@ def _group_features(
     seqs = steps["num_seqs"].to_numpy(int)
     growth = steps["context_growth_per_step"].to_numpy(float)
     context = steps["sum_context_tokens"].to_numpy(float) * n + growth * n * (n - 1) / 2
-    recorded = (
-        steps["duration_s"].to_numpy(float) * n
-        + steps["duration_increment_s"].to_numpy(float) * n * (n - 1) / 2
-    )
+    recorded = group_seconds(steps)
     profile = events_profile(model, hw, engine, costs={})
     c = profile.coefficients
     u = np.ones_like(n)
@@ -215,28 +228,6 @@ def _group_features(
     return features
 
 
-def _windows(steps: pd.DataFrame, requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per step group: the weight it carries in mean TPOT and in mean TTFT."""
-    ends = steps["end_s"].to_numpy(float)
-    starts = steps["start_s"].to_numpy(float)
-    g = len(ends)
-    eps = 1e-9 * max(1.0, float(ends[-1]))
-    done = requests[~requests["rejected"]]
-    first = np.searchsorted(ends, done["first_token_s"].to_numpy(float) - eps)
-    finish = np.searchsorted(ends, done["finish_s"].to_numpy(float) - eps)
-    arrive = np.searchsorted(starts, done["arrival_s"].to_numpy(float) - eps)
-    outputs = done["num_output_tokens"].to_numpy(float)
-    tpot = np.zeros(g + 1)
-    decoding = outputs > 1
-    share = 1.0 / (outputs[decoding] - 1) / max(1, int(decoding.sum()))
-    np.add.at(tpot, first[decoding] + 1, share)
-    np.add.at(tpot, finish[decoding] + 1, -share)
-    ttft = np.zeros(g + 1)
-    np.add.at(ttft, arrive, 1.0 / len(done))
-    np.add.at(ttft, first + 1, -1.0 / len(done))
-    return np.cumsum(tpot)[:g], np.cumsum(ttft)[:g]
-
-
 def inline_profile(row: Any, costs: dict[str, float]) -> dict[str, Any]:
     """The events profile of the row's model, layout and engine at `costs` (unit costs not
     given take their priors) as a scenario's inline `profile:`."""
@@ -255,7 +246,7 @@ def point_counts(row: Any) -> PointCounts:
     result = next(iter(simulate(scenario(row, profile=inline_profile(row, {}))).variants.values()))
     steps, requests = result.steps, result.requests
     features = _group_features(steps, basis(model, hw, engine), model, hw, engine)
-    tpot_w, ttft_w = _windows(steps, requests)
+    tpot_w, ttft_w = metric_weights(steps, requests)
     done = requests[~requests["rejected"]]
     summary = result.summary()
     return PointCounts(
@@ -264,6 +255,7 @@ def point_counts(row: Any) -> PointCounts:
         ttft_mean=_sums(features, ttft_w),
         total_tokens=int(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum()),
         gpus=hw.num_gpus,
+        first_wave=float((done["arrival_s"] <= 0.0).mean()),
         simulated={
             k: float(summary[k])
             for k in ("duration_s", "tpot_mean_s", "ttft_mean_s")
@@ -285,13 +277,18 @@ def rows_for(row: Any, counts: PointCounts) -> PointRows:
     """The point's counted events priced by today's basis (`sim.costs.step_events.basis`)."""
     model, hw, engine = specs(row)
     terms = basis(model, hw, engine)
-    return PointRows(
+    out = PointRows(
         duration=_priced(terms, counts.duration),
         tpot_mean=_priced(terms, counts.tpot_mean),
         ttft_mean=_priced(terms, counts.ttft_mean),
         total_tokens=counts.total_tokens,
         gpus=counts.gpus,
     )
+    if cold_started(row):  # the whole schedule waits: the run and the first wave's TTFT
+        key = f"cold_start_s@{engine}"
+        out.duration[key] = out.duration.get(key, 0.0) + 1.0
+        out.ttft_mean[key] = out.ttft_mean.get(key, 0.0) + counts.first_wave
+    return out
 
 
 def point_rows(row: Any) -> PointRows:
@@ -308,6 +305,7 @@ __all__ = [
     "CONFIG",
     "PointCounts",
     "PointRows",
+    "cold_started",
     "evaluate",
     "expressible",
     "inline_profile",
@@ -325,7 +323,11 @@ def simulated_errors(
     """Simulate the point (by default with the events profile and the catalog's unit costs) and
     return its signed errors in % (simulated / measured - 1): throughput per GPU, mean TPOT,
     and mean TTFT with `frontend_s` added (the fitted front-end time of its engine)."""
-    result = next(iter(simulate(scenario(row, profile=profile)).variants.values()))
+    from sim.costs.step_events import catalog_unit_costs
+
+    cold = value_of(f"cold_start_s@{ENGINES[row.framework]}", catalog_unit_costs())
+    raw = scenario(row, profile=profile, cold_start_s=cold)
+    result = next(iter(simulate(raw).variants.values()))
     summary = result.summary()
     done = result.requests[~result.requests["rejected"]]
     tokens = float(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum())

@@ -10,6 +10,7 @@ replay's results folder or a preset included).
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from fuzz_corpus import BASE, Case, dump
@@ -58,6 +59,8 @@ SCENARIOS = {
     "frontend-negative": (_engine(frontend_s=-0.001), ("s.yaml", "engine.frontend_s")),
     "frontend-huge": (_engine(frontend_s=1e9), ("s.yaml", "engine.frontend_s")),
     "frontend-text": (_engine(frontend_s="fast"), ("s.yaml", "engine.frontend_s")),
+    "cold-start-negative": (_engine(cold_start_s=-1), ("s.yaml", "engine.cold_start_s")),
+    "cold-start-huge": (_engine(cold_start_s=1e7), ("s.yaml", "engine.cold_start_s")),
     "scale-zero": (_engine(pricing={"gpu_time_scale": 0}), ("s.yaml", "gpu_time_scale")),
     "scale-huge": (_engine(pricing={"gpu_time_scale": 100}), ("s.yaml", "gpu_time_scale")),
     "per-step-negative": (
@@ -81,6 +84,70 @@ def _both(case_id: str, expect: tuple[str, ...], files: dict[str, bytes | None])
         _replay(case_id, expect=expect, files=files),
         _fit(case_id, "--out", "fit.yaml", expect=expect, files=files),
     ]
+
+
+ONE = {k: v for k, v in BASE.items() if k != "variants"}
+POINTS_HEAD = b"conc,isl,osl,total_tput_tok_s,tpot_mean_s\n"
+POINTS_GOOD = POINTS_HEAD + b"1,100,10,500,0.01\n4,100,10,1500,0.012\n"
+# closed-loop points files (calibrate-engine --points pts.csv) that are wrong
+POINTS = {
+    "no-tpot": (b"conc,isl,osl,total_tput_tok_s\n1,10,10,5\n", ("pts.csv", "tpot_mean_s")),
+    "no-throughput": (b"conc,isl,osl,tpot_mean_s\n1,10,10,0.01\n", ("pts.csv", "throughput")),
+    "conc-text": (POINTS_GOOD + b"many,100,10,500,0.01\n", ("pts.csv", "line 4", "conc")),
+    "conc-zero": (POINTS_HEAD + b"0,100,10,500,0.01\n", ("pts.csv", "line 2", "conc")),
+    "conc-fraction": (POINTS_HEAD + b"1.5,100,10,500,0.01\n", ("line 2", "whole number")),
+    "conc-huge": (POINTS_HEAD + b"1e9,100,10,500,0.01\n", ("line 2", "conc")),
+    "tput-negative": (POINTS_HEAD + b"1,100,10,-5,0.01\n", ("line 2", "total_tput_tok_s")),
+    "tpot-nan": (POINTS_HEAD + b"1,100,10,500,nan\n", ("line 2", "tpot_mean_s")),
+    "tpot-empty": (POINTS_HEAD + b"1,100,10,500,\n", ("line 2", "tpot_mean_s", "empty")),
+    "isl-huge": (POINTS_HEAD + b"1,1e12,10,500,0.01\n", ("line 2", "isl")),
+    "ratio-above-one": (
+        b"conc,isl,osl,random_range_ratio,total_tput_tok_s,tpot_mean_s\n1,9,9,2,5,0.01\n",
+        ("line 2", "random_range_ratio"),
+    ),
+    "per-gpu-without-gpus": (
+        b"conc,isl,osl,tput_per_gpu,tpot_mean_s\n1,9,9,5,0.01\n", ("pts.csv", "num_gpus")
+    ),
+    "header-only": (POINTS_HEAD, ("pts.csv", "no points")),
+    "empty": (b"", ("pts.csv",)),
+    "folder": (None, ("pts.csv",)),
+}
+
+
+def _points(case_id: str, *args: str, expect: tuple[str, ...], files: dict | None = None,
+            name: str = "pts.csv") -> Case:
+    argv = ("calibrate-engine", "--points", name, "--scenario", "one.yaml", "-q", *args)
+    if "--out" not in args:
+        argv = (*argv, "--out", "p.yaml")
+    base = {"one.yaml": dump(ONE), "s.yaml": dump(BASE), "pts.csv": POINTS_GOOD}
+    return Case(f"calibrate-points-{case_id}", argv, expect, {**base, **(files or {})})
+
+
+def points_cases() -> list[Case]:
+    bench = json.dumps({"backend": "vllm", "max_concurrency": None, "duration": 2.0,
+                        "input_lens": [10, 20], "output_lens": [3, 4], "ttfts": [0.1, 0.2],
+                        "itls": [[0.05, 0.05], [0.05, 0.05, 0.05]], "errors": ["", ""]})
+    overlap = {**ONE, "engine": {"pricing": {"cpu_overhead": {"per_step_s": 0.001,
+                                                              "overlap": True}}}}
+    cases = [
+        _points(name, expect=expect, files={"pts.csv": content})
+        for name, (content, expect) in POINTS.items()
+    ]
+    cases += [
+        _points("missing", expect=("nope.csv",), name="nope.csv"),
+        _points("open-loop-bench", expect=("b.json", "not a closed-loop point"), name="b.json",
+                files={"b.json": bench.encode()}),
+        _points("otlp-run", expect=(RUN, "closed-loop points"), name=RUN, files={RUN: GOOD[RUN]}),
+        _points("with-runs", RUN, expect=("runs", "--points"), files={RUN: GOOD[RUN]}),
+        _points("with-holdout", "--holdout", RUN, expect=("--holdout",), files={RUN: GOOD[RUN]}),
+        _points("with-prefix", "--prefix-tokens", "8", expect=("--prefix-tokens",)),
+        _points("variants", "--scenario", "s.yaml", expect=("s.yaml", "variants")),
+        _points("fit-unknown", "--fit", "gpu_time_scale,warp_s", expect=("--fit", "warp_s")),
+        _points("fit-overlap", "--scenario", "ov.yaml", expect=("--fit", "overlap"),
+                files={"ov.yaml": dump(overlap)}),
+        _points("out-foreign", "--out", "one.yaml", expect=("one.yaml", "not replaced")),
+    ]  # fmt: skip
+    return cases
 
 
 def replay_cases() -> list[Case]:
@@ -124,4 +191,4 @@ def replay_cases() -> list[Case]:
         cases += _both(name, expect, {"s.yaml": content})
     for name, (content, expect) in PRESETS.items():
         cases += _both(name, expect, {"s.yaml": _engine(preset="p.yaml"), "p.yaml": content})
-    return cases
+    return cases + points_cases()

@@ -18,7 +18,6 @@ same names: `format`, `benchmark`, `prefix_tokens`, `prefix_groups`, `vllm_log`,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -84,8 +83,13 @@ def register(sub: Any) -> None:
         "calibrate-engine",
         help="fit engine overheads to measured runs (no GPU) and write an engine preset",
     )
-    fit.add_argument("runs", type=Path, nargs="+", help="measured runs to fit")
+    fit.add_argument("runs", type=Path, nargs="*", help="measured runs to fit")
     _common(fit)
+    fit.add_argument(
+        "--points", type=Path, action="append", default=[], metavar="FILE",
+        help="closed-loop benchmark points to fit instead of runs: a CSV table, vllm bench "
+        "serve results or a GuideLLM sweep (repeatable)",
+    )
     fit.add_argument("--holdout", type=Path, action="append", default=[], metavar="RUN",
                      help="a run to check the fit on, never fitted (repeatable)")
     fit.add_argument("--fit-window", metavar="A:B",
@@ -211,17 +215,16 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     options = _options(args)
     terms = tuple(t.strip() for t in args.fit.split(",") if t.strip())
+    if args.points:
+        from sim.cli.calibrate_points import calibrate_points
+
+        return calibrate_points(args, options, terms)
+    if not args.runs:
+        raise ScenarioError("give measured runs to fit, or --points FILE", path="calibrate-engine")
     window = _window(args.fit_window)
-    if args.out.suffix.lower() not in (".yaml", ".yml"):
-        raise ScenarioError("the preset file must end in .yaml", path="--out")
-    if args.out.is_dir() or (args.out.exists() and not args.out.is_file()):
-        raise ScenarioError("is not a file; give the preset's file name", file=str(args.out))
-    if args.out.exists() and not _is_preset(args.out):
-        raise ScenarioError(
-            "exists and is not an engine preset batchsim wrote: not replaced", file=str(args.out)
-        )
-    if not args.out.parent.is_dir():
-        raise ScenarioError("its folder does not exist", file=str(args.out))
+    from sim.cli.calibrate_points import check_preset_out, preset_base, resolved
+
+    check_preset_out(args.out)
     base_dir = args.scenario.resolve().parent
     cases: list[Any] = []
     holdout: list[Any] = []
@@ -232,18 +235,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         for path in paths:
             run, raw, notes = _prepare(args, path, options)
             scenario = load_replay(raw, str(args.scenario), base_dir, args.overrides)
-            spec = scenario.variants[0].spec
-            dumped = json.loads(spec.model_dump_json())
-            raw = {k: v for k, v in dumped.items() if k != "variants"}
-            if not setup:
-                setup = {
-                    "model": spec.model.name,
-                    "hardware": spec.hardware.name,
-                    "tensor_parallel": spec.hardware.tensor_parallel,
-                    "profile": scenario.variants[0].profile.name,
-                    "policy": spec.policy.name,
-                    "engine_log": notes,
-                }
+            raw, this_setup = resolved(scenario, notes)
+            setup = setup or this_setup
             entry = {"file": path.name, "format": run.format, "requests": len(run),
                      "sha256": file_digest(path)}
             if role == "fit" and window is not None:
@@ -258,7 +251,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             (runs_doc if role == "fit" else holdout_doc).append(entry)
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     fit = fit_engine(cases, holdout, terms, progress=progress)
-    engine = fit.engine_fields(_preset_base(cases[0].raw))
+    engine = fit.engine_fields(preset_base(cases[0].raw))
     name = args.name or args.out.stem
     doc = preset_document(fit, name=name, engine=engine, runs=runs_doc, holdout=holdout_doc,
                           setup=setup)
@@ -311,27 +304,3 @@ def _print_fit(fit: Any) -> None:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1f}%"
-
-
-def _is_preset(path: Path) -> bool:
-    """Whether the file at `path` is an engine preset (its first two lines say so)."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(200).decode("utf-8", errors="replace")
-    except OSError:
-        return False
-    return head.startswith("schema_version: 1\nkind: engine_preset\n")
-
-
-def _preset_base(raw: dict[str, Any]) -> dict[str, Any]:
-    """What a preset carries besides the fitted terms: the CUDA-graph sizes the fit ran with
-    (`vllm` when they are vLLM's default list)."""
-    from sim.costs.knobs import VLLM_CAPTURE_SIZES
-
-    pricing = (raw.get("engine") or {}).get("pricing") or {}
-    sizes = pricing.get("cuda_graph_capture_sizes")
-    if sizes is None:
-        return {}
-    if isinstance(sizes, list) and tuple(sizes) == VLLM_CAPTURE_SIZES:
-        sizes = "vllm"
-    return {"pricing": {"cuda_graph_capture_sizes": sizes}}

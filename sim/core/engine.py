@@ -64,6 +64,9 @@ class Instance(InstanceState):
         env = self.env
         run_ahead = self.on_change is None
         feed = self.feed
+        if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
+            yield env.timeout(self.serves_from_s - env.now)
+            self._clock = env.now
         while True:
             if feed is not None:  # arrivals up to now are queued before the schedule at now
                 feed.pull(self._clock, self.submit)

@@ -114,8 +114,10 @@ class InstanceState:
         itl: ItlLog | None = None,
         acceptance: AcceptanceSampler | None = None,
         proposer: ProposalPricer | None = None,
+        serves_from_s: float = 0.0,
     ) -> None:
         self.env = env
+        self.serves_from_s = serves_from_s  # a cold start: nothing is scheduled before this
         self.index = index
         self.policy = policy
         self.cost = cost

@@ -148,6 +148,13 @@ PRIORS: dict[str, tuple[float, str]] = {
         "host time per step an asynchronous scheduler does not hide "
         "(vLLM 0.11 decode: 0.6 ms synchronous, sim/costs/profile.py HOST_NOTE)",
     ),
+    "cold_start_s": (
+        60.0,
+        "a benchmark run without warm-up: the engine's first requests wait for kernels "
+        "compiled at their first use and graphs captured lazily; vLLM start-up compilation "
+        "and capture are measured at tens of seconds to minutes (Tensorfuse, 2025; 'Breaking "
+        "the Ice', MLSys 2026). Not a step cost: engine.cold_start_s of a scenario",
+    ),
 }
 # unit costs kept at their priors by the fit (too few deployments to identify them)
 FIXED: frozenset[str] = frozenset()

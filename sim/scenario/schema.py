@@ -221,6 +221,10 @@ class EngineSpec(_Strict):
     # core): a request reaches the scheduler this long after it arrives, and its TTFT, queue
     # delay and E2E include it
     frontend_s: float = Field(default=0.0, ge=0.0, le=10.0)
+    # a cold start (off by default): the instances present at the run's start serve nothing
+    # before this time (a benchmark run without warm-up: kernels compiled at their first use,
+    # CUDA graphs captured lazily); requests sent meanwhile wait in the queue
+    cold_start_s: float = Field(default=0.0, ge=0.0, le=3600.0)
     # the engine preset these fields started from (sim/scenario/engine_preset.py): a shipped
     # name such as vllm-0.11_h100-sxm, or a preset file
     preset: str | None = Field(default=None, min_length=1)

@@ -257,6 +257,8 @@ class _Builder:
             itl=itl,
             acceptance=acceptance,
             proposer=proposer,
+            # the instances of the run's start pay the cold start; a launched one its warm-up
+            serves_from_s=spec.engine.cold_start_s if self.env.now == 0 else 0.0,
         )
         self.instances.append(instance)
         self.info.append(

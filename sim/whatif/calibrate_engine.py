@@ -252,6 +252,23 @@ def headline(comparison: Comparison) -> dict[str, float | None]:
     return out
 
 
+def preset_header(
+    name: str, engine: dict[str, Any], generator: str, setup: dict[str, Any]
+) -> dict[str, Any]:
+    """An engine preset's fields and the start of its provenance (the fit adds the rest)."""
+    return {
+        "schema_version": 1,
+        "kind": "engine_preset",
+        "name": name,
+        "engine": engine,
+        "provenance": {
+            "generator": f"{generator} (batchsim {__version__})",
+            "date": date.today().isoformat(),
+            "setup": setup,
+        },
+    }
+
+
 def preset_document(
     fit: EngineFit,
     *,
@@ -262,27 +279,20 @@ def preset_document(
     setup: dict[str, Any],
 ) -> dict[str, Any]:
     """The preset file: the engine fields, and where they come from."""
-    return {
-        "schema_version": 1,
-        "kind": "engine_preset",
-        "name": name,
-        "engine": engine,
-        "provenance": {
-            "generator": f"batchsim calibrate-engine (batchsim {__version__})",
-            "date": date.today().isoformat(),
-            "setup": setup,
-            "runs": list(runs),
-            "holdout": list(holdout),
-            "fit": {
-                "terms": dict(fit.terms),
-                "objective": "mean over requests and TTFT, TPOT, E2E of |log(sim / measured)|",
-                "objective_before": round(fit.objective_before, 5),
-                "objective_after": round(fit.objective_after, 5),
-                "replays": fit.evaluations,
-                "errors_before": {k: headline(v) for k, v in fit.before.items()},
-                "errors_after": {k: headline(v) for k, v in fit.after.items()},
-                "holdout_before": {k: headline(v) for k, v in fit.holdout_before.items()},
-                "holdout_after": {k: headline(v) for k, v in fit.holdout_after.items()},
-            },
+    doc = preset_header(name, engine, "batchsim calibrate-engine", setup)
+    doc["provenance"] |= {
+        "runs": list(runs),
+        "holdout": list(holdout),
+        "fit": {
+            "terms": dict(fit.terms),
+            "objective": "mean over requests and TTFT, TPOT, E2E of |log(sim / measured)|",
+            "objective_before": round(fit.objective_before, 5),
+            "objective_after": round(fit.objective_after, 5),
+            "replays": fit.evaluations,
+            "errors_before": {k: headline(v) for k, v in fit.before.items()},
+            "errors_after": {k: headline(v) for k, v in fit.after.items()},
+            "holdout_before": {k: headline(v) for k, v in fit.holdout_before.items()},
+            "holdout_after": {k: headline(v) for k, v in fit.holdout_after.items()},
         },
     }
+    return doc

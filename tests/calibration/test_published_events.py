@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from calibration.published_events import (
+    cold_started,
     expressible,
     inline_profile,
     point_rows,
@@ -17,7 +18,7 @@ from calibration.published_events import (
     seconds,
     specs,
 )
-from sim.costs.step_events import events_profile
+from sim.costs.step_events import PRIORS, events_profile
 from sim.simulate import simulate
 
 
@@ -40,6 +41,8 @@ def _row(**fields: Any) -> SimpleNamespace:
         tput_per_gpu=1.0,
         tpot_mean_s=0.01,
         ttft_mean_s=0.1,
+        ttft_median_s=0.08,
+        ttft_p99_s=0.3,
     )
     return SimpleNamespace(**(base | fields))
 
@@ -59,6 +62,8 @@ ROWS = {
         dp_attention=True,
         conc=5,
     ),
+    # a point that ran cold (p99 TTFT 60 s, median 0.1 s): the stall is linear too
+    "dense, cold start (vLLM)": _row(ttft_median_s=0.1, ttft_p99_s=60.0),
 }
 OTHER_COSTS = {
     "kernel_s@hopper": 7e-6,
@@ -79,6 +84,7 @@ OTHER_COSTS = {
     "mem_eff@blackwell": 0.65,
     "attn_eff@hopper": 0.3,
     "attn_eff@blackwell": 0.25,
+    "cold_start_s@vllm": 7.5,
 }
 
 
@@ -87,7 +93,9 @@ def _simulated_at(row: SimpleNamespace, costs: dict[str, float]) -> dict[str, fl
     profile = events_profile(model, hw, engine, costs=costs)
     inline = inline_profile(row, costs)
     assert inline["coefficients"] == profile.coefficients.model_dump(exclude_none=True)
-    summary = next(iter(simulate(scenario(row, profile=inline)).variants.values())).summary()
+    cold = costs.get("cold_start_s@vllm", PRIORS["cold_start_s"][0])
+    raw = scenario(row, profile=inline, cold_start_s=cold)
+    summary = next(iter(simulate(raw).variants.values())).summary()
     return {k: float(summary[k]) for k in ("duration_s", "tpot_mean_s", "ttft_mean_s")}
 
 
@@ -113,3 +121,13 @@ def test_rows_batchsim_cannot_express_are_named() -> None:
     assert "disaggregated" in str(expressible(_row(disagg=True)))
     assert "MTP" in str(expressible(_row(spec_decoding="mtp")))
     assert "engine" in str(expressible(_row(framework="dynamo-trt")))
+
+
+def test_cold_started_points_are_the_ones_whose_first_wave_stalled() -> None:
+    assert not cold_started(_row())
+    assert cold_started(_row(ttft_median_s=0.2, ttft_p99_s=70.0))
+    assert not cold_started(_row(ttft_median_s=5.0, ttft_p99_s=30.0))  # queueing, not a stall
+    assert cold_started(_row(ttft_median_s=float("nan"), ttft_p99_s=25.0))
+    assert scenario(_row(), cold_start_s=60.0)["engine"] == {"name": "vllm"}
+    cold = scenario(_row(ttft_p99_s=70.0), cold_start_s=60.0)["engine"]
+    assert cold == {"name": "vllm", "cold_start_s": 60.0}

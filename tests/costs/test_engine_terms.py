@@ -1,6 +1,7 @@
 """Engine terms a scenario adds on top of its profile: the front end's time per request
-(`engine.frontend_s`), the GPU-time scale (`engine.pricing.gpu_time_scale`), and engine
-presets (`engine.preset`) that carry them, merged under the scenario's own fields."""
+(`engine.frontend_s`), a cold start (`engine.cold_start_s`), the GPU-time scale
+(`engine.pricing.gpu_time_scale`), and engine presets (`engine.preset`) that carry them,
+merged under the scenario's own fields."""
 
 from __future__ import annotations
 
@@ -73,6 +74,30 @@ def test_frontend_s_on_a_cluster_delays_each_request_by_exactly_that(tmp_path: P
     assert list(delayed["instance"]) == [0, 1, 0]
     assert (delayed["ttft_s"] - plain["ttft_s"]).tolist() == pytest.approx([0.02] * 3, abs=1e-12)
     assert delayed["tpot_s"].tolist() == pytest.approx(plain["tpot_s"].tolist(), abs=1e-12)
+
+
+UNIT = {"coefficients": {"t_mem_s": 1.0, "t_flop_s_per_token": 0.0}}  # every step 1 s
+
+
+@pytest.mark.parametrize("cluster", [None, {"router": "round_robin", "instances": [{"count": 2}]}])
+def test_cold_start_holds_the_first_requests_and_nothing_after(
+    tmp_path: Path, cluster: dict[str, Any] | None
+) -> None:
+    """With `cold_start_s: 3` the instances serve nothing before t = 3: the requests sent at 0
+    and 1 are scheduled together at 3 (first tokens at 4, finishes at 5), and a request sent at
+    10 runs as it would without the cold start; pushed (cluster) or pulled (lone instance)."""
+    rows = [(0.0, 4, 2), (1.0, 4, 2), (10.0, 4, 2)]
+
+    def case(cold: float) -> pd.DataFrame:
+        out = scenario(tmp_path, rows, dict(POLICY), profile=copy.deepcopy(UNIT),
+                       engine={"cold_start_s": cold})
+        return requests({**out, "cluster": cluster} if cluster else out, tmp_path)
+
+    warm, cold = case(0.0), case(3.0)
+    assert warm["first_token_s"].tolist() == [1.0, 2.0, 11.0]
+    assert cold["first_token_s"].tolist() == [4.0, 4.0, 11.0]
+    assert cold["finish_s"].tolist() == [5.0, 5.0, 12.0]
+    assert cold["ttft_s"].tolist() == [4.0, 3.0, 1.0]
 
 
 def test_gpu_time_scale_halves_every_step(tmp_path: Path) -> None:
