@@ -68,6 +68,22 @@ RUNS = (
 
 MUTATIONS: list[Mutation] = [
     Mutation(
+        "scale-in-drains-busiest",
+        "sim/topology/scaling.py",
+        "        serving.sort(key=lambda m: (work[m.index], -m.index))\n",
+        "        serving.sort(key=lambda m: (-work[m.index], -m.index))\n",
+        ("tests/topology/test_fleet_scaling.py",),
+        "scale-in drains the instance with the most outstanding work instead of the least",
+    ),
+    Mutation(
+        "recompute-victim-to-back",
+        "sim/core/engine.py",
+        "                self.waiting.push_front(req)\n",
+        "                self.waiting.push(req)\n",
+        VICTIM,
+        "a recomputed victim waits at the back of the queue instead of the front",
+    ),
+    Mutation(
         "budget-chunk-over-by-one",
         "sim/policies/iteration.py",
         "                tokens = min(tokens, budget)\n",

@@ -46,6 +46,32 @@ ProgressFn = Callable[[str], None]
 PROGRESS_WALL_S = 1.0
 
 
+
+def check_timers(spec: Any, span_s: float, file: str) -> None:
+    """A ScenarioError before the run when a periodic timer (an autoscaler's interval, a
+    router's load scrape) would add more events than `MAX_TICKS` over the arrivals' span."""
+    from sim.scenario.control_plane import timer_problem
+
+    timers: list[tuple[str, float]] = []
+    if spec.cluster is not None:
+        refresh = spec.cluster.router_options.refresh_s
+        if refresh > 0:
+            timers.append(("cluster.router_options.refresh_s", refresh))
+        for i, group in enumerate(spec.cluster.instances):
+            if group.autoscale is not None:
+                timers.append((f"cluster.instances[{i}].autoscale.interval_s",
+                               group.autoscale.interval_s))
+    if spec.disaggregation is not None:
+        pools = (("prefill", spec.disaggregation.prefill), ("decode", spec.disaggregation.decode))
+        for role, pool in pools:
+            if pool.autoscale is not None:
+                timers.append((f"disaggregation.{role}.autoscale.interval_s",
+                               pool.autoscale.interval_s))
+    for path, period in timers:
+        problem = timer_problem(period, span_s)
+        if problem is not None:
+            raise ScenarioError(problem, file=file, path=path)
+
 def simulate(
     scenario: ScenarioSet | Mapping[str, Any] | str | os.PathLike[str],
     *,
@@ -94,6 +120,8 @@ def simulate(
                 check_windows(float(known.min()), float(known.max()), spec.metrics.window_s)
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
+        if known.size:
+            check_timers(spec, float(known.max() - known.min()), scenario.file)
         sessions = workloads[key].sessions
         if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
             raise ScenarioError(

@@ -25,7 +25,8 @@ AUTO_BASE["cluster"] = {"instances": [{"count": 1, "autoscale": AUTO}]}
 GROUP = "cluster.instances.0.autoscale"
 ANY = tuple(BAD)
 NUMBERS = ("neg", "str", "bool", "list", "map", "inf", "nan")
-EXTRA: dict[str, Any] = {"zero": 0, "day": 86401, "huge": 10**9 + 1, "frac": 1.5, "big": 5000}
+EXTRA: dict[str, Any] = {"zero": 0, "day": 86401, "huge": 10**9 + 1, "frac": 1.5, "big": 5000,
+                         "nano": 1e-9}
 # key under autoscale -> the values it refuses
 KEYS: dict[str, tuple[str, ...]] = {
     "mode": ANY,
@@ -35,8 +36,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "step": (*NUMBERS, "zero", "frac", "big"),
     "min": (*NUMBERS, "frac", "big"),
     "max": (*NUMBERS, "zero", "frac", "big"),
-    "interval_s": (*NUMBERS, "zero", "day"),
-    "window_s": (*NUMBERS, "zero", "day"),
+    "interval_s": (*NUMBERS, "zero", "day", "nano"),
+    "window_s": (*NUMBERS, "zero", "day", "nano"),
     "scale_out_cooldown_s": (*NUMBERS, "day"),
     "scale_in_cooldown_s": (*NUMBERS, "day"),
     "headroom": (*NUMBERS, "zero"),
@@ -136,6 +137,19 @@ def autoscale_cases() -> list[Case]:
         scenario_case("autoscale-not-a-map", dump(edited(GROUP, 3, AUTO_BASE)), GROUP),
         Case("autoscale-set-bad-max", (*RUN, "--set", f"{GROUP}.max=0"), (f"{GROUP}.max",),
              {"s.yaml": dump(AUTO_BASE)}),
+        # above the floor, yet millions of ticks over a long run (20 requests over about two days)
+        scenario_case("autoscale-interval-ticks", dump(edited(
+            "workload.arrival.rate", 0.0001, edited(f"{GROUP}.interval_s", 0.01, AUTO_BASE))),
+            "cluster.instances[0].autoscale.interval_s", "ticks more than"),
+        scenario_case("autoscale-count-zero-min-zero", dump(edited("cluster.instances.0.count",
+                      0, edited(f"{GROUP}.min", 0, AUTO_BASE))), "cluster.instances.0",
+                      "count 0", "scales in to zero once idle"),
+        scenario_case("router-refresh-pico", dump(edited(
+            "cluster.router_options", {"refresh_s": 1e-12}, AUTO_BASE)),
+            "cluster.router_options.refresh_s", "at least"),
+        scenario_case("router-refresh-ticks", dump(edited("workload.arrival.rate", 0.0001, edited(
+            "cluster.router_options", {"refresh_s": 0.005}, AUTO_BASE))),
+            "cluster.router_options.refresh_s", "ticks more than"),
     ]  # fmt: skip
     for key, labels in SPACE_KEYS.items():
         for label in labels:
@@ -144,6 +158,10 @@ def autoscale_cases() -> list[Case]:
                         edited(key, _value(label), SPACE) if key in SPACE or "." in key
                         else {**SPACE, key: _value(label)}, "space.yaml", key.split(".")[0])
             )  # fmt: skip
+    # 1000 targets x 300 x 300 cooldowns: 9e7 candidates, counted, never built
+    huge = {"signals": {"running": list(range(1, 1001))}, "max": 4,
+            "scale_in_cooldown_s": list(range(300)), "scale_out_cooldown_s": list(range(300))}
+    cases.append(_search("autoscale-space-huge", huge, "space.yaml", "90,000,000 candidates"))
     for label, (band, words) in BANDS.items():
         cases.append(_search(f"autoscale-space-thresholds-running-{label}",
                              {"thresholds": {"running": band}, "max": 4}, "space.yaml",

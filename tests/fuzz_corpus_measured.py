@@ -82,6 +82,8 @@ def otlp_cases() -> list[Case]:
         _case("otlp", "guidellm-file", "vllm_otlp", b'{"benchmarks": []}', "GuideLLM"),
         _case("otlp", "list-line", "vllm_otlp", b"[1, 2]\n", "line 1", "not a JSON object"),
         _case("otlp", "spans-not-list", None, b'{"resourceSpans": 5}', "line 1", "not a JSON list"),
+        # the same span exported twice: counted twice before, now refused by id
+        _case("otlp", "exported-twice", None, good + b"\n" + good, "cmpl-1", "more than once"),
     ]
 
 
@@ -226,6 +228,9 @@ def batchsim_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+INIT = b"INFO core.py: Initializing a V1 LLM engine (v0.11.0) with config: model='m', "
+
+
 def log_cases() -> list[Case]:
     start = b"2026-01-21 10:49:03,749 INFO vllm.entrypoints.openai.api_server: vLLM API server version 0.11.0\n"  # noqa: E501
 
@@ -241,6 +246,19 @@ def log_cases() -> list[Case]:
         log("utilization", start + b"non-default args: {'gpu_memory_utilization': 2.0}\n",
             "line 2", "(0, 1]"),
         log("binary", b"\xff\xfe\x00garbage", "UTF-8"),
+        log("blocks-zero", start + b"num_gpu_blocks is: 0\n", "line 2", "GPU blocks", "range"),
+        log("seqs-text", start + b"non-default args: {'max_num_seqs': 'many'}\n", "line 2",
+            "max_num_seqs", "whole number"),
+        log("seqs-zero", start + b"non-default args: {'max_num_seqs': 0}\n", "line 2",
+            "max_num_seqs", "range"),
+        log("seqs-float", start + b"non-default args: {'max_num_seqs': 2.5}\n", "line 2",
+            "max_num_seqs"),
+        log("capture-bad", start + INIT + b'compilation_config={"cudagraph_capture_sizes": '
+            b'[-8, 0, 1e12]}\n', "line 2", "cudagraph_capture_sizes"),
+        log("capture-not-list", start + INIT + b'compilation_config={"cudagraph_capture_sizes": '
+            b'"all"}\n', "line 2", "cudagraph_capture_sizes"),
+        log("tp-text", start + INIT + b"tensor_parallel_size=two, dtype=torch.float16\n",
+            "line 2", "tensor_parallel_size", "whole number"),
     ]  # fmt: skip
 
 

@@ -176,6 +176,13 @@ def replay_cases() -> list[Case]:
         cases.append(_fit(f"window-{name}", f"--fit-window={text}", expect=("--fit-window",)))
     cases += [
         _fit("fit-unknown", "--fit", "per_step_s,warp_s", expect=("--fit", "warp_s")),
+        _fit("holdout-is-fitted", "--holdout", RUN, expect=(RUN, "--holdout", "same run")),
+        _fit("holdout-same-bytes", "--holdout", "copy.json", expect=("copy.json", "same run"),
+             files={"copy.json": GOOD[RUN]}),
+        _replay("prefix-longer-than-prompt", "--prefix-tokens", "10000000",
+                expect=("prefix_tokens", "10000000", "1527")),
+        _replay("exported-twice", expect=(RUN, "cmpl-1", "more than once"),
+                files={RUN: GOOD[RUN] + b"\n" + GOOD[RUN]}),
         _fit("fit-empty", "--fit", ",", expect=("--fit",)),
         _fit("out-folder", "--out", "p.yaml", expect=("p.yaml", "not a file"),
              files={"p.yaml": None}),

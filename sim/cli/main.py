@@ -283,6 +283,21 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reader_gone() -> int:
+    """The output's reader closed it (`batchsim measured RUN | head`): stop quietly, as Unix
+    tools do. Standard output is pointed at /dev/null so that Python's own flush at exit does
+    not fail again; whatever the command writes under its output folder is already complete or
+    not started (results are written to a temporary folder and renamed)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     with interrupts():
         try:
@@ -291,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             except SystemExit as done:  # --help, --version
                 return done.code if isinstance(done.code, int) else 0
             code: int = args.handler(args)
+            sys.stdout.flush()  # a closed pipe fails here, inside the handler below
             return code
         except _UsageError as exc:
             print(f"batchsim: error: {exc}", file=sys.stderr)
@@ -300,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except KeyboardInterrupt as exc:
             return report(exc)
+        except BrokenPipeError:
+            return _reader_gone()
         except Exception as exc:
             if not interrupted():
                 raise

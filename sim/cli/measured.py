@@ -37,6 +37,8 @@ def register(sub: Any) -> None:
     cmd.add_argument("--benchmark", type=nonnegative_int, metavar="I", help="benchmark index")
     cmd.add_argument("--variant", help="variant of a batchsim results folder")
     cmd.add_argument("--vllm-log", type=Path, metavar="LOG", help="print a vLLM log's config")
+    cmd.add_argument("--drop-duplicates", action="store_true",
+                     help="keep the first row of a request id that appears twice")
     cmd.set_defaults(handler=_measured)
 
 
@@ -53,7 +55,8 @@ def _measured(args: Any) -> int:
                 line = config.lines.get(name)
                 print(f"  {name:<26} {_short(value):<40} {'' if line is None else f'line {line}'}")
         return 0
-    run = read_measured(args.run, args.fmt, benchmark=args.benchmark, variant=args.variant)
+    run = read_measured(args.run, args.fmt, benchmark=args.benchmark, variant=args.variant,
+                        drop_duplicates=args.drop_duplicates)
     print("\n".join(describe(run)))
     return 0
 
@@ -75,7 +78,8 @@ def describe(run: Any) -> list[str]:
     rate = f", {(len(run) - 1) / span:.3g} requests/s" if span > 0 else ""
     out = [
         f"measured run: {run.source} (format {run.format})",
-        f"requests: {len(run)} completed, {run.num_failed} failed (left out)",
+        f"requests: {len(run)} completed, {run.num_failed} failed (left out)"
+        + (f", {run.num_duplicates} repeated ids dropped" if run.num_duplicates else ""),
         f"arrivals: over {span:.1f} s{rate}{clock}",
         f"{'ms':<6}{'p50':>10}{'p90':>10}{'p99':>10}{'mean':>10}{'count':>8}",
     ]

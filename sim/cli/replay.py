@@ -62,6 +62,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--prefix-groups", type=positive_int, metavar="K", help="distinct shared prefixes"
     )
     parser.add_argument("--options", type=Path, help="YAML with any of the options above")
+    parser.add_argument("--drop-duplicates", action="store_true",
+                        help="keep the first row of a request id that appears twice")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a field of the replayed scenario",
@@ -143,7 +145,8 @@ def _prepare(args: argparse.Namespace, run_path: Path, options: ReplayOptions) -
     from sim.whatif.replay import replay_raw
 
     base = read_scenario(args.scenario)
-    run = read_measured(run_path, options.format, benchmark=options.benchmark)
+    run = read_measured(run_path, options.format, benchmark=options.benchmark,
+                        drop_duplicates=args.drop_duplicates)
     engine = None
     if options.vllm_log is not None:
         engine = read_vllm_log(Path(options.vllm_log))
@@ -158,6 +161,7 @@ def _prepare(args: argparse.Namespace, run_path: Path, options: ReplayOptions) -
         model=options.model,
         hardware=options.hardware,
         log_file=options.vllm_log or "",
+        drop_duplicates=args.drop_duplicates,
     )
     return run, raw, notes
 
@@ -225,6 +229,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     from sim.cli.calibrate_points import check_preset_out, preset_base, resolved
 
     check_preset_out(args.out)
+    fitted = {file_digest(p): p for p in args.runs if p.is_file() or p.is_dir()}
+    for path in args.holdout:
+        same = fitted.get(file_digest(path)) if path.is_file() or path.is_dir() else None
+        if same is not None:
+            raise ScenarioError(f"is the same run as the fitted {same} (the same bytes): a "
+                                "held-out run must be one the fit never saw", file=str(path),
+                                path="--holdout")  # fmt: skip
     base_dir = args.scenario.resolve().parent
     cases: list[Any] = []
     holdout: list[Any] = []

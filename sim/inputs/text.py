@@ -19,6 +19,9 @@ from sim.errors import ScenarioError
 # Scenario and profile files are a few kilobytes; a much larger one is not what the user meant
 # (or is hostile), and parsing it would only waste memory.
 MAX_YAML_BYTES = 16 * 1024 * 1024
+# a trace read whole (CSV, Azure, Mooncake): above this the text alone would take most of a
+# workstation's memory before it is parsed; cut a window of it first (`head`, `split`)
+MAX_TRACE_BYTES = 2 * 1024**3
 
 
 def check_regular_file(path: Path, what: str) -> None:

@@ -79,12 +79,28 @@ def read_measured(
     *,
     benchmark: int | None = None,
     variant: str | None = None,
+    drop_duplicates: bool = False,
 ) -> MeasuredRun:
     """The measured run in `path`, read by the reader of `fmt` (detected when None).
 
     `benchmark` picks one benchmark of a GuideLLM sweep, one result of an appended `vllm bench`
     file, or one variant of a batchsim folder (0-based); `variant` names a batchsim variant.
+    A request id that appears twice (a span exported twice, two files concatenated) is an
+    error, or with `drop_duplicates` its first row is kept and the rest counted
+    (`MeasuredRun.num_duplicates`).
     """
+    run = _read(path, fmt, benchmark, variant)
+    duplicate, extra = run.duplicate_ids()
+    if extra and not drop_duplicates:
+        raise ScenarioError(
+            f"request id {duplicate[:60]!r} appears more than once ({extra} repeated rows in "
+            "all): the same requests exported twice? (--drop-duplicates keeps each id's first)",
+            file=str(path),
+        )
+    return run.without_duplicates() if extra else run
+
+
+def _read(path: Path, fmt: str | None, benchmark: int | None, variant: str | None) -> MeasuredRun:
     path = Path(path)
     if fmt is None:
         fmt = detect_format(path)

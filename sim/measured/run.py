@@ -52,9 +52,48 @@ class MeasuredRun:
     meta: dict[str, Any] = field(compare=False)  # what the file says of itself
     num_failed: int = 0  # requests the file marks as errored/cancelled, left out (counted)
     queue_s: np.ndarray | None = None  # float64 time in the engine's queue, when the file has it
+    num_duplicates: int = 0  # rows dropped because their request id came earlier in the file
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    def duplicate_ids(self) -> tuple[str, int]:
+        """(the first request id that appears more than once, how many rows repeat an id)."""
+        _, first, counts = np.unique(self.request_id.astype(str), return_index=True,
+                                     return_counts=True)  # fmt: skip
+        repeated = counts > 1
+        if not repeated.any():
+            return "", 0
+        first_dup = int(np.min(first[repeated]))
+        return str(self.request_id[first_dup]), int((counts[repeated] - 1).sum())
+
+    def without_duplicates(self) -> MeasuredRun:
+        """The run with each request id's first row only (a span exported twice counted once);
+        `num_duplicates` says how many rows were dropped."""
+        _, first = np.unique(self.request_id.astype(str), return_index=True)
+        keep = np.sort(first)
+        if len(keep) == len(self):
+            return self
+        return replace(self._take(keep, self.meta), num_duplicates=len(self) - len(keep))
+
+    def _take(self, keep: np.ndarray, meta: dict[str, Any], shift: float = 0.0) -> MeasuredRun:
+        def take(array: np.ndarray) -> np.ndarray:
+            return _frozen(array[keep].copy())
+
+        return replace(
+            self,
+            arrival_s=_frozen(self.arrival_s[keep] - shift),
+            prompt_tokens=take(self.prompt_tokens),
+            output_tokens=take(self.output_tokens),
+            ttft_s=take(self.ttft_s),
+            e2e_s=take(self.e2e_s),
+            tpot_s=take(self.tpot_s),
+            itl_s=None if self.itl_s is None else tuple(self.itl_s[i] for i in keep),
+            request_id=take(self.request_id),
+            origin_unix_s=None if self.origin_unix_s is None else self.origin_unix_s + shift,
+            meta=meta,
+            queue_s=None if self.queue_s is None else take(self.queue_s),
+        )
 
     def window(self, start_s: float, end_s: float) -> MeasuredRun:
         """The requests arriving in [start_s, end_s), re-based so the first arrives at 0."""
@@ -69,24 +108,7 @@ class MeasuredRun:
                 f"no request arrives in the window [{start_s:g}, {end_s:g}) s", file=self.source
             )
         first = float(self.arrival_s[keep[0]])
-
-        def take(array: np.ndarray) -> np.ndarray:
-            return _frozen(array[keep].copy())
-
-        return replace(
-            self,
-            arrival_s=_frozen(self.arrival_s[keep] - first),
-            prompt_tokens=take(self.prompt_tokens),
-            output_tokens=take(self.output_tokens),
-            ttft_s=take(self.ttft_s),
-            e2e_s=take(self.e2e_s),
-            tpot_s=take(self.tpot_s),
-            itl_s=None if self.itl_s is None else tuple(self.itl_s[i] for i in keep),
-            request_id=take(self.request_id),
-            origin_unix_s=None if self.origin_unix_s is None else self.origin_unix_s + first,
-            meta={**self.meta, "window_s": [start_s, end_s]},
-            queue_s=None if self.queue_s is None else take(self.queue_s),
-        )
+        return self._take(keep, {**self.meta, "window_s": [start_s, end_s]}, first)
 
 
 def _floats(values: Sequence[float] | np.ndarray, n: int, what: str) -> np.ndarray:

@@ -44,6 +44,12 @@ _BLOCKS_V1 = re.compile(r"num_gpu_blocks is: (\d+)")
 _BLOCKS_V0 = re.compile(r"# GPU blocks: (\d+)")
 _BLOCK_SIZE = re.compile(r"(?:block size|block_size) to (\d+)")
 _MAX_INT = 10**9  # bound on every integer the log gives (blocks, tokens, sizes)
+_MAX_CAPTURE = 65_536  # a CUDA-graph capture size above this is no engine's
+# values the engine cannot run with at 0 (every integer the reader keeps but the KV tokens)
+_POSITIVE = frozenset({"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+                       "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+                       "max_seq_len", "GPU blocks", "block size", "max model len",
+                       "tokens"})  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -88,9 +94,16 @@ class EngineConfig:
 
 
 def _integer(text: str, name: str, *, file: str, line: int) -> int:
-    value = int(text.replace(",", "").replace("_", "")) if text.strip() else -1
-    if not 0 <= value <= _MAX_INT:
-        raise ScenarioError(f"{name} {text!r} is out of range", file=file, path=f"line {line}")
+    """A whole number the log states (at least 1 where the engine cannot run with 0)."""
+    digits = text.strip().replace(",", "").replace("_", "")
+    if not digits.isdigit():
+        raise ScenarioError(f"{name} {text[:40]!r} is not a whole number", file=file,
+                            path=f"line {line}")  # fmt: skip
+    value = int(digits)
+    low = 1 if name in _POSITIVE else 0
+    if not low <= value <= _MAX_INT:
+        raise ScenarioError(f"{name} {text!r} is out of range ({low} to {_MAX_INT:,})",
+                            file=file, path=f"line {line}")  # fmt: skip
     return value
 
 
@@ -220,8 +233,12 @@ def _non_default(literal: str, put: Any, *, file: str, line: int) -> None:
         "block_size",
     ):
         value = args.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            put(key, _integer(str(value), key, file=file, line=line), line, override=False)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ScenarioError(f"non-default args: {key} {value!r} is not a whole number",
+                                file=file, path=f"line {line}")  # fmt: skip
+        put(key, _integer(str(value), key, file=file, line=line), line, override=False)
     utilization = args.get("gpu_memory_utilization")
     if isinstance(utilization, int | float) and not isinstance(utilization, bool):
         if not 0 < utilization <= 1:
@@ -254,7 +271,7 @@ def _engine_config(items: dict[str, str], put: Any, *, file: str, line: int) -> 
         ("data_parallel_size", None),
         ("max_seq_len", "max_model_len"),
     ):
-        if key in items and items[key].strip().isdigit():
+        if key in items and _none(items[key].strip()) is not None:
             put(name or key, _integer(items[key], key, file=file, line=line), line)
     for key, name in (
         ("enable_prefix_caching", "prefix_caching"),
@@ -271,7 +288,14 @@ def _engine_config(items: dict[str, str], put: Any, *, file: str, line: int) -> 
         sizes = (
             compilation.get("cudagraph_capture_sizes") if isinstance(compilation, dict) else None
         )
-        if isinstance(sizes, list) and all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 < s <= _MAX_INT for s in sizes
+        if sizes is None:
+            return
+        if not isinstance(sizes, list) or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 < s <= _MAX_CAPTURE
+            for s in sizes
         ):
-            put("cuda_graph_capture_sizes", sorted(sizes), line)
+            raise ScenarioError(
+                f"cudagraph_capture_sizes {str(sizes)[:60]}: each must be a whole number from 1 "
+                f"to {_MAX_CAPTURE:,}", file=file, path=f"line {line}",
+            )  # fmt: skip
+        put("cuda_graph_capture_sizes", sorted(set(sizes)), line)

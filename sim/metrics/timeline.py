@@ -282,7 +282,12 @@ class WindowFold:
         self.last_time = -math.inf  # the latest arrival, finish or step end seen
 
     def _index(self, times: FloatArray) -> IntArray:
-        return np.floor((times - self.origin) / self.window_s).astype(np.int64)
+        """Each time's window; times past the last window the timeline keeps (`MAX_WINDOWS`:
+        finishes long after the last arrival, e.g. behind a very slow KV link) share one bin
+        past it, which `frame` leaves out (the summary still counts them)."""
+        with np.errstate(invalid="ignore"):
+            raw = np.floor((times - self.origin) / self.window_s)
+        return np.minimum(raw, MAX_WINDOWS).astype(np.int64)
 
     def _add(self, key: str, index: IntArray, weights: FloatArray | None = None) -> None:
         if not index.size:
@@ -330,6 +335,10 @@ class WindowFold:
             return
         start, end = np.maximum(start[ok], self.origin), end[ok]
         self._seen(end)
+        end = np.minimum(end, self.origin + MAX_WINDOWS * self.window_s)  # the kept windows
+        if not (end > start).any():
+            return
+        start, end = start[end > start], end[end > start]
         first = int(self._index(np.array([start.min()]))[0])
         n = int(self._index(np.array([end.max()]))[0]) + 1
         shift = self.origin + first * self.window_s
@@ -355,6 +364,9 @@ class WindowFold:
             run_end = max(run_end, float(fleet_events["time_s"].max()))
         w = self.window_s
         n = math.floor((run_end - self.origin) / w) + 1
+        if n > MAX_WINDOWS:  # the timeline stops at its last kept window
+            n = MAX_WINDOWS
+            run_end = self.origin + n * w
         starts = self.origin + w * np.arange(n)
         ends = starts + w
         covered = np.clip(np.minimum(ends, run_end) - np.maximum(starts, run_start), 0.0, None)

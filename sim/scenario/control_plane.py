@@ -46,6 +46,9 @@ DEFAULT_SCHEDULING_S = 30.0
 DEFAULT_LOAD_BANDWIDTH_GB_PER_S = 2.0
 DEFAULT_WARMUP_S = 60.0
 MAX_INSTANCES = 4096
+MIN_PERIOD_S = 0.01  # the shortest autoscaler interval or signal window
+MIN_REFRESH_S = 1e-3  # the shortest load scrape of a router (0: exact at each decision)
+MAX_TICKS = 2_000_000  # events one periodic timer may add to a run (a day at 43 ms)
 
 Signal = Literal["queue_length", "running", "kv_use", "ttft"]
 
@@ -80,8 +83,10 @@ class AutoscaleSpec(_Strict):
     step: int = Field(default=1, gt=0, le=MAX_INSTANCES)
     min: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     max: int = Field(default=8, gt=0, le=MAX_INSTANCES)
-    interval_s: float = Field(default=15.0, gt=0, le=86400)
-    window_s: float = Field(default=60.0, gt=0, le=86400)  # the ttft signal's window
+    # floors: a control loop ticking faster than 10 ms is no autoscaler's (Kubernetes' HPA
+    # syncs every 15 s); the number of ticks over the run is also capped (`timer_problem`)
+    interval_s: float = Field(default=15.0, ge=MIN_PERIOD_S, le=86400)
+    window_s: float = Field(default=60.0, ge=MIN_PERIOD_S, le=86400)  # the ttft signal's window
     scale_out_cooldown_s: float = Field(default=60.0, ge=0, le=86400)
     scale_in_cooldown_s: float = Field(default=300.0, ge=0, le=86400)
     # predictive mode: requests per second one instance serves within the SLOs, the margin over
@@ -129,3 +134,12 @@ class AdmissionSpec(_Strict):
 
     def limit(self, tier: str) -> int | None:
         return self.tiers.get(tier, self.max_waiting)
+
+
+def timer_problem(period_s: float, span_s: float) -> str | None:
+    """Why a timer of `period_s` over a run whose arrivals span `span_s` would add too many
+    events (one per period), or None."""
+    if period_s > 0 and span_s / period_s > MAX_TICKS:
+        return (f"{period_s:g} s ticks more than {MAX_TICKS:,} times over the run's "
+                f"{span_s:g} s of arrivals; use at least {span_s / MAX_TICKS:.3g} s")
+    return None

@@ -14,7 +14,12 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.knobs import PricingSpec
 from sim.inputs.strict_model import StrictModel
-from sim.scenario.control_plane import AdmissionSpec, AutoscaleSpec
+from sim.scenario.control_plane import (
+    MAX_INSTANCES,
+    MIN_REFRESH_S,
+    AdmissionSpec,
+    AutoscaleSpec,
+)
 from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.speculative import SpeculativeSpec
 from sim.workload import WorkloadSpec
@@ -255,7 +260,9 @@ class InstanceGroupSpec(_Strict):
     """`count` identical instances; unset fields take the scenario's top-level values."""
 
     name: str | None = None
-    count: int = Field(default=1, gt=0)
+    # instances at the start, at least one; an autoscaled group with min 0 scales in to zero
+    # once idle (docs/autoscaling.md), and out again when requests wait at the gateway
+    count: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     hardware: HardwareSpec | None = None
     policy: PolicySpec | None = None
     profile: str | dict[str, Any] | None = None
@@ -266,6 +273,11 @@ class InstanceGroupSpec(_Strict):
     @model_validator(mode="after")
     def _count_in_range(self) -> InstanceGroupSpec:
         a = self.autoscale
+        if self.count == 0:
+            raise ValueError(
+                "count 0: a group starts with at least one instance (an autoscaled group with "
+                "min 0 scales in to zero once idle)"
+            )
         if a is not None and not a.min <= self.count <= a.max:
             raise ValueError(
                 f"count ({self.count}) is outside autoscale's [min, max] = [{a.min}, {a.max}]"
@@ -282,6 +294,14 @@ class RouterOptions(_Strict):
     # seconds (0: exact at each decision), and their prefix caches as of `kv_event_lag_s` ago
     refresh_s: float = Field(default=0.0, ge=0, le=3600)
     kv_event_lag_s: float = Field(default=0.0, ge=0, le=3600)
+
+    @field_validator("refresh_s")
+    @classmethod
+    def _refresh(cls, value: float) -> float:
+        if 0 < value < MIN_REFRESH_S:
+            raise ValueError(f"must be 0 (exact loads) or at least {MIN_REFRESH_S:g} s, got "
+                             f"{value:g}")  # fmt: skip
+        return value
 
 
 class ClusterSpec(_Strict):

@@ -41,7 +41,7 @@ from sim.inputs.messages import as_error, problems
 from sim.inputs.strict_model import StrictModel
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
-from sim.scenario.control_plane import MAX_INSTANCES, ProvisioningSpec, Signal
+from sim.scenario.control_plane import MAX_INSTANCES, MIN_PERIOD_S, ProvisioningSpec, Signal
 from sim.scenario.schema import RouterName
 
 MAX_CANDIDATES = 10_000
@@ -80,7 +80,7 @@ class AutoscaleSpace(_Strict):
     max: int = Field(default=16, gt=0, le=MAX_INSTANCES)
     scale_in_cooldown_s: list[float] = Field(default_factory=lambda: [300.0], min_length=1)
     scale_out_cooldown_s: list[float] = Field(default_factory=lambda: [60.0], min_length=1)
-    interval_s: float = Field(default=15.0, gt=0, le=86400)
+    interval_s: float = Field(default=15.0, ge=MIN_PERIOD_S, le=86400)
     tolerance: float = Field(default=0.1, ge=0, le=10)
     predictive: PredictiveSpace | None = None
     provisioning: ProvisioningSpec = ProvisioningSpec()
@@ -203,11 +203,20 @@ def read_space(path: str | Path) -> AutoscaleSpace:
     if max(space.min) > space.max:
         raise ScenarioError(f"a min ({max(space.min)}) is above max ({space.max})", file=file,
                             path="min")  # fmt: skip
-    if len(candidates(space, "x")) > MAX_CANDIDATES:
-        raise ScenarioError(
-            f"{len(candidates(space, 'x'))} candidates; at most {MAX_CANDIDATES}", file=file
-        )
+    total = count_candidates(space)
+    if total > MAX_CANDIDATES:  # counted from the axes' lengths: nothing is built first
+        raise ScenarioError(f"{total:,} candidates; at most {MAX_CANDIDATES:,}", file=file)
     return space
+
+
+def count_candidates(space: AutoscaleSpace) -> int:
+    """How many candidates `candidates` would give, from the axes' lengths alone."""
+    per_base = sum(len(t) for t in space.signals.values())
+    per_base += sum(len(p) for p in space.thresholds.values()) * len(space.step)
+    if space.predictive is not None:
+        per_base += len(space.predictive.capacity_rps)
+    bases = len(space.min) * len(space.scale_in_cooldown_s) * len(space.scale_out_cooldown_s)
+    return len(space.gpus or [""]) * bases * per_base
 
 
 def candidates(space: AutoscaleSpace, default_gpu: str) -> list[Candidate]:

@@ -164,6 +164,7 @@ def replay_raw(
     model: str | None = None,
     hardware: str | None = None,
     log_file: str = "",
+    drop_duplicates: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """The scenario mapping that replays the run at `run_path` through `base`."""
     raw = copy.deepcopy(base)
@@ -172,6 +173,8 @@ def replay_raw(
         "format": fmt or "measured",
         "keep_origin": True,
     }
+    if drop_duplicates:
+        trace["drop_duplicates"] = True
     if benchmark is not None:
         trace["benchmark"] = benchmark
     if prefix_tokens:

@@ -75,7 +75,8 @@ def _trace_windows(
         times = read_mooncake(path).arrival_s
     elif trace.format in MEASURED_FORMATS:
         fmt = None if trace.format == "measured" else trace.format
-        times = read_measured(path, fmt, benchmark=trace.benchmark).arrival_s
+        times = read_measured(path, fmt, benchmark=trace.benchmark,
+                              drop_duplicates=trace.drop_duplicates).arrival_s
     else:
         times = read_trace(path, cast(TraceFileFormat, trace.format)).arrival_s
     end = math.inf if trace.end_s is None else trace.end_s

@@ -147,7 +147,8 @@ def _from_trace(
                 f"a measured run has no columns: {key} does not apply", path=f"workload.trace.{key}"
             )
         fmt = None if trace.format == "measured" else trace.format
-        run = read_measured(path, fmt, benchmark=trace.benchmark)
+        run = read_measured(path, fmt, benchmark=trace.benchmark,
+                            drop_duplicates=trace.drop_duplicates)
         times, prompts, outputs = run.arrival_s, run.prompt_tokens, run.output_tokens
     else:
         data = read_trace(path, cast(TraceFileFormat, trace.format), tuple(columns.values()))
@@ -190,6 +191,14 @@ def _from_trace(
         keep, arrival_s, prompt, output = keep[kept], arrival_s[kept], prompt[kept], output[kept]
         count = len(keep)
     if trace.prefix_tokens and trace.format != "mooncake":
+        shortest = int(np.argmin(prompt)) if len(prompt) else 0
+        if len(prompt) and trace.prefix_tokens > int(prompt[shortest]):
+            raise ScenarioError(
+                f"a shared prefix of {trace.prefix_tokens} tokens is longer than a prompt of "
+                f"{int(prompt[shortest])} tokens (request {shortest} of the window): every prompt "
+                "must start with the whole prefix",
+                path="workload.trace.prefix_tokens",
+            )
         content = shared_prompt_prefix(prompt, trace.prefix_tokens, trace.prefix_groups)
     if trace.format == "mooncake":
         starts, ends = moon.offsets[keep], moon.offsets[keep + 1]

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ScenarioError
-from sim.inputs.text import read_text
+from sim.inputs.text import MAX_TRACE_BYTES, read_text
 from sim.workload.spec import MAX_TOKENS
 
 UNIT_TOKENS = 512  # tokens per hash id
@@ -100,7 +100,7 @@ def _timestamp(value: object, file: str, line: int) -> float:
 
 def read_mooncake(path: Path) -> MooncakeData:
     file = str(path)
-    text = read_text(path, "trace file", max_bytes=None)
+    text = read_text(path, "trace file", max_bytes=MAX_TRACE_BYTES)
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []

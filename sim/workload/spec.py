@@ -445,6 +445,9 @@ class TraceSpec(_Strict):
     # one of `prefix_groups` such prefixes (request i has prefix i mod prefix_groups)
     prefix_tokens: int = Field(default=0, ge=0, le=10_000_000)
     prefix_groups: int = Field(default=1, ge=1, le=1_000_000)
+    # measured runs: a request id that appears twice is an error, or with this its first row
+    # is kept (the same spans exported twice)
+    drop_duplicates: bool = False
 
     @model_validator(mode="after")
     def _window(self) -> TraceSpec:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ScenarioError
-from sim.inputs.text import read_text
+from sim.inputs.text import MAX_TRACE_BYTES, read_text
 from sim.workload.spec import MAX_TOKENS
 
 # Per format: (time column, prompt column, output column).
@@ -77,7 +77,7 @@ def read_trace(
 
     `extra_columns` (a tier column) must be present and non-empty on every row."""
     file = str(path)
-    text = read_text(path, "trace file", max_bytes=None)
+    text = read_text(path, "trace file", max_bytes=MAX_TRACE_BYTES)
     try:
         frame = pd.read_csv(
             io.StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=False

@@ -112,3 +112,15 @@ def test_console_entry_point() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "int4" in done.stdout and "KV capacity" in done.stdout
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly() -> None:
+    """`batchsim catalog | head -1`: the reader is gone before the table is written; the
+    command stops with no traceback (it used to end in BrokenPipeError)."""
+    child = subprocess.Popen([sys.executable, "-m", "sim", "catalog"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

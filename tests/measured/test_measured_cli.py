@@ -53,3 +53,18 @@ def test_a_vllm_log_is_printed_field_by_field_with_lines(
     assert out["block_size"] == ["16", "line", "8"]
     assert out["max_num_seqs"] == ["256", "line", "2"]
     assert out["gpu_memory_utilization"] == ["0.85", "line", "2"]
+
+
+def test_a_span_exported_twice_is_refused_or_with_the_flag_counted_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spans = [span(T0 + i * 1_000_000_000, ttft=0.1, e2e=1.0, output="11", rid=f"r{i}")
+             for i in range(3)]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(export(*spans) + "\n" + export(spans[1]) + "\n")  # r1 twice
+    assert main(["measured", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "'r1' appears more than once (1 repeated rows" in err
+    assert main(["measured", str(path), "--drop-duplicates"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "requests: 3 completed, 0 failed (left out), 1 repeated ids dropped"

@@ -162,6 +162,22 @@ def test_several_victims_in_one_step_in_the_order_each_rule_gives(victim, victim
     assert all(reqs[i].num_computed_tokens == 0 for i in victims)
 
 
+@pytest.mark.parametrize("victim", ["last_admitted", "lowest_priority", "most_kv"])
+def test_recomputed_victims_go_ahead_of_every_request_already_waiting(victim):
+    """Two requests wait when two victims are evicted in one step: the victims go back to the
+    front, in front of them, the last evicted first (vLLM's `appendleft`): the whole queue is
+    pinned, so a victim requeued at the back (or the victims' order swapped) is caught."""
+    bench, _ = _four_full(victim)
+    late = make_requests(*[(2, 5)] * 6)[4:]  # ids 4 and 5
+    for r in late:
+        r.tier = "paid"
+        bench.add_request(r, 0.5)
+    s = step(bench, 1.0)
+    victims = [r.id for r in s.preempted]
+    assert len(victims) == 2
+    assert [r.id for r in bench.waiting] == [*victims[::-1], 4, 5]
+
+
 def test_host_memory_running_out_mid_step_swaps_the_first_victim_and_recomputes_the_next():
     # each victim's KV: 1 block of 2 tokens at 10 bytes = 20 bytes; host memory takes one
     bench, reqs = _four_full("last_admitted", mode="swap", host_bytes=30.0)

@@ -219,3 +219,42 @@ def test_predictive_runs_ahead_of_the_ramp() -> None:
     predictive = run(scenario(spec))
     first = lambda r: float(r.fleet_events.query("event == 'launch'")["time_s"].min())  # noqa: E731
     assert first(predictive) <= first(reactive)
+
+
+class _Busy:
+    """An instance as the fleet's scale-in sees it: its outstanding tokens, never idle."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def outstanding_tokens(self) -> int:
+        return self.tokens
+
+    def holds_requests(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("work", "n", "drained"),
+    [
+        ([50, 10, 30], 1, [1]),  # the least outstanding work drains
+        ([50, 10, 30], 2, [1, 2]),  # then the next least
+        ([5, 5, 9], 1, [1]),  # a tie: the newer instance
+        ([0, 40, 0, 7], 3, [2, 0, 3]),
+    ],
+)
+def test_scale_in_drains_the_instances_with_the_least_outstanding_work(
+    work: list[int], n: int, drained: list[int]
+) -> None:
+    """The choice a user pays for: draining the busiest instance instead would hold the most
+    work on a draining node (every fleet invariant still holds, so only this pins it)."""
+    import simpy
+
+    from sim.topology.scaling import Fleet, GroupPlan
+
+    plan = GroupPlan(0, "g", None, 0.0)
+    fleet = Fleet(simpy.Environment(), [plan], [_Busy(w) for w in work],  # type: ignore[misc]
+                  [0] * len(work), lambda g: None, None, 0)  # type: ignore[arg-type]
+    fleet._remove(plan, n, math.nan, len(work) - n)
+    assert [row[3] for row in fleet.rows if row[2] == "drain"] == drained
+    assert list(fleet.candidates()) == sorted(set(range(len(work))) - set(drained))

@@ -13,7 +13,7 @@ from sim.errors import ScenarioError
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 from sim.whatif.autoscale_search import Outcome, _doc, _fewest, autoscale_search
-from sim.whatif.autoscale_space import AutoscaleSpace, candidates, read_space
+from sim.whatif.autoscale_space import AutoscaleSpace, candidates, count_candidates, read_space
 from sim.whatif.capacity import SLO, parse_slos
 
 SLOS = ["ttft_p90=0.5", "tpot_p99=0.05"]  # p99 TTFT of a burst onset swings with the seed
@@ -139,3 +139,13 @@ def test_a_scenarios_variants_are_set_aside() -> None:
     doc = {**DAY, "variants": {"a": {}, "b": {"seed": 4}}}
     raw, _, _, seed, gpu = _base(doc, ())
     assert "variants" not in raw and seed == 3 and gpu == "h100-sxm"
+
+
+def test_the_space_is_counted_without_being_built() -> None:
+    space = AutoscaleSpace.model_validate({
+        "gpus": ["h100-sxm", "b200"], "signals": {"running": [4, 8], "queue_length": [2]},
+        "thresholds": {"kv_use": [[0.2, 0.8], [0.3, 0.9]]}, "step": [1, 2], "min": [0, 1],
+        "scale_in_cooldown_s": [60, 300, 600], "max": 8,
+        "predictive": {"capacity_rps": [1.0, 2.0], "target": 8},
+    })  # fmt: skip
+    assert count_candidates(space) == len(candidates(space, "x")) == 2 * 6 * (3 + 4 + 2)

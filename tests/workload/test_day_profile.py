@@ -214,3 +214,19 @@ def test_the_shipped_chat_day_profile_reads_back_with_mean_50() -> None:
     np.testing.assert_array_equal(steps, rates[1::2])  # one-minute steps, flat within
     hourly = steps.reshape(24, 60).mean(axis=1)
     assert abs(int(hourly.argmax()) - 15) <= 2 and abs(int(hourly.argmin()) - 3) <= 2
+
+
+def test_a_trace_too_large_to_read_whole_is_refused_before_it_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sparse 3 GiB trace (it used to end in MemoryError): the size is checked first, in one
+    line naming the file; nothing is written."""
+    trace = tmp_path / "big.csv"
+    with trace.open("wb") as handle:
+        handle.write(b"arrival_s,prompt_tokens,output_tokens\n0,1,1\n")
+        handle.truncate(3 * 1024**3)
+    out = tmp_path / "day.csv"
+    assert main(["workload", "day-profile", str(trace), "--out", str(out), "-q"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "big.csv" in err[0] and "3072.0 MiB; at most 2048 MiB" in err[0]
+    assert not out.exists()
