@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_fuzz import CORPUS
+from fuzz_cases import CORPUS
 
 from sim.cli.main import main
 

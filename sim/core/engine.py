@@ -303,6 +303,8 @@ class Instance(InstanceState):
         usage = self.usage
         bandwidth = self.kv_spec.swap_bandwidth_bytes_per_s
         freed = False
+        if plan.preempt:  # the victims' tier writes wait for the admissions' tier loads
+            self.pool.hold_tier_writes()
         for req in plan.seat:
             if not self.arrived or self.arrived[0] is not req:
                 raise AssertionError(f"seat for request {req.id} out of order")
@@ -356,6 +358,8 @@ class Instance(InstanceState):
                 req.admit(now)
             self.running.append(req)
             self.prefilling.append(req)
+        if plan.preempt:
+            pool.release_tier_writes()
         # swapped-in requests take their blocks once the admissions hold their cached ones:
         # taking blocks may evict cached free blocks, and the plan counted those hits
         for req in plan.swap_in:

@@ -262,7 +262,7 @@ class InstanceGroupSpec(_Strict):
     name: str | None = None
     # instances at the start, at least one; an autoscaled group with min 0 scales in to zero
     # once idle (docs/autoscaling.md), and out again when requests wait at the gateway
-    count: int = Field(default=1, ge=0, le=MAX_INSTANCES)
+    count: int = Field(default=1, gt=0, le=MAX_INSTANCES)
     hardware: HardwareSpec | None = None
     policy: PolicySpec | None = None
     profile: str | dict[str, Any] | None = None
@@ -273,11 +273,6 @@ class InstanceGroupSpec(_Strict):
     @model_validator(mode="after")
     def _count_in_range(self) -> InstanceGroupSpec:
         a = self.autoscale
-        if self.count == 0:
-            raise ValueError(
-                "count 0: a group starts with at least one instance (an autoscaled group with "
-                "min 0 scales in to zero once idle)"
-            )
         if a is not None and not a.min <= self.count <= a.max:
             raise ValueError(
                 f"count ({self.count}) is outside autoscale's [min, max] = [{a.min}, {a.max}]"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fuzz_cases import snapshot
 from fuzz_corpus import BASE
-from test_fuzz import snapshot
 
 from sim.cli import signals
 

@@ -18,8 +18,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from helpers_cluster import run_with_cluster
 from helpers_sim import instruments_engine, scenario, tiny_hardware, tiny_model
-from test_cluster import run_with_cluster
 
 from sim.core.engine import Instance
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_prefix import COEFFS, _content, check_pool, policies, shared_workloads
 from helpers_sim import (
     observed_steps,
     run,
@@ -20,11 +21,11 @@ from helpers_sim import (
     tiny_hardware,
     tiny_model,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_prefix_runs import COEFFS, _content, check_pool, policies, shared_workloads
 
 from sim.core.kv.tiers import Tier, TierStack
+from sim.workload.arrays import Content
 
 # -- a tier on its own -------------------------------------------------------------------------
 
@@ -182,6 +183,20 @@ def check_tiers(instance: Any) -> None:
     dram_blocks=st.integers(0, 12),
     nvme_blocks=st.sampled_from([None, 0, 3, 40]),
 )
+# a step whose swap victim registers its decoded blocks (written through to a one-block DRAM
+# tier) while an admission of the same step loads a block the plan counted from that tier: the
+# victims' writes wait for the loads (sim/core/kv/pool.py `hold_tier_writes`)
+@example(
+    policy={"name": "chunked", "max_num_seqs": 3, "max_num_batched_tokens": 8, "block_size": 3,
+            "watermark": 0.0, "preemption": "swap", "prefix_caching": True},
+    kv_tokens=33, coalesce=False,
+    workload=([0.0] * 9, [8, 6, 8, 8, 6, 8, 10, 8, 8], [1, 9, 1, 1, 11, 1, 8, 2, 1], Content(
+        ids=np.array([1, 2, 3, 4, 1, 2, 6, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 6, 1, 2, 3, 4, 1, 2, 6,
+                      7000, 7001, 1, 2, 3, 4, 1, 2, 3, 4]),
+        offsets=np.array([0, 4, 7, 11, 15, 18, 22, 27, 31, 35]), unit=2,
+        tokens=np.array([8, 6, 8, 8, 6, 8, 10, 8, 8]))),
+    write="through", load="sync", dram_blocks=1, nvme_blocks=None,
+)  # fmt: skip
 def test_runs_with_tiers_conserve_blocks_in_every_tier(
     policy: dict[str, Any], kv_tokens: int, coalesce: bool, workload: Any, write: str,
     load: str, dram_blocks: int, nvme_blocks: int | None,

@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from helpers_prefix import run_checked, shared_workloads
 from helpers_sim import (
     observed_steps,
     run_arrays_with_instance,
@@ -30,7 +31,6 @@ from helpers_sim import (
 )
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from test_prefix_runs import run_checked, shared_workloads
 
 from sim.core.engine import Instance
 from sim.core.run import Run

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fuzz_cases import snapshot
 from fuzz_corpus import BASE
-from test_fuzz import snapshot
 
 from sim.cli.main import main
 from sim.io.destination import MARKER, OLD_TAG, TMP_TAG, results_folder_name

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_metrics import make_context, make_itl, make_requests, make_steps
-from test_plots import make_results
+from helpers_results import make_results
+from helpers_tables import make_context, make_itl, make_requests, make_steps
 
 import sim.io.output
 from sim.io.destination import TMP_TAG

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_metrics import make_context, make_itl, make_requests, make_steps
+from helpers_results import make_results
+from helpers_tables import make_context, make_itl, make_requests, make_steps
 
 from sim.io.plots import (
     MAX_POINTS,
@@ -19,22 +20,9 @@ from sim.io.plots import (
     save_plots,
     timeline_figure,
 )
-from sim.metrics.results import Results, VariantResult
+from sim.metrics.results import VariantResult
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def make_results() -> Results:
-    slow_requests = make_requests().assign(ttft_s=lambda d: d["ttft_s"] * 3)
-    variants = {
-        "continuous": VariantResult(
-            "continuous", make_requests(), make_steps(), make_itl(), make_context()
-        ),
-        "static": VariantResult(
-            "static", slow_requests, make_steps(0.5), make_itl(), make_context(kv_blocks_total=20)
-        ),
-    }
-    return Results("tiny", variants)
 
 
 def assert_png(path: Path) -> None:

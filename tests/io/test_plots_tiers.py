@@ -4,46 +4,14 @@ its step table, and no panel at all for a run without tiers."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers_results import tiered_results
 
 from sim.io.plots import MAX_POINTS, timeline_figure
-from sim.metrics.results import Results
-from sim.scenario.load import load_scenario_dict
-from sim.simulate import simulate
-
-# Prompts open with one of a few shared system prompts; the GPU holds 120 blocks, so cached
-# prefixes are evicted and found again in DRAM or the remote store
-TIERED: dict[str, Any] = {
-    "name": "tiered",
-    "seed": 1,
-    "workload": {
-        "num_requests": 80,
-        "arrival": {"process": "poisson", "rate": 8.0},
-        "prompt_tokens": {"dist": "uniform", "low": 50, "high": 400},
-        "output_tokens": {"dist": "uniform", "low": 5, "high": 40},
-        "shared_prefix": {"num_prefixes": 6, "zipf": 1.0, "fraction": 0.9,
-                          "length": {"dist": "uniform", "low": 64, "high": 512}},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "profile": {"coefficients": {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-5,
-                                 "t_kv_s_per_token": 1e-7, "t_attn_s_per_token2": 1e-9}},
-    "policy": {"name": "chunked", "max_num_seqs": 16, "max_num_batched_tokens": 256,
-               "prefix_caching": True, "num_gpu_blocks": 120},
-    "kv_tiers": {"dram": {"capacity_gb": 2}, "remote": {"capacity_gb": 8}},
-    "variants": {"tiered": {}, "gpu-only": {"kv_tiers": None}},
-}  # fmt: skip
-
-
-@functools.cache
-def tiered_results() -> Results:
-    """A small run with DRAM and a remote store, and the same run without tiers; cached."""
-    return simulate(load_scenario_dict(TIERED))
 
 
 def tier_lines(fig: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -2,54 +2,20 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers_results import tiny_results
 from matplotlib.collections import PolyCollection
 
 from sim.io.plots import save_plots
 from sim.io.plots_slots import assign_slots, default_window, occupancy, slot_timeline_figure
 from sim.io.plots_sweep import goodput_figure, throughput_latency_figure
-from sim.metrics.results import Results
-from sim.scenario.load import load_scenario_dict
-from sim.simulate import simulate
 
 NAN = np.nan
-
-TINY: dict[str, Any] = {
-    "name": "tiny",
-    "seed": 5,
-    "workload": {
-        "num_requests": 40,
-        "arrival": {"process": "poisson", "rate": 20.0},
-        "prompt_tokens": {"dist": "uniform", "low": 16, "high": 256},
-        "output_tokens": {"dist": "uniform", "low": 2, "high": 40},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 8},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05},
-    "variants": {"static": {"policy": {"name": "static", "max_batch_size": 8}},
-                 "continuous": {}},
-}  # fmt: skip
-
-DISAGGREGATED: dict[str, Any] = {
-    **TINY,
-    "name": "tiny-pd",
-    "disaggregation": {"prefill": {"count": 1}, "decode": {"count": 1},
-                       "link": {"bandwidth_gb_per_s": 25, "latency_s": 0.001}},
-    "variants": {"pd": {}},
-}  # fmt: skip
-
-
-@functools.cache
-def tiny_results(disaggregated: bool = False) -> Results:
-    """A small real run (static and continuous, or one disaggregated pair), cached."""
-    return simulate(load_scenario_dict(DISAGGREGATED if disaggregated else TINY))
 
 
 def requests_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:

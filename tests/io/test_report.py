@@ -11,20 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers_results import (
+    TINY,
+    results_folder,
+    )
 from PIL import Image
-from test_plots_views import TINY, tiny_results
 
 import sim.io.report
 from sim.cli.main import main
-from sim.io.output import write_results
 from sim.io.report import render_report
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
-
-
-def results_folder(tmp_path: Path, *, plots: bool = True) -> Path:
-    scenario_yaml = load_scenario_dict(TINY).dump()
-    return write_results(tiny_results(), tmp_path / "tiny", scenario_yaml, plots=plots)
 
 
 def test_report_is_self_contained_with_every_section(tmp_path: Path) -> None:

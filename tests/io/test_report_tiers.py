@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from test_plots_tiers import TIERED, tiered_results
-from test_report import results_folder
+from helpers_results import TIERED, results_folder, tiered_results
 
 from sim.io.output import write_results
 from sim.io.report import TIERS_CAPTION, TIERS_NOTE

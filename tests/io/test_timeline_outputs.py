@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers_results import make_results
+from helpers_tables import make_context, make_requests
 from matplotlib.collections import PathCollection
-from test_metrics import make_context, make_requests
-from test_plots import make_results
 
 from sim.io.output import write_results
 from sim.io.plots_timeline import over_time_figure, plot_over_time, time_unit

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_plots_views import TINY, tiny_results
+from helpers_results import TINY, tiny_results
 
 from sim.cli.main import main
 from sim.io.trace_export import trace_document, write_trace

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_measured_log import start
-from test_measured_otlp import T0, export, span
+from helpers_measured import T0, export, span, start
 
 from sim.cli import measured as measured_cli
 from sim.cli.main import main

@@ -6,48 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers_measured import start
 
 from sim.errors import ScenarioError
 from sim.measured import EngineConfig, read_vllm_log
-
-SIZES = [512, *range(504, 7, -8), 4, 2, 1]
-COMPILATION = (
-    '{"level":3,"use_cudagraph":true,"cudagraph_capture_sizes":['
-    + ",".join(map(str, SIZES))
-    + '],"max_capture_size":512,"local_cache_dir":null}'
-)
-
-
-def start(version: str = "0.11.0", max_model_len: int = 4096, eager: bool = False) -> list[str]:
-    ts = "2026-01-21 10:49:03,749 INFO"
-    return [
-        f"{ts} vllm.entrypoints.openai.api_server: vLLM API server version {version}",
-        f"{ts} vllm.entrypoints.utils: non-default args: {{'model_tag': '/m/llama', 'model': "
-        f"'/m/llama', 'max_model_len': {max_model_len}, 'served_model_name': ['meta-llama/L'], "
-        "'max_num_batched_tokens': 4096, 'max_num_seqs': 256, 'gpu_memory_utilization': 0.85}",
-        f"{ts} vllm.config.scheduler: Chunked prefill is enabled with max_num_batched_tokens=4096.",
-        f"(EngineCore_DP0 pid=231) {ts} vllm.v1.engine.core: Initializing a V1 LLM engine "
-        f"(v{version}) with config: model='/m/llama', speculative_config=None, "
-        "tokenizer='/m/llama', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
-        "trust_remote_code=False, dtype=torch.float16, max_seq_len="
-        f"{max_model_len}, download_dir=None, load_format=auto, tensor_parallel_size=2, "
-        "pipeline_parallel_size=1, data_parallel_size=1, disable_custom_all_reduce=False, "
-        f"quantization=None, enforce_eager={eager}, kv_cache_dtype=auto, device_config=cuda, "
-        "structured_outputs_config=StructuredOutputsConfig(backend='auto', "
-        "disable_fallback=False), observability_config=ObservabilityConfig("
-        "show_hidden_metrics_for_version=None, otlp_traces_endpoint='http://otel:4318/v1/traces',"
-        " collect_detailed_traces=None), seed=0, served_model_name=meta-llama/L, "
-        "enable_prefix_caching=True, chunked_prefill_enabled=True, pooler_config=None, "
-        f"compilation_config={COMPILATION}",
-        f"\x1b[1;36m(EngineCore_DP0 pid=231)\x1b[0;0m {ts} vllm.v1.worker.gpu_worker: "
-        "Available KV cache memory: 58.12 GiB",
-        f"(EngineCore_DP0 pid=231) {ts} vllm.v1.core.kv_cache_utils: GPU KV cache size: "
-        "119,008 tokens",
-        f"{ts} vllm.v1.core.kv_cache_utils: Maximum concurrency for 4,096 tokens per request: "
-        "29.05x",
-        f"(APIServer pid=1) {ts} vllm.v1.metrics.loggers: Engine 000: vllm cache_config_info "
-        "with initialization after num_gpu_blocks is: 7438",
-    ]
 
 
 def write(tmp_path: Path, lines: list[str]) -> Path:

@@ -10,67 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_measured import T0, export, span
 
 from sim.errors import ScenarioError
 from sim.measured import FORMATS, detect_format, read_measured
 from sim.measured.run import assemble
-
-T0 = 1769021450_278127360  # ns since the epoch (2026-01-21)
-
-
-def span(
-    start_ns: int,
-    *,
-    ttft: Any = 0.25,
-    e2e: Any = 3.5,
-    prompt: Any = "1527",
-    output: Any = "500",
-    rid: str = "cmpl-a-0",
-    name: str = "llm_request",
-    queue: float | None = 2e-5,
-    status: dict[str, Any] | None = None,
-    drop: str | None = None,
-) -> dict[str, Any]:
-    attrs: list[dict[str, Any]] = [
-        {"key": "gen_ai.latency.time_to_first_token", "value": {"doubleValue": ttft}},
-        {"key": "gen_ai.latency.e2e", "value": {"doubleValue": e2e}},
-        {"key": "gen_ai.usage.prompt_tokens", "value": {"intValue": prompt}},
-        {"key": "gen_ai.usage.completion_tokens", "value": {"intValue": output}},
-        {"key": "gen_ai.request.id", "value": {"stringValue": rid}},
-        {"key": "gen_ai.request.max_tokens", "value": {"intValue": "500"}},
-    ]
-    if queue is not None:
-        attrs.append({"key": "gen_ai.latency.time_in_queue", "value": {"doubleValue": queue}})
-    attrs = [a for a in attrs if a["key"] != drop]
-    end = start_ns + int(float(e2e) * 1e9) if isinstance(e2e, int | float) else start_ns
-    return {
-        "traceId": "2301",
-        "spanId": f"s{rid}",
-        "flags": 256,
-        "name": name,
-        "kind": 2,
-        "startTimeUnixNano": str(start_ns),
-        "endTimeUnixNano": str(end),
-        "attributes": attrs,
-        "status": status or {},
-    }
-
-
-def export(*spans: dict[str, Any]) -> str:
-    return json.dumps(
-        {
-            "resourceSpans": [
-                {
-                    "resource": {
-                        "attributes": [
-                            {"key": "service.name", "value": {"stringValue": "vllm-exp1"}}
-                        ]
-                    },
-                    "scopeSpans": [{"scope": {"name": "vllm.llm_engine"}, "spans": list(spans)}],
-                }
-            ]
-        }
-    )
 
 
 def write(tmp_path: Path, *lines: str, name: str = "traces.json") -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from test_metrics import make_context
+from helpers_tables import make_context
 
 from sim.metrics.instances import stall_summary
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from helpers_sim import scenario, tiny_hardware, tiny_model
-from test_metrics import make_context, make_requests
+from helpers_tables import make_context, make_requests
 
 import sim.metrics.timeline as tl
 from sim import load_scenario_dict, simulate

@@ -124,7 +124,8 @@ def test_decision_stays_within_bounds(
         ({"scale_out_above": 3}, "belong to mode threshold"),
         ({"mode": "predictive"}, "needs capacity_rps"),
         ({"capacity_rps": 3}, "belong to mode predictive"),
-        ({"interval_s": 0}, "greater than 0"),
+        ({"interval_s": 0}, "greater than or equal to 0.01"),
+        ({"interval_s": 1e-9}, "greater than or equal to 0.01"),
     ],
 )
 def test_schema_refuses(fields: dict[str, object], words: str) -> None:

@@ -10,17 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_scenario import UNIT_PROFILE
-from helpers_scenario import scenario as trace_scenario
-from helpers_sim import scenario, tiny_hardware, tiny_model
-from test_cluster import (
+from helpers_cluster import (
     TIMES,
-    WORKLOAD,
     arrays_of,
     assert_same_times,
     check_invariants,
+    pd_scenario,
     run_with_cluster,
 )
+from helpers_scenario import UNIT_PROFILE
+from helpers_scenario import scenario as trace_scenario
+from helpers_sim import scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict, simulate
 from sim.costs.catalog import MODELS
@@ -207,23 +207,6 @@ def test_every_preemption_shows_in_the_steps_table() -> None:
 
 
 # --- conservation on a few hundred random requests ------------------------------------------
-
-
-def pd_scenario(**extra: Any) -> dict[str, Any]:
-    return scenario(
-        policy={"name": "continuous", "max_num_seqs": 32, "max_num_batched_tokens": 4096},
-        workload=WORKLOAD,
-        disaggregation={
-            "prefill": {
-                "count": 2,
-                "router": "round_robin",
-                "policy": {"name": "chunked", "max_num_batched_tokens": 1024},
-            },
-            "decode": {"count": 2, "router": "least_kv"},
-            "link": {"bandwidth_gb_per_s": 25.0, "latency_s": 0.002},
-        },
-        **extra,
-    )
 
 
 def test_disaggregated_run_keeps_the_invariants() -> None:

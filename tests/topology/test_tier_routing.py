@@ -21,10 +21,10 @@ from unittest import mock
 import numpy as np
 import pytest
 from fuzz_corpus_tiers import PD_BASE, TIER_BASE
+from helpers_cluster import check_invariants, run_with_cluster
+from helpers_prefix import COEFFS
 from helpers_scenario import UNIT_PROFILE
 from helpers_sim import scenario, tiny_hardware, tiny_model
-from test_cluster import check_invariants, run_with_cluster
-from test_prefix_runs import COEFFS
 
 from sim import load_scenario_dict
 from sim.errors import ScenarioError

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from test_measured_otlp import T0, export, span
+from helpers_measured import T0, export, span
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main

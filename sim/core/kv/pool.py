@@ -64,6 +64,9 @@ class KVPool:
         self._refs: dict[int, int] = {}  # hash of a cached block in use -> its holders
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached free blocks, oldest first
         self._tiers = tiers
+        # a step's evictions register their victims' blocks before its admissions load theirs
+        # from the tiers: those writes wait until the loads are done (`hold_tier_writes`)
+        self._held_writes: list[int] | None = None
         self._now = 0.0
         self.num_evictions = 0
         # admissions' lookups: tokens and full blocks looked up, blocks found on the GPU
@@ -303,7 +306,21 @@ class KVPool:
                 refs[block_hash] = 1
             mine.extend(fresh)
         if self._tiers is not None and fresh:
-            self._tiers.computed(fresh, self._now)
+            if self._held_writes is not None:
+                self._held_writes.extend(fresh)
+            else:
+                self._tiers.computed(fresh, self._now)
+
+    def hold_tier_writes(self) -> None:
+        """Write nothing down to the tiers until `release_tier_writes`: a plan's admissions
+        load the tier hits it counted before its victims' blocks are written (a full tier would
+        evict them); the writes then go down in their order, at the same instant."""
+        self._held_writes = []
+
+    def release_tier_writes(self) -> None:
+        held, self._held_writes = self._held_writes, None
+        if held and self._tiers is not None:
+            self._tiers.computed(held, self._now)
 
     def release(self, req: Request) -> int:
         """Return `req`'s blocks: its cached blocks stay cached (free once no one holds them),
