@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import takewhile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -39,16 +40,44 @@ Value = Callable[[], float]
 
 
 @functools.cache
-def summary(scenario: str, *overrides: str) -> dict[str, dict[str, float]]:
-    """variant -> metric -> value of a shipped scenario (run once per set of overrides)."""
+def _loaded(scenario: str, *overrides: str) -> Any:
+    from sim.scenario.load import load_scenario
+
+    return load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", overrides=list(overrides))
+
+
+@functools.cache
+def variant_summary(scenario: str, variant: str, *overrides: str) -> dict[str, float]:
+    """metric -> value of one variant of a shipped scenario, run alone (once per set of
+    overrides): a variant's run does not depend on the others, and a check that quotes a few
+    variants of a large scenario runs only those."""
+    import dataclasses
+
     from sim.simulate import simulate
 
-    results = simulate(ROOT / "scenarios" / f"{scenario}.yaml", overrides=list(overrides))
-    return {name: v.summary() for name, v in results.variants.items()}
+    loaded = _loaded(scenario, *overrides)
+    one = [v for v in loaded.variants if v.variant == variant]
+    assert one, f"{scenario} has no variant {variant!r}"
+    result = simulate(dataclasses.replace(loaded, variants=one))
+    return next(iter(result.variants.values())).summary()
+
+
+class _Summaries:
+    """variant -> metric -> value, each variant run when first asked for."""
+
+    def __init__(self, scenario: str, overrides: tuple[str, ...]) -> None:
+        self.scenario, self.overrides = scenario, overrides
+
+    def __getitem__(self, variant: str) -> dict[str, float]:
+        return variant_summary(self.scenario, variant, *self.overrides)
+
+
+def summary(scenario: str, *overrides: str) -> _Summaries:
+    return _Summaries(scenario, overrides)
 
 
 def m(scenario: str, variant: str, metric: str, scale: float = 1.0, *overrides: str) -> Value:
-    return lambda: summary(scenario, *overrides)[variant][metric] * scale
+    return lambda: variant_summary(scenario, variant, *overrides)[metric] * scale
 
 
 def ratio(a: Value, b: Value, minus_one: bool = False) -> Value:
