@@ -56,23 +56,15 @@ def _run_group(quote: Quote) -> str:
 
 
 TRACE_GROUPS = sorted({(str(q.needs), _run_group(q)) for q in QUOTES if q.needs is not None})
-# a group whose runs take minutes is checked in parts that the test workers share (each part
-# runs only the variants its quotes read)
-PARTS = {"scenarios/kv_tiers.yaml": 4}
-TRACE_PARTS = [(t, g, k) for t, g in TRACE_GROUPS for k in range(PARTS.get(g, 1))]
 
 
 @pytest.mark.parametrize(
-    ("trace", "group", "part"),
-    TRACE_PARTS,
-    ids=[f"{Path(t).name}-{Path(g).stem}-{k}" for t, g, k in TRACE_PARTS],
+    ("trace", "group"),
+    TRACE_GROUPS,
+    ids=[f"{Path(t).name}-{Path(g).stem}" for t, g in TRACE_GROUPS],
 )
-def test_figures_of_a_public_trace_match_where_the_trace_is(
-    trace: str, group: str, part: int
-) -> None:
+def test_figures_of_a_public_trace_match_where_the_trace_is(trace: str, group: str) -> None:
     quotes = [q for q in QUOTES if str(q.needs) == trace and _run_group(q) == group]
-    parts = PARTS.get(group, 1)  # contiguous: a scenario's table rows are in variant order
-    quotes = quotes[part * len(quotes) // parts : (part + 1) * len(quotes) // parts]
     drifts = check(quotes)  # the text of every quote is matched even without the trace
     count = sum(len(q.values) for q in quotes)
     if not Path(trace).is_file():
