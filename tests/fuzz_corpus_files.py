@@ -208,6 +208,10 @@ def trace_cases() -> list[Case]:
         columns_case(
             "trace-keep-origin-str", {"keep_origin": "maybe"}, csv, "s.yaml", "keep_origin"
         ),
+        columns_case(
+            "trace-drop-duplicates-str", {"drop_duplicates": "maybe"}, csv, "s.yaml",
+            "drop_duplicates",
+        ),
     ]  # fmt: skip
     empirical = edited(
         "workload.prompt_tokens", {"dist": "empirical", "path": "t.csv", "column": "prompt"}
