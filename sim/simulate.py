@@ -333,7 +333,7 @@ def _context(
         lifetimes = ()
         memory = tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances))
     model = spec.model
-    first = cluster.info[0]
+    first = cluster.reference()
     return SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
         slo_tpot_s=spec.slo.tpot_s,

@@ -15,8 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from scenario_factory import continuous, poisson, scenario, static, uniform
 
 RUN = ("run", "s.yaml", "-q", "--no-plots")
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A file of `size` bytes that takes no disk: `head`, then zeros (a hole)."""
+
+    size: int
+    head: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -24,26 +33,18 @@ class Case:
     id: str
     argv: tuple[str, ...]
     expect: tuple[str, ...]
-    files: dict[str, bytes | None] = field(default_factory=dict)  # None: a folder
+    files: dict[str, bytes | Sparse | None] = field(default_factory=dict)  # None: a folder
 
 
-BASE: dict[str, Any] = {
-    "name": "fuzz",
-    "seed": 1,
-    "workload": {
-        "num_requests": 20,
-        "arrival": {"process": "poisson", "rate": 5.0},
-        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 100},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 20},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "profile": "roofline",
-    "policy": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 512},
-    "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
-    "metrics": {"warmup_s": 0.5},
-    "variants": {"a": {}, "b": {"policy": {"name": "static", "max_batch_size": 4}}},
-}
+BASE: dict[str, Any] = scenario(
+    name="fuzz",
+    workload=poisson(20, 5.0, uniform(10, 100), uniform(1, 20)),
+    profile="roofline",
+    policy=continuous(max_num_seqs=8, max_num_batched_tokens=512),
+    slo={"ttft_s": 1.0, "tpot_s": 0.1},
+    metrics={"warmup_s": 0.5},
+    variants={"a": {}, "b": {"policy": static(max_batch_size=4)}},
+)
 
 
 def dump(raw: Any) -> bytes:

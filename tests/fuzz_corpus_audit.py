@@ -234,12 +234,12 @@ def command_cases() -> list[Case]:
 
 def key_cases() -> list[Case]:
     """Errors inside a variant, a cluster group or an inline profile name the key written."""
-    groups = {"instances": [{"count": 1}, {"count": 0}]}
+    groups = {"instances": [{"count": 1}, {"count": -1}]}
     return [
         scenario_case(
             "schema-audit-variant-cluster-group",
             dump(edited("variants.b", {"cluster": groups})),
-            "s.yaml: variants.b.cluster.instances.1.count: must be > 0",
+            "s.yaml: variants.b.cluster.instances.1.count: must be >= 0",
         ),
         scenario_case(
             "schema-audit-variant-engine-preset",
@@ -248,8 +248,8 @@ def key_cases() -> list[Case]:
         ),
         scenario_case(
             "schema-audit-variant-disaggregation",
-            dump(edited("variants.a", {"disaggregation": {"prefill": {"count": 0}}})),
-            "s.yaml: variants.a.disaggregation.prefill.count: must be > 0",
+            dump(edited("variants.a", {"disaggregation": {"prefill": {"count": -1}}})),
+            "s.yaml: variants.a.disaggregation.prefill.count: must be >= 0",
         ),
         # several problems name their own keys: no second `profile:` in front of them
         scenario_case(

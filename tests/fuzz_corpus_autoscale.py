@@ -141,9 +141,16 @@ def autoscale_cases() -> list[Case]:
         scenario_case("autoscale-interval-ticks", dump(edited(
             "workload.arrival.rate", 0.0001, edited(f"{GROUP}.interval_s", 0.01, AUTO_BASE))),
             "cluster.instances[0].autoscale.interval_s", "ticks more than"),
-        scenario_case("autoscale-count-zero-min-zero", dump(edited("cluster.instances.0.count",
-                      0, edited(f"{GROUP}.min", 0, AUTO_BASE))), "cluster.instances.0.count",
-                      "must be > 0"),
+        # count 0 starts an autoscaled group with min 0 empty (tests/topology/test_scale_from_zero);
+        # a fixed group, a group whose min is above 0 and a P/D pool refuse it
+        scenario_case("count-zero-fixed", dump(edited("cluster.instances", [{"count": 0}],
+                      AUTO_BASE)), "cluster.instances.0", "only an autoscaled group"),
+        scenario_case("autoscale-count-zero-min-one", dump(edited("cluster.instances.0.count",
+                      0, AUTO_BASE)), "cluster.instances.0", "count (0) is outside"),
+        scenario_case("pd-pool-count-zero", dump({
+            **{k: v for k, v in AUTO_BASE.items() if k != "cluster"},
+            "disaggregation": {"prefill": {"count": 0, "autoscale": {**AUTO, "min": 0}}}}),
+            "disaggregation", "prefill.count", "at least one instance"),
         scenario_case("router-refresh-pico", dump(edited(
             "cluster.router_options", {"refresh_s": 1e-12}, AUTO_BASE)),
             "cluster.router_options.refresh_s", "at least"),

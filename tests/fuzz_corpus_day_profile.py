@@ -9,7 +9,7 @@ none may leave a file behind.
 
 from __future__ import annotations
 
-from fuzz_corpus import Case
+from fuzz_corpus import Case, Sparse
 
 # a batchsim trace csv of 300 requests over 598 s: ten 60-s bins
 GOOD_TRACE = b"arrival_s,prompt_tokens,output_tokens\n" + b"".join(
@@ -49,6 +49,14 @@ def day_profile_cases() -> list[Case]:
     return [
         *_flag_cases(),
         _case("no-out", "t.csv", expect=("--out",)),
+        # a sparse 20 GB trace: refused by its size, not read into memory
+        _case(
+            "sparse-20gb",
+            "big.csv",
+            *out,
+            expect=("big.csv", "at most 2048 MiB"),
+            files={"big.csv": Sparse(20 * 10**9, GOOD_TRACE)},
+        ),
         _case("no-trace", *out, expect=("trace",)),
         _case("bad-format", "t.csv", *out, "--format", "parquet", expect=("--format",)),
         _case(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fuzz_corpus import BASE, Case, bomb, dump, edited, scenario_case
+from fuzz_corpus import BASE, Case, Sparse, bomb, dump, edited, scenario_case
 
 PROFILE: dict[str, Any] = {
     "schema_version": 1,
@@ -99,7 +99,7 @@ AZURE_HEADER = b"TIMESTAMP,ContextTokens,GeneratedTokens\n"
 GOOD_ROWS = b"0.0,10,5\n0.5,20,3\n"
 
 
-def _trace_case(case_id: str, content: bytes | None, fmt: str, *expect: str) -> Case:
+def _trace_case(case_id: str, content: bytes | Sparse | None, fmt: str, *expect: str) -> Case:
     workload = {"trace": {"path": "t.csv", "format": fmt}}
     raw = {**BASE, "workload": workload}
     return Case(
@@ -224,4 +224,10 @@ def trace_cases() -> list[Case]:
             {"s.yaml": dump(empirical), "t.csv": CSV_HEADER + b"0,x,1\n"},
         )
     )
+    # a 3 GiB trace (sparse: no disk) is refused by its size before a byte is read
+    big = Sparse(3 * 2**30, CSV_HEADER + GOOD_ROWS)
+    cases += [
+        _trace_case("trace-sparse-3gib-csv", big, "csv", "3072.0 MiB", "at most 2048 MiB"),
+        _trace_case("trace-sparse-3gib-mooncake", big, "mooncake", "at most 2048 MiB"),
+    ]
     return cases

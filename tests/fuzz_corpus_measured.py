@@ -11,7 +11,7 @@ import copy
 import json
 from typing import Any
 
-from fuzz_corpus import Case
+from fuzz_corpus import Case, Sparse
 
 T0_NS = 1769021450278127360
 T0 = T0_NS / 1e9
@@ -283,8 +283,25 @@ def command_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def sparse_cases() -> list[Case]:
+    """Files of 3 GiB (sparse: no disk) in each format: refused by their size before a byte is
+    parsed."""
+    heads = {
+        "vllm_otlp": b'{"resourceSpans": []}\n',
+        "aiperf": b'{"metadata": {}, "metrics": {}}\n',
+        "vllm_bench": b'{"input_lens": [1]',
+        "guidellm": b'{"benchmarks": [',
+    }
+    return [
+        Case(f"measured-sparse-{fmt}", ("measured", "big.json", "--format", fmt),
+             ("big.json", "at most 2048 MiB"), {"big.json": Sparse(3 * 2**30, head)})
+        for fmt, head in heads.items()
+    ]  # fmt: skip
+
+
 def measured_cases() -> list[Case]:
     return [
+        *sparse_cases(),
         *otlp_cases(),
         *bench_cases(),
         *guidellm_cases(),

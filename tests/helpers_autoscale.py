@@ -6,24 +6,29 @@ from __future__ import annotations
 
 from typing import Any
 
-DAY: dict[str, Any] = {
-    "name": "mini-day",
-    "seed": 3,
-    "workload": {
+from scenario_factory import chunked, lognormal, scenario
+
+DAY: dict[str, Any] = scenario(
+    name="mini-day",
+    seed=3,
+    workload={
         "duration_s": 2400,
         "arrival": {  # a busy spell of ten minutes in a quiet forty
             "process": "profile",
-            "rate": {"shape": "piecewise", "points": [[0, 1], [240, 1], [420, 14], [720, 14],
-                                                      [840, 1], [2400, 1]]},
+            "rate": {
+                "shape": "piecewise",
+                "points": [[0, 1], [240, 1], [420, 14], [720, 14], [840, 1], [2400, 1]],
+            },
         },
-        "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
-        "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
+        "prompt_tokens": lognormal(400, 0.5, max=2048),
+        "output_tokens": lognormal(120, 0.5, max=512),
     },
-    "model": "llama-3-8b",
-    "hardware": "h100-sxm",
-    "policy": {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
-    "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
-}
+    model="llama-3-8b",
+    hardware="h100-sxm",
+    policy=chunked(max_num_seqs=8, max_num_batched_tokens=1024),
+    profile=None,
+    slo={"ttft_s": 1.0, "tpot_s": 0.05},
+)
 SPACE = {
     "signals": {"running": [4, 6]},
     "min": [1],

@@ -10,7 +10,7 @@ from unittest import mock
 
 import numpy as np
 import pandas as pd
-from helpers_sim import scenario
+from scenario_factory import scenario
 
 from sim.metrics.results import VariantResult
 from sim.scenario.load import load_scenario_dict

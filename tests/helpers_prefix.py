@@ -6,10 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from helpers_sim import (
-    observed_steps,
-    run_arrays_with_instance,
-)
+from helpers_sim import observed_steps, run_arrays_with_instance
 from hypothesis import strategies as st
 
 from sim.core.engine import Instance

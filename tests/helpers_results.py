@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers_tables import make_context, make_itl, make_requests, make_steps
+from scenario_factory import LINEAR, chunked, continuous, poisson, scenario, static, uniform
 
 from sim.io.output import write_results
 from sim.metrics.results import Results, VariantResult
@@ -28,22 +29,15 @@ def make_results() -> Results:
     return Results("tiny", variants)
 
 
-TINY: dict[str, Any] = {
-    "name": "tiny",
-    "seed": 5,
-    "workload": {
-        "num_requests": 40,
-        "arrival": {"process": "poisson", "rate": 20.0},
-        "prompt_tokens": {"dist": "uniform", "low": 16, "high": 256},
-        "output_tokens": {"dist": "uniform", "low": 2, "high": 40},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 8},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05},
-    "variants": {"static": {"policy": {"name": "static", "max_batch_size": 8}},
-                 "continuous": {}},
-}  # fmt: skip
+TINY: dict[str, Any] = scenario(
+    name="tiny",
+    seed=5,
+    workload=poisson(40, 20.0, uniform(16, 256), uniform(2, 40)),
+    policy=continuous(max_num_seqs=8),
+    profile=None,
+    slo={"ttft_s": 0.5, "tpot_s": 0.05},
+    variants={"static": {"policy": static(max_batch_size=8)}, "continuous": {}},
+)
 
 
 DISAGGREGATED: dict[str, Any] = {
@@ -63,26 +57,22 @@ def tiny_results(disaggregated: bool = False) -> Results:
 
 # Prompts open with one of a few shared system prompts; the GPU holds 120 blocks, so cached
 # prefixes are evicted and found again in DRAM or the remote store
-TIERED: dict[str, Any] = {
-    "name": "tiered",
-    "seed": 1,
-    "workload": {
-        "num_requests": 80,
-        "arrival": {"process": "poisson", "rate": 8.0},
-        "prompt_tokens": {"dist": "uniform", "low": 50, "high": 400},
-        "output_tokens": {"dist": "uniform", "low": 5, "high": 40},
-        "shared_prefix": {"num_prefixes": 6, "zipf": 1.0, "fraction": 0.9,
-                          "length": {"dist": "uniform", "low": 64, "high": 512}},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "profile": {"coefficients": {"t_mem_s": 0.01, "t_flop_s_per_token": 1e-5,
-                                 "t_kv_s_per_token": 1e-7, "t_attn_s_per_token2": 1e-9}},
-    "policy": {"name": "chunked", "max_num_seqs": 16, "max_num_batched_tokens": 256,
-               "prefix_caching": True, "num_gpu_blocks": 120},
-    "kv_tiers": {"dram": {"capacity_gb": 2}, "remote": {"capacity_gb": 8}},
-    "variants": {"tiered": {}, "gpu-only": {"kv_tiers": None}},
-}  # fmt: skip
+TIERED: dict[str, Any] = scenario(
+    name="tiered",
+    workload=poisson(
+        80,
+        8.0,
+        uniform(50, 400),
+        uniform(5, 40),
+        shared_prefix={"num_prefixes": 6, "zipf": 1.0, "fraction": 0.9,
+                       "length": uniform(64, 512)},
+    ),
+    profile=LINEAR,
+    policy=chunked(max_num_seqs=16, max_num_batched_tokens=256, prefix_caching=True,
+                   num_gpu_blocks=120),
+    kv_tiers={"dram": {"capacity_gb": 2}, "remote": {"capacity_gb": 8}},
+    variants={"tiered": {}, "gpu-only": {"kv_tiers": None}},
+)  # fmt: skip
 
 
 @functools.cache

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from scenario_factory import continuous, fixed, lognormal, poisson, scenario, static
+
 RATE = 42.0
 STEP = {("slow", 1): 0.1, ("slow", 2): 0.05, ("fast", 1): 0.05, ("fast", 2): 0.025,
         ("bad", 2): 0.1}  # fmt: skip
@@ -45,16 +47,16 @@ GPUS = [gpu("slow", 1.25e10, 1.0), gpu("fast", 2.5e10, 1.4), gpu("bad", 0.625e10
 
 
 def hand_scenario(num_requests: int = 300) -> dict[str, Any]:
-    return {
-        "name": "hand",
-        "seed": 0,
-        "workload": {
+    return scenario(
+        name="hand",
+        seed=0,
+        workload={
             "num_requests": num_requests,
             "arrival": {"process": "constant", "rate": RATE},
-            "prompt_tokens": {"dist": "fixed", "value": 1},
-            "output_tokens": {"dist": "fixed", "value": 1},
+            "prompt_tokens": fixed(1),
+            "output_tokens": fixed(1),
         },
-        "model": {
+        model={
             "name": "tiny",
             "num_parameters": 10**9,
             "num_layers": 1,
@@ -65,9 +67,10 @@ def hand_scenario(num_requests: int = 300) -> dict[str, Any]:
             "dtype_bytes": 1.0,
             "max_model_len": 1000,
         },
-        "hardware": GPUS[0],
-        "policy": {"name": "static", "max_batch_size": 1},
-    }
+        hardware=GPUS[0],
+        policy=static(max_batch_size=1),
+        profile=None,
+    )
 
 
 def hand_space() -> dict[str, Any]:
@@ -84,17 +87,12 @@ HAND_SLO = "queue_p99=0.001"  # nobody waits
 def llama_poisson(**policy: Any) -> dict[str, Any]:
     """Llama-3-8B on an A100 under Poisson arrivals at 40 req/s (600 requests): a scenario
     big enough that searches prune, small enough to run whole."""
-    return {
-        "name": "small",
-        "seed": 3,
-        "workload": {
-            "num_requests": 600,
-            "arrival": {"process": "poisson", "rate": 40.0},
-            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.6, "max": 2000},
-            "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 0.6, "max": 400},
-        },
-        "model": "llama-3-8b",
-        "hardware": "a100-80g",
-        "policy": {"name": "continuous", **policy},
-        "metrics": {"warmup_s": 1, "cooldown_s": 1},
-    }
+    return scenario(
+        name="small",
+        seed=3,
+        workload=poisson(600, 40.0, lognormal(400, 0.6, 2000), lognormal(60, 0.6, 400)),
+        model="llama-3-8b",
+        policy=continuous(**policy),
+        profile=None,
+        metrics={"warmup_s": 1, "cooldown_s": 1},
+    )

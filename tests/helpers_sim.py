@@ -1,14 +1,12 @@
-"""Shared builders for the theory, property and determinism tests (scenario dicts, tiny specs).
-
-Scenarios are built as plain dicts and loaded with `load_scenario_dict`, exactly as a YAML file
-would be. `run_arrays` runs one variant on hand-made request arrays (arbitrary arrival times,
-ties included), which the synthetic workload generator cannot produce.
+"""Watching and feeding whole runs: `observed_steps` sees every step an engine applies,
+`run_arrays` runs a scenario (built with `scenario_factory`) on hand-made request arrays
+(arbitrary arrival times, ties included), which the synthetic workload generator cannot produce,
+and `service_time_batch1` is a lone request's exact service time on the `LINEAR` profile.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,11 +14,12 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from scenario_factory import COEFFS
 
 from sim.compiled import build
 from sim.metrics.results import VariantResult
 from sim.scenario.load import load_scenario_dict
-from sim.simulate import run_variant, simulate
+from sim.simulate import run_variant
 from sim.workload import RequestArrays
 
 # Tests that wrap the engine's own methods to watch it work: a compiled class calls its methods
@@ -28,7 +27,6 @@ from sim.workload import RequestArrays
 instruments_engine = pytest.mark.skipif(
     build() == "compiled", reason="wraps engine methods; a compiled class bypasses wrappers"
 )
-
 
 
 class StepCalls:
@@ -68,49 +66,6 @@ def observed_steps(hook: Callable[[Any, Any, bool], Any]) -> Iterator[StepCalls]
         yield calls
 
 
-# step time = t_mem + t_flop * tokens + t_kv * context + t_attn * prefill attention term
-COEFFS: dict[str, float] = {
-    "t_mem_s": 0.01,
-    "t_flop_s_per_token": 1e-5,
-    "t_kv_s_per_token": 1e-7,
-    "t_attn_s_per_token2": 1e-9,
-}
-
-
-def scenario(
-    *,
-    policy: dict[str, Any],
-    workload: dict[str, Any] | None = None,
-    seed: int = 1,
-    coefficients: dict[str, float] | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """A raw scenario mapping with an inline profile; `extra` adds top-level keys."""
-    raw: dict[str, Any] = {
-        "name": "t",
-        "seed": seed,
-        "workload": workload
-        or {
-            "num_requests": 100,
-            "arrival": {"process": "poisson", "rate": 5.0},
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 10},
-        },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": {"coefficients": dict(coefficients or COEFFS)},
-        "policy": policy,
-    }
-    raw.update(copy.deepcopy(extra))
-    return raw
-
-
-def run(raw: dict[str, Any]) -> VariantResult:
-    """Simulate a single-variant scenario mapping."""
-    res = simulate(load_scenario_dict(raw))
-    return res[next(iter(res.variants))]
-
-
 def service_time_batch1(
     prompt: np.ndarray | float, output: np.ndarray | float, c: dict[str, float] = COEFFS
 ) -> np.ndarray:
@@ -127,50 +82,6 @@ def service_time_batch1(
     decode = d * (c["t_mem_s"] + c["t_flop_s_per_token"])
     decode = decode + c["t_kv_s_per_token"] * (d * p + d * o / 2.0)
     return prefill + decode
-
-
-# --- tiny model and GPU with a KV pool of a chosen number of tokens --------------------------
-
-TINY_WEIGHT_BYTES = 1000  # num_parameters 1000 at dtype_bytes 1
-TINY_KV_BYTES_PER_TOKEN = 2  # 2 * 1 layer * 1 kv head * head_dim 1 * 1 byte
-
-
-def tiny_model(max_model_len: int = 100_000) -> dict[str, Any]:
-    return {
-        "name": "tiny",
-        "num_parameters": 1000,
-        "num_layers": 1,
-        "hidden_size": 1,
-        "num_attention_heads": 1,
-        "num_kv_heads": 1,
-        "head_dim": 1,
-        "dtype_bytes": 1.0,
-        "max_model_len": max_model_len,
-    }
-
-
-def tiny_hardware(kv_tokens: int) -> dict[str, Any]:
-    """A GPU whose KV pool holds exactly `kv_tokens` tokens of `tiny_model`."""
-    return {
-        "name": "tiny-gpu",
-        "memory_bytes": TINY_WEIGHT_BYTES + TINY_KV_BYTES_PER_TOKEN * kv_tokens,
-        "hbm_bandwidth_bytes_per_s": 1e12,
-        "peak_flops": 1e14,
-        "activation_reserve_bytes": 0,
-        "gpu_memory_utilization": 1.0,
-    }
-
-
-def tiny_scenario(
-    policy: dict[str, Any], kv_tokens: int, *, coalesce: bool = True, **extra: Any
-) -> dict[str, Any]:
-    return scenario(
-        policy=policy,
-        model=tiny_model(),
-        hardware=tiny_hardware(kv_tokens),
-        engine={"coalesce_decode_steps": coalesce},
-        **extra,
-    )
 
 
 def run_arrays(

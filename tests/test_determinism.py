@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim.metrics.summary import expand_steps, weighted_percentile
 from sim.scenario.load import load_scenario_dict

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fuzz_cases import CORPUS
+from scenario_factory import continuous, poisson, scenario, uniform
 
 from sim.cli.main import main
 
@@ -64,19 +65,12 @@ def test_every_case_runs_a_listed_command(capsys: pytest.CaptureFixture[str]) ->
     assert len(unknown) <= 1, unknown
 
 
-SCENARIO = {
-    "name": "s",
-    "seed": 1,
-    "workload": {
-        "num_requests": 30,
-        "arrival": {"process": "poisson", "rate": 5.0},
-        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 100},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 20},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 8},
-}
+SCENARIO = scenario(
+    name="s",
+    workload=poisson(30, 5.0, uniform(10, 100), uniform(1, 20)),
+    policy=continuous(max_num_seqs=8),
+    profile=None,
+)
 
 
 def test_stream_with_tables_summary_is_accepted(

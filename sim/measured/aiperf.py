@@ -28,10 +28,9 @@ from sim.measured.detect import wrong_tool
 from sim.measured.run import MeasuredRun, assemble
 from sim.measured.values import (
     column,
-    json_lines,
+    json_file_lines,
     latency,
     mapping,
-    read_file,
     same_record,
     tokens,
     ttft_within_e2e,
@@ -83,7 +82,7 @@ def read_aiperf(path: Path) -> MeasuredRun:
     records: list[str] = []
     chunks: list[np.ndarray | None] = []
     failed = skipped = 0
-    for number, record in json_lines(read_file(path, "AIPerf profile export"), file):
+    for number, record in json_file_lines(path, "AIPerf profile export"):
         at = f"line {number}"
         if "metadata" not in record:
             raise ScenarioError(wrong_tool(record, "aiperf"), file=file, path=at)

@@ -7,8 +7,10 @@ bool is an int to Python: all three are handled here, once, for every reader.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ScenarioError
-from sim.inputs.text import read_text
+from sim.inputs.text import check_regular_file, read_text
 
 MAX_TOKENS = 10_000_000  # prompt or output tokens of one request: above this the file is wrong
 MAX_LATENCY_S = 30 * 86400.0  # one request's latency: a month is no longer a measurement
@@ -25,6 +27,7 @@ CLOCK_SLACK_S = 1e-3  # TTFT may exceed E2E by this much: two clocks read a mome
 # outside is on another clock or in another unit (seconds where nanoseconds are expected).
 UNIX_LOW_S, UNIX_HIGH_S = 946_684_800.0, 4_102_444_800.0
 MAX_FILE_BYTES = 2 * 1024**3
+PROGRESS_BYTES = 64 * 2**20  # a file this large shows its reading's progress (on a terminal)
 
 
 def read_file(path: Path, what: str) -> str:
@@ -46,21 +49,71 @@ def json_document(text: str, file: str) -> Any:
         ) from None
 
 
-def json_lines(text: str, file: str) -> Iterator[tuple[int, Any]]:
-    """(line number, object) for each non-blank line of a JSON-lines file."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            reason = "truncated line" if cut_short(exc) else "not JSON"
+def _json_object(line: str, number: int, file: str) -> Any:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        reason = "truncated line" if cut_short(exc) else "not JSON"
+        raise ScenarioError(
+            f"{reason} ({exc.msg} at column {exc.colno})", file=file, path=f"line {number}"
+        ) from None
+    if not isinstance(obj, dict):
+        raise ScenarioError("not a JSON object", file=file, path=f"line {number}")
+    return obj
+
+
+def json_file_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
+    """(line number, object) for each non-blank line of a JSON-lines file, read a line at a time
+    (the file is never held whole: at most `MAX_FILE_BYTES`), with a progress bar in bytes on a
+    terminal for a file of `PROGRESS_BYTES` or more."""
+    check_regular_file(path, what)
+    file = str(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
             raise ScenarioError(
-                f"{reason} ({exc.msg} at column {exc.colno})", file=file, path=f"line {number}"
-            ) from None
-        if not isinstance(obj, dict):
-            raise ScenarioError("not a JSON object", file=file, path=f"line {number}")
-        yield number, obj
+                f"{what} is {size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES / 2**20:.0f} MiB "
+                "expected",
+                file=file,
+            )
+        handle = path.open("rb")
+    except OSError as exc:
+        raise ScenarioError(f"cannot read {what}: {exc.strerror or exc}", file=file) from None
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", leave=False,
+        file=sys.stderr, disable=None if size >= PROGRESS_BYTES else True,
+    )  # fmt: skip
+    offset = 0
+    try:
+        with handle:
+            for number, raw in enumerate(handle, start=1):
+                if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                    raw, offset = raw[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
+                line = _decoded(raw, number, offset, file)
+                offset += len(raw)
+                if not number & 4095:
+                    bar.update(offset - bar.n)
+                if line.strip():
+                    yield number, _json_object(line, number, file)
+        bar.update(offset - bar.n)
+    except OSError as exc:
+        raise ScenarioError(f"cannot read {what}: {exc.strerror or exc}", file=file) from None
+    finally:
+        bar.close()
+
+
+def _decoded(raw: bytes, number: int, offset: int, file: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column {exc.start + 1} (byte offset "
+            f"{offset + exc.start}); save the file as UTF-8",
+            file=file,
+            path=f"line {number}",
+        ) from None
 
 
 def number(value: Any, what: str, *, file: str, at: str) -> float:

@@ -24,11 +24,10 @@ from sim.errors import ScenarioError
 from sim.measured.detect import wrong_tool
 from sim.measured.run import MeasuredRun, assemble
 from sim.measured.values import (
-    json_lines,
+    json_file_lines,
     latency,
     listing,
     mapping,
-    read_file,
     tokens,
     ttft_within_e2e,
     unix_seconds,
@@ -58,9 +57,9 @@ def _attributes(raw: Any, *, file: str, at: str) -> dict[str, Any]:
     return out
 
 
-def _spans(text: str, file: str) -> Any:
+def _spans(path: Path, file: str) -> Any:
     """(line number, resource attributes, scope name, span) of every span in the file."""
-    for number, export in json_lines(text, file):
+    for number, export in json_file_lines(path, "OTLP trace file"):
         at = f"line {number}"
         if "resourceSpans" not in export:
             raise ScenarioError(wrong_tool(export, "vllm_otlp"), file=file, path=at)
@@ -87,7 +86,6 @@ def _start_s(value: Any, *, file: str, at: str) -> float:
 def read_vllm_otlp(path: Path) -> MeasuredRun:
     """The `llm_request` spans of an OTLP JSON-lines file (see the module docstring)."""
     file = str(path)
-    text = read_file(path, "OTLP trace file")
     rows: dict[str, list[Any]] = {k: [] for k in ("arrival", "prompt", "output", "ttft", "e2e")}
     ids: list[str] = []
     records: list[str] = []
@@ -95,7 +93,7 @@ def read_vllm_otlp(path: Path) -> MeasuredRun:
     services: set[str] = set()
     scopes: set[str] = set()
     skipped = failed = 0
-    for number, res_attrs, scope, span in _spans(text, file):
+    for number, res_attrs, scope, span in _spans(path, file):
         if span.get("name") != SPAN_NAME:
             skipped += 1
             continue

@@ -260,9 +260,9 @@ class InstanceGroupSpec(_Strict):
     """`count` identical instances; unset fields take the scenario's top-level values."""
 
     name: str | None = None
-    # instances at the start, at least one; an autoscaled group with min 0 scales in to zero
-    # once idle (docs/autoscaling.md), and out again when requests wait at the gateway
-    count: int = Field(default=1, gt=0, le=MAX_INSTANCES)
+    # instances at the start; 0 only for an autoscaled group with min 0, which starts with none
+    # and scales out when the first request waits at the gateway (docs/autoscaling.md)
+    count: int = Field(default=1, ge=0, le=MAX_INSTANCES)
     hardware: HardwareSpec | None = None
     policy: PolicySpec | None = None
     profile: str | dict[str, Any] | None = None
@@ -273,6 +273,9 @@ class InstanceGroupSpec(_Strict):
     @model_validator(mode="after")
     def _count_in_range(self) -> InstanceGroupSpec:
         a = self.autoscale
+        if a is None and self.count == 0:
+            raise ValueError("count 0 starts a group with no instance: only an autoscaled group "
+                             "(autoscale.min 0) may start empty")  # fmt: skip
         if a is not None and not a.min <= self.count <= a.max:
             raise ValueError(
                 f"count ({self.count}) is outside autoscale's [min, max] = [{a.min}, {a.max}]"
@@ -325,6 +328,16 @@ class DisaggregationSpec(_Strict):
     prefill: PoolSpec
     decode: PoolSpec = PoolSpec(router="least_kv")
     link: LinkSpec = LinkSpec()
+
+    @model_validator(mode="after")
+    def _pools_start_serving(self) -> DisaggregationSpec:
+        # a request is checked against the decode pools' KV at its arrival: each pool starts
+        # with an instance (an autoscaled pool with min 0 may still scale in to zero)
+        for role, pool in (("prefill", self.prefill), ("decode", self.decode)):
+            if pool.count == 0:
+                raise ValueError(f"{role}.count: a P/D pool starts with at least one instance "
+                                 "(count 0 is for a cluster group)")  # fmt: skip
+        return self
 
 
 class Scenario(_Strict):

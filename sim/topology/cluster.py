@@ -70,6 +70,16 @@ class Cluster:
     # called with each instance launched during the run (the run's own hooks, e.g. sessions)
     on_launch: list[Callable[[Instance], None]] = field(default_factory=list)
 
+    # the first group's figures, for a fleet that starts with no instance
+    first_group: InstanceInfo | None = None
+
+    def reference(self) -> InstanceInfo:
+        """The first instance's figures (GPU, KV pool), or the first group's while none exists."""
+        if self.info:
+            return self.info[0]
+        assert self.first_group is not None
+        return self.first_group
+
     def each_instance(self, hook: Callable[[Instance], None]) -> None:
         """Apply `hook` to every instance, now and as they are launched."""
         for instance in self.instances:
@@ -224,7 +234,7 @@ class _Builder:
         group = self.resolved.groups[number]
         hw = group.hardware
         engines = hw.pipeline_parallel
-        bytes_per_token, moved_bytes_per_token, acceptance, proposer = self.groups[number]
+        _, moved_bytes_per_token, acceptance, proposer = self.groups[number]
         index = len(self.instances)
         pool = _make_pool(group, model, self.tiers, moved_bytes_per_token)
         policy = make_policy(
@@ -261,21 +271,31 @@ class _Builder:
             serves_from_s=spec.engine.cold_start_s if self.env.now == 0 else 0.0,
         )
         self.instances.append(instance)
-        self.info.append(
-            InstanceInfo(
-                index,
-                group.role,
-                group.name,
-                _label(hw),
-                pool.num_total,
-                pool.block_size,
-                "memory" if getattr(group.policy, "num_gpu_blocks", None) is None else "stated",
-                bytes_per_token,
-                hw.instance_peak_flops / engines,
-                hw.instance_hbm_bandwidth_bytes_per_s / engines,
-            )
-        )
+        self.info.append(self._describe(number, index, pool))
         return instance
+
+    def describe(self, number: int) -> InstanceInfo:
+        """What an engine of group `number` would be, without making one (index -1)."""
+        group = self.resolved.groups[number]
+        pool = _make_pool(group, self.resolved.spec.model, self.tiers, self.groups[number][1])
+        return self._describe(number, -1, pool)
+
+    def _describe(self, number: int, index: int, pool: KVPool) -> InstanceInfo:
+        group = self.resolved.groups[number]
+        hw = group.hardware
+        engines = hw.pipeline_parallel
+        return InstanceInfo(
+            index,
+            group.role,
+            group.name,
+            _label(hw),
+            pool.num_total,
+            pool.block_size,
+            "memory" if getattr(group.policy, "num_gpu_blocks", None) is None else "stated",
+            self.groups[number][0],
+            hw.instance_peak_flops / engines,
+            hw.instance_hbm_bandwidth_bytes_per_s / engines,
+        )
 
 
 def build_cluster(
@@ -307,6 +327,7 @@ def build_cluster(
         return instance
 
     fleet = _fleet(env, resolved, launch, instances, initial, log, requests)
+    first = builder.describe(0) if not instances else None  # a fleet that starts empty
 
     if spec.disaggregation is None:
         c = spec.cluster
@@ -337,7 +358,9 @@ def build_cluster(
                     fleet.observe(req)
                     gateway.dispatch(req)
 
-            return Cluster(instances, info, dispatch, fleet=fleet, on_launch=hooks)
+            return Cluster(
+                instances, info, dispatch, fleet=fleet, on_launch=hooks, first_group=first
+            )
 
         def dispatch_one(req: Request) -> None:
             instances[0].submit(req)
@@ -403,7 +426,9 @@ def build_cluster(
 
         fleet.on_ready = ready
         fleet.held = lambda: gateway.num_held
-    return Cluster(instances, info, dispatch_pd, link=link, fleet=fleet, on_launch=hooks)
+    return Cluster(
+        instances, info, dispatch_pd, link=link, fleet=fleet, on_launch=hooks, first_group=first
+    )
 
 
 def _fleet(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scenario_factory import scenario, trace
 
 from calibration.fit import fit, fit_form, nnls
 from calibration.raw import RAW_COLUMNS, StepTable, read_steps, write_raw
@@ -181,17 +182,9 @@ def test_fitted_profile_loads_and_drives_a_simulation(tmp_path: Path) -> None:
     assert profile.source == "measured" and profile.model_form == "extended"
     assert profile.provenance["device"] == {"name": "synthetic"}
     assert profile.fit is not None and profile.fit.num_points == len(shapes())
-    trace = tmp_path / "t.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,3\n")
-    scenario = {
-        "name": "t",
-        "workload": {"trace": {"path": str(trace), "format": "csv"}},
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": "prof/profile.yaml",
-        "policy": {"name": "continuous"},
-    }
-    results = simulate(load_scenario_dict(scenario, base_dir=tmp_path))
+    # seed 0 is the schema's default: the scenario sets none
+    fitted = scenario(seed=0, workload=trace(tmp_path, [(0, 100, 3)]), profile="prof/profile.yaml")
+    results = simulate(load_scenario_dict(fitted, base_dir=tmp_path))
     [ttft_s] = results.requests["ttft_s"].tolist()
     c = TRUE["extended"]
     prefill = c.t_mem_s + 100 * c.t_flop_s_per_token + 100 * 3e-7 + 100 * 100 * 2e-9

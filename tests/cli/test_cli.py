@@ -9,24 +9,19 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scenario_factory import poisson, scenario, static, uniform
 
 from sim.cli.main import main
 
-SCENARIO = {
-    "name": "clitest",
-    "seed": 1,
-    "workload": {
-        "num_requests": 60,
-        "arrival": {"process": "poisson", "rate": 3.0},
-        "prompt_tokens": {"dist": "fixed", "value": 64},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 40},
-    },
-    "model": "llama-3-8b",
-    "hardware": "h100-sxm",
-    "policy": {"name": "continuous"},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05},
-    "variants": {"static": {"policy": {"name": "static", "max_batch_size": 8}}, "cont": {}},
-}
+SCENARIO = scenario(
+    name="clitest",
+    workload=poisson(60, 3.0, 64, uniform(1, 40)),
+    model="llama-3-8b",
+    hardware="h100-sxm",
+    profile=None,
+    slo={"ttft_s": 0.5, "tpot_s": 0.05},
+    variants={"static": {"policy": static(max_batch_size=8)}, "cont": {}},
+)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import run, scenario, tiny_hardware, tiny_model
+from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.metrics.steps import expand_steps
 

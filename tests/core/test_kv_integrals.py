@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from helpers_cluster import run_with_cluster
-from helpers_sim import instruments_engine, scenario, tiny_hardware, tiny_model
+from helpers_sim import instruments_engine
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim.core.engine import Instance
 

@@ -13,16 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers_prefix import COEFFS, _content, check_pool, policies, shared_workloads
-from helpers_sim import (
-    observed_steps,
-    run,
-    run_arrays_with_instance,
-    scenario,
-    tiny_hardware,
-    tiny_model,
-)
+from helpers_sim import observed_steps, run_arrays_with_instance
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.core.kv.tiers import Tier, TierStack
 from sim.workload.arrays import Content

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scenario_factory import lognormal, scenario
 
 from sim import load_scenario_dict, simulate
 
@@ -43,16 +44,17 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
         if name == "continuous":
             policy["mode"] = rng.choice(["prefill_first", "mixed"])
             policy["max_num_batched_tokens"] = 2048
-    raw: dict[str, Any] = {
-        "name": "mixed",
-        "seed": rng.randint(0, 99),
-        "workload": {
+    # the keyword arguments are evaluated in order: seed, arrival rate, then memory draw from rng
+    raw = scenario(
+        name="mixed",
+        seed=rng.randint(0, 99),
+        workload={
             "num_requests": 120,
             "arrival": {"process": "gamma", "rate": rng.choice([2, 10, 40]), "cv": 2},
-            "prompt_tokens": {"dist": "lognormal", "median": 200, "sigma": 1.0, "max": 1500},
-            "output_tokens": {"dist": "lognormal", "median": 60, "sigma": 1.0, "max": 400},
+            "prompt_tokens": lognormal(200, 1.0, max=1500),
+            "output_tokens": lognormal(60, 1.0, max=400),
         },
-        "model": {
+        model={
             "name": "tiny",
             "num_parameters": 100_000_000,
             "num_layers": 4,
@@ -63,7 +65,7 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
             "max_model_len": 2048,
         },
         # weights take 200 MB: the rest (a few MB) is a KV pool small enough to preempt
-        "hardware": {
+        hardware={
             "name": "small",
             "memory_bytes": 10**9 + rng.choice([2, 8, 40]) * 10**6,
             "hbm_bandwidth_bytes_per_s": 1e11,
@@ -71,9 +73,10 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
             "activation_reserve_bytes": 8 * 10**8,
             "gpu_memory_utilization": 1.0,
         },
-        "policy": policy,
-        "slo": {"ttft_s": 1.0, "tpot_s": 0.1},
-    }
+        policy=policy,
+        profile=None,
+        slo={"ttft_s": 1.0, "tpot_s": 0.1},
+    )
     topology = rng.choice(["single", "cluster"] + (["pd"] if name != "static" else []))
     if topology == "cluster":
         router = rng.choice(["round_robin", "least_kv", "least_outstanding_tokens", "random"])

@@ -22,14 +22,10 @@ from helpers_prefix import (
     run_checked,
     shared_workloads,
 )
-from helpers_sim import (
-    observed_steps,
-    scenario,
-    tiny_hardware,
-    tiny_model,
-)
+from helpers_sim import observed_steps
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict, simulate
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers_sim import run_arrays_with_instance, scenario, tiny_hardware, tiny_model
+from helpers_sim import run_arrays_with_instance
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim.core.kv.pool import KVPool
 from sim.core.request import Request

@@ -22,15 +22,10 @@ from typing import Any
 
 import numpy as np
 from helpers_prefix import run_checked, shared_workloads
-from helpers_sim import (
-    observed_steps,
-    run_arrays_with_instance,
-    scenario,
-    tiny_hardware,
-    tiny_model,
-)
+from helpers_sim import observed_steps, run_arrays_with_instance
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim.core.engine import Instance
 from sim.core.run import Run

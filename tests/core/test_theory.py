@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 import pytest
-from helpers_sim import run, scenario, service_time_batch1
+from helpers_sim import service_time_batch1
+from scenario_factory import run, scenario
 
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from scenario_factory import continuous, poisson, scenario, uniform
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.costs.catalog import (
@@ -200,19 +201,15 @@ def test_tensor_parallel_roofline_by_hand() -> None:
     assert one.t_mem_s == 8_030_261_248 * 2 / (3.35e12 * ROOFLINE_MEM_EFFICIENCY) + HOST_STEP_S
 
 
-SCENARIO: dict[str, Any] = {
-    "name": "tp",
-    "seed": 5,
-    "workload": {
-        "num_requests": 50,
-        "arrival": {"process": "poisson", "rate": 4.0},
-        "prompt_tokens": {"dist": "uniform", "low": 100, "high": 1000},
-        "output_tokens": {"dist": "uniform", "low": 10, "high": 100},
-    },
-    "model": "llama-3-70b",
-    "hardware": {"name": "h100-sxm", "tensor_parallel": 4},
-    "policy": {"name": "continuous", "max_num_seqs": 32},
-}
+SCENARIO: dict[str, Any] = scenario(
+    name="tp",
+    seed=5,
+    workload=poisson(50, 4.0, uniform(100, 1000), uniform(10, 100)),
+    model="llama-3-70b",
+    hardware={"name": "h100-sxm", "tensor_parallel": 4},
+    policy=continuous(max_num_seqs=32),
+    profile=None,
+)
 
 
 def test_llama3_70b_on_four_h100_simulates() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from helpers_scenario import run, scenario
+from scenario_factory import UNIT, run, unit_trace
 
 from sim import ScenarioError, load_scenario_dict
 from sim.scenario.engine_preset import PRESETS_DIR, shipped_presets
@@ -30,11 +30,11 @@ ROWS = [(0.0, 300, 12), (0.004, 80, 30), (0.013, 500, 5), (0.021, 40, 17), (0.09
 
 
 def raw(tmp_path: Path, rows: list[tuple[float, int, int]], **engine: Any) -> dict[str, Any]:
-    return scenario(tmp_path, rows, dict(POLICY), profile=copy.deepcopy(PROFILE), engine=engine)
+    return unit_trace(tmp_path, rows, dict(POLICY), profile=copy.deepcopy(PROFILE), engine=engine)
 
 
 def requests(raw_scenario: dict[str, Any], tmp_path: Path) -> pd.DataFrame:
-    return next(iter(run(raw_scenario, tmp_path).variants.values())).requests
+    return run(raw_scenario, tmp_path).requests
 
 
 def test_frontend_s_adds_exactly_to_a_lone_requests_ttft_not_to_its_tpot(tmp_path: Path) -> None:
@@ -76,7 +76,6 @@ def test_frontend_s_on_a_cluster_delays_each_request_by_exactly_that(tmp_path: P
     assert delayed["tpot_s"].tolist() == pytest.approx(plain["tpot_s"].tolist(), abs=1e-12)
 
 
-UNIT = {"coefficients": {"t_mem_s": 1.0, "t_flop_s_per_token": 0.0}}  # every step 1 s
 
 
 @pytest.mark.parametrize("cluster", [None, {"router": "round_robin", "instances": [{"count": 2}]}])
@@ -89,7 +88,7 @@ def test_cold_start_holds_the_first_requests_and_nothing_after(
     rows = [(0.0, 4, 2), (1.0, 4, 2), (10.0, 4, 2)]
 
     def case(cold: float) -> pd.DataFrame:
-        out = scenario(tmp_path, rows, dict(POLICY), profile=copy.deepcopy(UNIT),
+        out = unit_trace(tmp_path, rows, dict(POLICY), profile=copy.deepcopy(UNIT),
                        engine={"cold_start_s": cold})
         return requests({**out, "cluster": cluster} if cluster else out, tmp_path)
 
@@ -105,8 +104,8 @@ def test_gpu_time_scale_halves_every_step(tmp_path: Path) -> None:
     rows = [(0.0, p, o) for _, p, o in ROWS]
     full = run(raw(tmp_path, rows), tmp_path)
     half = run(raw(tmp_path, rows, pricing={"gpu_time_scale": 0.5}), tmp_path)
-    a = next(iter(full.variants.values())).steps
-    b = next(iter(half.variants.values())).steps
+    a = full.steps
+    b = half.steps
     assert len(a) == len(b) > 5
     for column in ("duration_s", "duration_increment_s", "start_s", "end_s"):
         assert b[column].to_numpy() == pytest.approx(0.5 * a[column].to_numpy(), abs=1e-12)

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 import pytest
+from scenario_factory import continuous, poisson, scenario, uniform
 
 import sim
 from sim.costs.catalog import HARDWARE, HardwareSpec
@@ -48,25 +49,25 @@ def test_price_and_power_are_overridable_and_checked() -> None:
         HardwareSpec.model_validate({"name": "a100-80g", "idle_w": 500})
 
 
-def scenario(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "fleet",
-        "seed": 4,
-        "workload": {
-            "num_requests": 200,
-            "arrival": {"process": "poisson", "rate": 8.0},
-            "prompt_tokens": {"dist": "uniform", "low": 50, "high": 400},
-            "output_tokens": {"dist": "uniform", "low": 5, "high": 80},
-        },
-        "model": "llama-3-8b",
-        "hardware": {"name": "h100-sxm", "tensor_parallel": 2, "usd_per_gpu_hour": 3.0},
-        "policy": {"name": "continuous", "max_num_seqs": 32},
-        **extra,
-    }
+def fleet_scenario(**extra: Any) -> dict[str, Any]:
+    """Llama-3-8B on priced H100 pairs; `extra` sets (or replaces) top-level keys."""
+    raw = scenario(
+        name="fleet",
+        seed=4,
+        workload=poisson(200, 8.0, uniform(50, 400), uniform(5, 80)),
+        model="llama-3-8b",
+        hardware={"name": "h100-sxm", "tensor_parallel": 2, "usd_per_gpu_hour": 3.0},
+        policy=continuous(max_num_seqs=32),
+        profile=None,
+    )
+    raw.update(extra)
+    return raw
 
 
 def test_fleet_metrics_follow_the_stated_model() -> None:
-    raw = scenario(cluster={"instances": [{"count": 2}, {"count": 1, "hardware": "a100-80g"}]})
+    raw = fleet_scenario(
+        cluster={"instances": [{"count": 2}, {"count": 1, "hardware": "a100-80g"}]}
+    )
     variant = sim.simulate(raw)["default"]
     s = variant.summary()
     assert s["num_gpus"] == 2 * 2 + 1
@@ -89,7 +90,7 @@ def test_fleet_metrics_follow_the_stated_model() -> None:
 
 
 def test_disaggregated_pools_are_both_priced() -> None:
-    raw = scenario(
+    raw = fleet_scenario(
         disaggregation={"prefill": {"count": 1}, "decode": {"count": 2, "hardware": "a100-80g"}}
     )
     s = sim.simulate(raw)["default"].summary()
@@ -104,15 +105,15 @@ def test_a_gpu_without_a_price_has_no_fleet_cost_but_still_runs() -> None:
         "hbm_bandwidth_bytes_per_s": 2e12,
         "peak_flops": 3e14,
     }
-    s = sim.simulate(scenario(hardware=gpu))["default"].summary()
+    s = sim.simulate(fleet_scenario(hardware=gpu))["default"].summary()
     assert s["num_gpus"] == 1 and math.isnan(s["usd_per_million_output_tokens"])
     assert set(FLEET_METRICS) <= set(s)
-    priced = sim.simulate(scenario(hardware={**gpu, "usd_per_gpu_hour": 1.0, "tdp_w": 300}))
+    priced = sim.simulate(fleet_scenario(hardware={**gpu, "usd_per_gpu_hour": 1.0, "tdp_w": 300}))
     assert priced["default"].summary()["fleet_usd_per_hour"] == 1.0
 
 
 def test_bad_figures_are_one_line_errors() -> None:
     with pytest.raises(ScenarioError, match=r"hardware: idle_w \(900\) cannot exceed tdp_w"):
-        sim.load_scenario_dict(scenario(hardware={"name": "h200", "idle_w": 900}))
+        sim.load_scenario_dict(fleet_scenario(hardware={"name": "h200", "idle_w": 900}))
     with pytest.raises(ScenarioError, match=r"hardware\.usd_per_gpu_hour"):
-        sim.load_scenario_dict(scenario(hardware={"name": "h200", "usd_per_gpu_hour": -1}))
+        sim.load_scenario_dict(fleet_scenario(hardware={"name": "h200", "usd_per_gpu_hour": -1}))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scenario_factory import chunked, lognormal, poisson, scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.core.plan import StepFeatures
@@ -136,21 +137,15 @@ def test_knobs_are_off_by_default_and_merge_scenario_over_profile() -> None:
         PricingSpec(cuda_graph_capture_sizes=[])
 
 
-def scenario(**engine: Any) -> dict[str, Any]:
-    return {
-        "name": "t",
-        "seed": 5,
-        "workload": {
-            "num_requests": 120,
-            "arrival": {"process": "poisson", "rate": 8.0},
-            "prompt_tokens": {"dist": "lognormal", "median": 300, "sigma": 0.8, "max": 2000},
-            "output_tokens": {"dist": "lognormal", "median": 100, "sigma": 0.8, "max": 800},
-        },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "policy": {"name": "chunked", "max_num_batched_tokens": 512},
-        "engine": engine,
-    }
+def knob_scenario(**engine: Any) -> dict[str, Any]:
+    """Chunked prefill on the model's own pricing; `engine` is the scenario's engine block."""
+    return scenario(
+        seed=5,
+        workload=poisson(120, 8.0, lognormal(300, 0.8, 2000), lognormal(100, 0.8, 800)),
+        policy=chunked(max_num_batched_tokens=512),
+        profile=None,
+        engine=engine,
+    )
 
 
 def test_knobs_from_the_scenario_change_times_and_keep_runs_exact() -> None:
@@ -159,9 +154,9 @@ def test_knobs_from_the_scenario_change_times_and_keep_runs_exact() -> None:
         "pad_tokens_to": 16,
         "cpu_overhead": {"per_step_s": 0.012, "per_seq_s": 2e-5, "overlap": True},
     }
-    plain = simulate(load_scenario_dict(scenario()))["default"]
-    fast = simulate(load_scenario_dict(scenario(pricing=pricing)))["default"]
-    slow_raw = scenario(pricing=pricing, coalesce_decode_steps=False)
+    plain = simulate(load_scenario_dict(knob_scenario()))["default"]
+    fast = simulate(load_scenario_dict(knob_scenario(pricing=pricing)))["default"]
+    slow_raw = knob_scenario(pricing=pricing, coalesce_decode_steps=False)
     slow = simulate(load_scenario_dict(slow_raw))["default"]
     assert fast.summary()["tpot_p50_s"] > plain.summary()["tpot_p50_s"]
     for col in ("first_token_s", "finish_s", "max_itl_s"):
@@ -180,5 +175,5 @@ def test_knobs_from_the_scenario_change_times_and_keep_runs_exact() -> None:
 
 def test_bad_pricing_is_a_scenario_error() -> None:
     with pytest.raises(ScenarioError) as info:
-        load_scenario_dict(scenario(pricing={"pad_tokens_to": 0}))
+        load_scenario_dict(knob_scenario(pricing={"pad_tokens_to": 0}))
     assert info.value.path == "engine.pricing.pad_tokens_to"

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scenario_factory import scenario, trace
 
 from calibration.raw import write_raw
 from calibration.table_from_raw import table_from_raw
@@ -214,17 +215,13 @@ def test_profile_import_command_and_a_simulation(vidur_tree: Path, tmp_path: Pat
         main(["profile", "import", str(vidur_tree), "--out", str(out), "--hardware", "h100-sxm"])
         == 0
     )
-    trace = tmp_path / "t.csv"
-    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,100,20\n0.01,200,20\n")
-    scenario = {
-        "name": "t",
-        "workload": {"trace": {"path": str(trace), "format": "csv"}},
-        "model": "llama-2-7b",
-        "hardware": "h100-sxm",
-        "profile": str(out / "llama-2-7b_h100-sxm.yaml"),
-        "policy": {"name": "continuous"},
-    }
-    res = simulate(load_scenario_dict(scenario, base_dir=tmp_path))
+    imported = scenario(
+        seed=0,  # the schema's default: the scenario sets none
+        workload=trace(tmp_path, [(0, 100, 20), (0.01, 200, 20)]),
+        hardware="h100-sxm",
+        profile=str(out / "llama-2-7b_h100-sxm.yaml"),
+    )
+    res = simulate(load_scenario_dict(imported, base_dir=tmp_path))
     assert res.requests["finish_s"].notna().all()
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import yaml
-from helpers_sim import run, scenario
+from scenario_factory import run, scenario
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.step_events import (

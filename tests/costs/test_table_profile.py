@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers_sim import run_arrays_with_instance
+from scenario_factory import lognormal, poisson, scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.core.plan import StepFeatures
@@ -234,22 +235,15 @@ def test_profile_file_round_trip_and_schema_errors(tmp_path: Path) -> None:
 # -- whole runs: coalesced runs equal the steps run one by one ------------------------------
 
 
-def scenario(policy: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        "name": "t",
-        "seed": 3,
-        "workload": {
-            "num_requests": 150,
-            "arrival": {"process": "poisson", "rate": 12.0},
-            "prompt_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.8, "max": 2000},
-            "output_tokens": {"dist": "lognormal", "median": 80, "sigma": 0.8, "max": 600},
-        },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": table_profile_dict(),
-        "policy": policy,
-        "variants": {"coalesced": {}, "stepwise": {"engine": {"coalesce_decode_steps": False}}},
-    }
+def table_scenario(policy: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """`policy` on the table profile, run coalesced and step by step."""
+    raw = scenario(
+        seed=3,
+        workload=poisson(150, 12.0, lognormal(200, 0.8, 2000), lognormal(80, 0.8, 600)),
+        profile=table_profile_dict(),
+        policy=policy,
+        variants={"coalesced": {}, "stepwise": {"engine": {"coalesce_decode_steps": False}}},
+    )
     raw.update(extra)
     return raw
 
@@ -264,7 +258,7 @@ POLICIES = {
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_coalesced_runs_with_a_table_profile_equal_stepping(policy: str) -> None:
-    res = simulate(load_scenario_dict(scenario(POLICIES[policy])))
+    res = simulate(load_scenario_dict(table_scenario(POLICIES[policy])))
     fast, slow = res["coalesced"], res["stepwise"]
     assert (fast.steps["num_steps"] > 1).any()
     for col in ("first_token_s", "finish_s", "max_itl_s"):
@@ -278,7 +272,7 @@ def test_coalesced_runs_with_a_table_profile_equal_stepping(policy: str) -> None
 
 
 def test_extrapolated_runs_are_counted_by_the_instance_cost_model() -> None:
-    raw = scenario(POLICIES["continuous"])
+    raw = table_scenario(POLICIES["continuous"])
     del raw["variants"]
     # 40 requests at once: batches above the grid's 32 are priced by the fitted form
     res, instance = run_arrays_with_instance(raw, [0.0] * 40, [100] * 40, [50] * 40)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from scenario_factory import continuous, poisson, scenario, uniform
 
 import sim
 from sim.cli.main import main
@@ -56,19 +57,13 @@ def test_nothing_is_made_up_for_an_empty_row() -> None:
     assert "completed" not in bench_summary({"requests_per_s": 1.0, "duration_s": math.nan})
 
 
-SCENARIO = {
-    "name": "bench",
-    "seed": 2,
-    "workload": {
-        "num_requests": 60,
-        "arrival": {"process": "poisson", "rate": 6.0},
-        "prompt_tokens": {"dist": "uniform", "low": 20, "high": 600},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 60},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
-}
+SCENARIO = scenario(
+    name="bench",
+    seed=2,
+    workload=poisson(60, 6.0, uniform(20, 600), uniform(1, 60)),
+    policy=continuous(max_num_seqs=8, max_num_batched_tokens=1024),
+    profile=None,
+)
 
 
 def test_values_match_the_requests_table_in_milliseconds(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from scenario_factory import continuous, scenario, uniform
 
 import sim
 from sim.cli import export as export_cli
@@ -100,20 +101,19 @@ def test_the_cli_knows_every_format() -> None:
     assert export_cli.FORMAT_CHOICES == wx.FORMATS == tuple(wx.WRITERS)
 
 
-SCENARIO = {
-    "name": "rt",
-    "seed": 5,
-    "workload": {
+SCENARIO = scenario(
+    name="rt",
+    seed=5,
+    workload={
         "num_requests": 40,
         "arrival": {"process": "constant", "rate": 4.0},
-        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 900},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 40},
+        "prompt_tokens": uniform(10, 900),
+        "output_tokens": uniform(1, 40),
         "output_prediction_sigma": 0.0,
     },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 1024},
-}
+    policy=continuous(max_num_seqs=8, max_num_batched_tokens=1024),
+    profile=None,
+)
 
 
 @pytest.mark.parametrize(("fmt", "trace_format"), [("csv", "csv"), ("mooncake", "mooncake")])

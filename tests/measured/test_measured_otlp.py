@@ -146,3 +146,64 @@ def test_detection_names_the_known_formats_when_it_cannot_tell(tmp_path: Path) -
         read_measured(path)
     for fmt in FORMATS:
         assert fmt in info.value.message()
+
+
+# -- reading a line at a time -----------------------------------------------------------------
+
+
+def test_a_span_file_is_read_a_line_at_a_time_never_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "spans.jsonl"
+    lines = [export(span(T0 + i * 10**8, rid=f"r{i}")) for i in range(50)]
+    path.write_text("\ufeff" + "\n".join(lines) + "\n\n")  # a BOM, a blank line at the end
+    whole = read_measured(path, "vllm_otlp")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the whole file was read")
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "read_text", refuse)
+    again = read_measured(path, "vllm_otlp")
+    assert len(again) == len(whole) == 50
+    for column in ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "e2e_s"):
+        assert np.array_equal(getattr(again, column), getattr(whole, column))
+    assert list(again.request_id) == [f"r{i}" for i in range(50)]
+
+
+def test_a_large_span_file_shows_its_progress_in_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tqdm
+
+    from sim.measured import values
+
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(export(span(T0 + i * 10**8, rid=f"r{i}")) for i in range(20)))
+    bars: list[Any] = []
+    real = tqdm.tqdm
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        bars.append(real(*args, **{**kwargs, "disable": False}))
+        bars.append(kwargs)
+        return bars[-2]
+
+    monkeypatch.setattr(tqdm, "tqdm", watched)
+    monkeypatch.setattr(values, "PROGRESS_BYTES", 1 << 30)
+    read_measured(path, "vllm_otlp")
+    assert bars[1]["disable"] is True  # a small file: no bar
+    monkeypatch.setattr(values, "PROGRESS_BYTES", 1)
+    read_measured(path, "vllm_otlp")
+    bar, kwargs = bars[2], bars[3]
+    assert kwargs["disable"] is None  # shown on a terminal
+    assert kwargs["total"] == path.stat().st_size == bar.n  # every byte counted
+
+
+def test_a_bad_byte_is_located_by_line_column_and_offset(tmp_path: Path) -> None:
+    path = tmp_path / "spans.jsonl"
+    first = export(span(T0)).encode()
+    path.write_bytes(first + b"\n" + b'{"resourceSpans": "\xff"}\n')
+    with pytest.raises(ScenarioError) as err:
+        read_measured(path, "vllm_otlp")
+    assert err.value.path == "line 2"
+    assert f"byte 0xff at column 20 (byte offset {len(first) + 1 + 19})" in str(err.value)

@@ -8,9 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import run as run_scenario
-from helpers_sim import scenario
 from helpers_tables import NAN, REQUESTS, make_context, make_itl, make_requests, make_steps
+from scenario_factory import run as run_scenario
+from scenario_factory import scenario
 
 from sim.metrics import percentiles
 from sim.metrics.instances import stall_summary

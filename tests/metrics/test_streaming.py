@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers_sim import scenario, tiny_hardware, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict, simulate
 from sim.cli.main import main

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers_sim import run, tiny_scenario
+from scenario_factory import run, tiny_scenario
 
 from sim.errors import ScenarioError
 from sim.scenario.load import load_scenario_dict

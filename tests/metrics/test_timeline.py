@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_sim import scenario, tiny_hardware, tiny_model
 from helpers_tables import make_context, make_requests
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 import sim.metrics.timeline as tl
 from sim import load_scenario_dict, simulate

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from factories import make_continuous, make_requests, step, tokens
-from helpers_scenario import run, scenario
+from scenario_factory import run, unit_trace
 
 from sim.metrics.steps import expand_steps
 
@@ -63,7 +63,7 @@ def expected_stall(mode: str, prompt: int, budget: int) -> float:
 
 def stall_run(tmp_path: Path, policy: dict, prompt: int) -> dict[str, float]:
     rows = [(0.0, P0, O0), (ARRIVAL, prompt, 1)]
-    res = run(scenario(tmp_path, rows, policy, profile=PROFILE, model="llama-3-8b"))["default"]
+    res = run(unit_trace(tmp_path, rows, policy, profile=PROFILE, model="llama-3-8b"))
     req = res.requests.set_index("id")
     assert req["finish_s"].notna().all()
     summary = res.summary()
@@ -123,7 +123,7 @@ def test_chunked_schedule_by_hand_matches_the_policy() -> None:
 
 
 def test_chunked_schedule_through_the_simulator(tmp_path: Path) -> None:
-    res = run(scenario(tmp_path, ROWS, POLICY))["default"]  # unit profile: every step 1 s
+    res = run(unit_trace(tmp_path, ROWS, POLICY))  # unit profile: every step 1 s
     steps = res.steps
     assert steps["start_s"].tolist() == [0.0, 1.0, 2.0, 3.0]
     assert steps["num_steps"].tolist() == [1, 1, 1, 1]
@@ -140,7 +140,7 @@ def test_chunked_schedule_through_the_simulator(tmp_path: Path) -> None:
 
 
 def test_chunked_attention_term_prices_each_chunk_against_its_context(tmp_path: Path) -> None:
-    res = run(scenario(tmp_path, ROWS[:2], POLICY, profile=PROFILE))["default"]
+    res = run(unit_trace(tmp_path, ROWS[:2], POLICY, profile=PROFILE))
     steps = res.steps
     assert steps["num_steps"].tolist() == [1, 1, 1, 1]
     durations = steps["duration_s"].tolist()
@@ -153,7 +153,7 @@ def test_chunked_attention_term_prices_each_chunk_against_its_context(tmp_path: 
 
 def test_prompts_over_the_budget_are_chunked_not_rejected(tmp_path: Path) -> None:
     rows = [(0.0, 20, 2), (0.0, 4, 2)]
-    chunked = run(scenario(tmp_path, rows, {**POLICY}))["default"]
+    chunked = run(unit_trace(tmp_path, rows, {**POLICY}))
     assert chunked.summary()["num_rejected"] == 0
     steps = expand_steps(chunked.steps)
     assert steps["num_prefill_tokens"].tolist()[:3] == [8, 8, 8]  # 8, 8, then 4 + r1's 4
@@ -161,7 +161,7 @@ def test_prompts_over_the_budget_are_chunked_not_rejected(tmp_path: Path) -> Non
     req = chunked.requests.set_index("id")
     assert req.loc[0, "first_token_s"] == 3.0 and req.loc[1, "first_token_s"] == 3.0
     cont = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 8, "block_size": 4}
-    rejected = run(scenario(tmp_path, rows, cont))["default"]
+    rejected = run(unit_trace(tmp_path, rows, cont))
     req = rejected.requests.set_index("id")
     assert req["rejected"].tolist() == [True, False]
     assert rejected.summary()["num_rejected"] == 1

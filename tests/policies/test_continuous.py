@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from factories import make_continuous, make_requests, step, tokens
+from scenario_factory import continuous, fixed, scenario
 
 from sim import load_scenario_dict, simulate
 from sim.core.request import Request
@@ -41,18 +42,17 @@ def test_mixed_mode_runs_decodes_and_prefills_in_one_step() -> None:
 def test_without_a_token_budget_whole_prompts_join_any_step() -> None:
     # Orca-style mixed batching (max_num_batched_tokens: null): every waiting prompt that has
     # a seat and blocks joins the step, however many tokens that makes
-    raw = {
-        "name": "t",
-        "seed": 1,
-        "workload": {"num_requests": 3, "arrival": {"process": "constant", "rate": 1000.0},
-                     "prompt_tokens": {"dist": "fixed", "value": 3000},
-                     "output_tokens": {"dist": "fixed", "value": 4}},
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "policy": {"name": "continuous", "mode": "mixed", "max_num_batched_tokens": None,
-                   "max_num_seqs": 8},
-        "variants": {"budget": {"policy": {"max_num_batched_tokens": 2048}}, "none": {}},
-    }  # fmt: skip
+    raw = scenario(
+        workload={
+            "num_requests": 3,
+            "arrival": {"process": "constant", "rate": 1000.0},
+            "prompt_tokens": fixed(3000),
+            "output_tokens": fixed(4),
+        },
+        policy=continuous(mode="mixed", max_num_batched_tokens=None, max_num_seqs=8),
+        profile=None,
+        variants={"budget": {"policy": {"max_num_batched_tokens": 2048}}, "none": {}},
+    )
     res = simulate(load_scenario_dict(raw))
     budget, none = res["budget"], res["none"]
     # with a budget the 3000-token prompts cannot run unchunked: rejected

@@ -12,15 +12,10 @@ from collections import Counter
 import numpy as np
 import pytest
 from factories import make_continuous, make_requests, step, tokens
-from helpers_sim import (
-    TINY_KV_BYTES_PER_TOKEN,
-    observed_steps,
-    run_arrays,
-    run_arrays_with_instance,
-    tiny_scenario,
-)
+from helpers_sim import observed_steps, run_arrays, run_arrays_with_instance
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
+from scenario_factory import TINY_KV_BYTES_PER_TOKEN, tiny_scenario
 
 from sim.core.engine import KVSpec
 from sim.core.kv.pool import KVPool

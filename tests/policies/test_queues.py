@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers_sim import run_arrays, tiny_scenario
+from helpers_sim import run_arrays
+from scenario_factory import tiny_scenario
 
 from sim.core.request import Request
 from sim.policies.queues import make_queue

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from factories import make_continuous, make_requests, step
-from helpers_sim import run_arrays, scenario, tiny_hardware, tiny_model, tiny_scenario
+from helpers_sim import run_arrays
+from scenario_factory import scenario, tiny_hardware, tiny_model, tiny_scenario
 
 
 def test_contiguous_modes_reserve_at_admission():

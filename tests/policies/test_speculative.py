@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from factories import make_continuous, make_requests, step, tokens
 from helpers_cluster import pd_scenario, run_with_cluster
-from helpers_sim import run, scenario, tiny_hardware, tiny_model
+from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.core.acceptance import AcceptanceSampler, expected_emitted, thresholds
 from sim.costs.proposal import ProposalCost

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
+from scenario_factory import scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.run_report import rejection_check
@@ -167,8 +168,7 @@ def test_the_guard_refuses_the_issue_cases_at_load(machine_16gib: None) -> None:
         ({"num_requests": 10, **SYNTHETIC, "shared_prefix": SYSTEM_PROMPT_2_31},
          "workload.shared_prefix.length"),
     ):  # fmt: skip
-        raw = {"name": "big", "model": "llama-2-7b", "hardware": "a100-80g",
-               "policy": {"name": "continuous"}, "workload": workload}  # fmt: skip
+        raw = scenario(name="big", seed=0, workload=workload, profile=None)
         with pytest.raises(ScenarioError) as info:
             load_scenario_dict(raw)
         assert info.value.path == key
@@ -374,9 +374,12 @@ def test_every_priced_step_takes_time(
 
 def test_long_prompts_drop_that_drops_everything_is_refused(tmp_path: Path) -> None:
     (tmp_path / "t.csv").write_text("arrival_s,prompt_tokens,output_tokens\n0,5000,1\n1,4096,1\n")
-    raw = {"name": "drop", "model": "llama-2-7b", "hardware": "a100-80g",
-           "policy": {"name": "continuous"},
-           "workload": {"trace": {"path": str(tmp_path / "t.csv"), "long_prompts": "drop"}}}
+    raw = scenario(
+        name="drop",
+        seed=0,
+        workload={"trace": {"path": str(tmp_path / "t.csv"), "long_prompts": "drop"}},
+        profile=None,
+    )
     for tables in (True, False):
         results = simulate(load_scenario_dict(raw), tables=tables)
         with pytest.raises(ScenarioError) as info:

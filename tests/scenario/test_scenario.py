@@ -7,23 +7,18 @@ from typing import Any
 
 import pytest
 import yaml
+from scenario_factory import continuous, poisson, scenario, uniform
 
 from sim import ScenarioError, load_scenario, load_scenario_dict, simulate
 from sim.scenario.load import merge
 
-BASE: dict[str, Any] = {
-    "name": "s",
-    "seed": 3,
-    "workload": {
-        "num_requests": 50,
-        "arrival": {"process": "poisson", "rate": 2.0},
-        "prompt_tokens": {"dist": "uniform", "low": 10, "high": 100},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 50},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 16},
-}
+BASE: dict[str, Any] = scenario(
+    name="s",
+    seed=3,
+    workload=poisson(50, 2.0, uniform(10, 100), uniform(1, 50)),
+    policy=continuous(max_num_seqs=16),
+    profile=None,
+)
 
 
 def write(tmp_path: Path, raw: dict[str, Any]) -> Path:

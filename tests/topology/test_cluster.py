@@ -19,7 +19,7 @@ from helpers_cluster import (
     check_invariants,
     run_with_cluster,
 )
-from helpers_sim import run, scenario, tiny_hardware, tiny_model
+from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim import simulate
 from sim.errors import ScenarioError

@@ -18,9 +18,7 @@ from helpers_cluster import (
     pd_scenario,
     run_with_cluster,
 )
-from helpers_scenario import UNIT_PROFILE
-from helpers_scenario import scenario as trace_scenario
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from scenario_factory import UNIT, scenario, tiny_hardware, tiny_model, unit_trace
 
 from sim import load_scenario_dict, simulate
 from sim.costs.catalog import MODELS
@@ -39,7 +37,7 @@ def disagg(link: dict[str, Any] | None = None, **pools: Any) -> dict[str, Any]:
 
 
 def run_trace(tmp_path: Path, rows: list[tuple[float, int, int]], d: dict[str, Any]) -> Any:
-    raw = trace_scenario(tmp_path, rows, CONT, disaggregation=d)
+    raw = unit_trace(tmp_path, rows, CONT, disaggregation=d)
     res = simulate(load_scenario_dict(raw, base_dir=tmp_path))["default"]
     return res, res.requests.set_index("id")
 
@@ -129,7 +127,7 @@ def tiny_disagg(decode_kv_tokens: int, **extra: Any) -> dict[str, Any]:
         },
         model=tiny_model(),
         hardware=tiny_hardware(10_000),
-        profile=UNIT_PROFILE,
+        profile=UNIT,
         disaggregation=disagg(
             {"bandwidth_gb_per_s": 1e-9, "latency_s": 0.0},  # 1 byte/s: 2 s per token of KV
             decode={"hardware": tiny_hardware(decode_kv_tokens)},

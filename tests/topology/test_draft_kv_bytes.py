@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from helpers_sim import run, scenario
+from scenario_factory import run, scenario
 
 from sim.costs.catalog import HARDWARE, MODELS, kv_bytes_per_token_on
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from scenario_factory import chunked, lognormal, scenario
 
 from sim.errors import ScenarioError
 from sim.scenario.load import load_scenario_dict
@@ -19,7 +20,9 @@ from sim.simulate import simulate
 PROVISIONING = {"scheduling_s": 5.0, "load_bandwidth_gb_per_s": 4.0, "warmup_s": 10.0}
 
 
-def scenario(autoscale: dict[str, Any] | None, count: int = 1, **workload: Any) -> dict[str, Any]:
+def fleet_scenario(
+    autoscale: dict[str, Any] | None, count: int = 1, **workload: Any
+) -> dict[str, Any]:
     group: dict[str, Any] = {"count": count}
     if autoscale is not None:
         group["autoscale"] = {"provisioning": PROVISIONING, **autoscale}
@@ -28,21 +31,22 @@ def scenario(autoscale: dict[str, Any] | None, count: int = 1, **workload: Any) 
         {"process": "profile", "rate": {"shape": "ramp", "from_rate": 1, "to_rate": 14,
                                         "over_s": 240}},
     )  # fmt: skip
-    return {
-        "name": "fleet",
-        "seed": 3,
-        "workload": {
+    return scenario(
+        name="fleet",
+        seed=3,
+        workload={
             "duration_s": workload.pop("duration_s", 420),
             "arrival": arrival,
-            "prompt_tokens": {"dist": "lognormal", "median": 400, "sigma": 0.5, "max": 2048},
-            "output_tokens": {"dist": "lognormal", "median": 120, "sigma": 0.5, "max": 512},
+            "prompt_tokens": lognormal(400, 0.5, max=2048),
+            "output_tokens": lognormal(120, 0.5, max=512),
         },
-        "model": "llama-3-8b",
-        "hardware": "h100-sxm",
-        "policy": {"name": "chunked", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
-        "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
-        "cluster": {"router": "least_outstanding_tokens", "instances": [group]},
-    }
+        model="llama-3-8b",
+        hardware="h100-sxm",
+        policy=chunked(max_num_seqs=64, max_num_batched_tokens=2048),
+        profile=None,
+        slo={"ttft_s": 1.0, "tpot_s": 0.05},
+        cluster={"router": "least_outstanding_tokens", "instances": [group]},
+    )
 
 
 RUNNING = {
@@ -57,11 +61,11 @@ def run(doc: dict[str, Any], tables: bool = True) -> Any:
 
 @pytest.fixture(scope="module")
 def ramp() -> Any:
-    return run(scenario(RUNNING))
+    return run(fleet_scenario(RUNNING))
 
 
 def resolved() -> Any:
-    return load_scenario_dict(scenario(RUNNING)).variants[0].spec
+    return load_scenario_dict(fleet_scenario(RUNNING)).variants[0].spec
 
 
 def weight_bytes() -> float:
@@ -133,8 +137,8 @@ def test_a_fleet_that_cannot_change_runs_as_a_fixed_one() -> None:
     """Pinned to its count, an autoscaled group serves the same schedule as a fixed one, record
     for record: the controller reads queues without applying the steps in flight, so its reads
     split no run (the fixed fleet's own path is untouched: the regression baselines check it)."""
-    fixed = run(scenario(None, count=2, duration_s=200))
-    pinned = run(scenario({**RUNNING, "min": 2, "max": 2}, count=2, duration_s=200))
+    fixed = run(fleet_scenario(None, count=2, duration_s=200))
+    pinned = run(fleet_scenario({**RUNNING, "min": 2, "max": 2}, count=2, duration_s=200))
     assert len(pinned.fleet_events) == 0
     cols = [c for c in fixed.requests.columns]
     pd.testing.assert_frame_equal(fixed.requests[cols], pinned.requests[cols])
@@ -149,7 +153,7 @@ def test_a_fleet_that_cannot_change_runs_as_a_fixed_one() -> None:
 
 
 def test_streamed_run_bills_the_same(ramp: Any) -> None:
-    streamed = run(scenario(RUNNING), tables=False)
+    streamed = run(fleet_scenario(RUNNING), tables=False)
     a, b = ramp.summary(), streamed.summary()
     for key in ("fleet_usd", "instance_hours", "peak_instances", "fleet_kwh"):
         assert b[key] == pytest.approx(a[key], rel=1e-12), key
@@ -157,8 +161,8 @@ def test_streamed_run_bills_the_same(ramp: Any) -> None:
 
 
 def test_deterministic() -> None:
-    a = run(scenario(RUNNING, duration_s=200))
-    b = run(scenario(RUNNING, duration_s=200))
+    a = run(fleet_scenario(RUNNING, duration_s=200))
+    b = run(fleet_scenario(RUNNING, duration_s=200))
     pd.testing.assert_frame_equal(a.fleet_events, b.fleet_events)
 
 
@@ -169,7 +173,7 @@ def test_scale_to_zero_and_back() -> None:
                                                   [400.001, 3], [460, 3], [460.001, 0]]},
     }  # fmt: skip
     spec = {**RUNNING, "min": 0, "scale_in_cooldown_s": 20, "target": 4}
-    result = run(scenario(spec, arrival=quiet, duration_s=460))
+    result = run(fleet_scenario(spec, arrival=quiet, duration_s=460))
     events = result.fleet_events
     req = result.requests
     assert req["finish_s"].notna().all() and not req["rejected"].any()
@@ -187,7 +191,7 @@ def test_scale_to_zero_and_back() -> None:
 
 
 def test_disaggregated_pools_scale_separately() -> None:
-    doc = scenario(None, duration_s=240)
+    doc = fleet_scenario(None, duration_s=240)
     del doc["cluster"]
     auto = {"provisioning": PROVISIONING, **RUNNING, "max": 4}
     doc["disaggregation"] = {
@@ -207,16 +211,16 @@ def test_disaggregated_pools_scale_separately() -> None:
 
 
 def test_predictive_needs_a_stated_rate(tmp_path: Any) -> None:
-    doc = scenario({**RUNNING, "mode": "predictive", "capacity_rps": 5})
+    doc = fleet_scenario({**RUNNING, "mode": "predictive", "capacity_rps": 5})
     doc["workload"] = {"trace": {"path": "t.csv"}}
     with pytest.raises(ScenarioError, match="forecasts from the workload's stated rate"):
         simulate(copy.deepcopy(doc))
 
 
 def test_predictive_runs_ahead_of_the_ramp() -> None:
-    reactive = run(scenario(RUNNING))
+    reactive = run(fleet_scenario(RUNNING))
     spec = {**RUNNING, "mode": "predictive", "capacity_rps": 3.0, "headroom": 1.2}
-    predictive = run(scenario(spec))
+    predictive = run(fleet_scenario(spec))
     first = lambda r: float(r.fleet_events.query("event == 'launch'")["time_s"].min())  # noqa: E731
     assert first(predictive) <= first(reactive)
 

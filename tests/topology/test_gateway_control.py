@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers_cluster import WORKLOAD, arrays_of, check_invariants, run_with_cluster
-from helpers_sim import COEFFS, scenario, tiny_hardware, tiny_model
+from scenario_factory import COEFFS, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario
 from sim.core.instance import PREFILL_CHUNK_TOKENS

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers_sim import run, scenario
+from scenario_factory import run, scenario
 
 from sim.errors import ScenarioError
 from sim.scenario.load import load_scenario_dict

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers_sim import run, scenario
+from scenario_factory import run, scenario
 
 from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, kv_capacity_blocks
 from sim.costs.pipeline import pipeline_terms

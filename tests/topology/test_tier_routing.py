@@ -23,8 +23,7 @@ import pytest
 from fuzz_corpus_tiers import PD_BASE, TIER_BASE
 from helpers_cluster import check_invariants, run_with_cluster
 from helpers_prefix import COEFFS
-from helpers_scenario import UNIT_PROFILE
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from scenario_factory import UNIT, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict
 from sim.errors import ScenarioError
@@ -155,7 +154,7 @@ def _pd(via: str, prefill_tokens: int = 10_000, decode_hw: dict[str, Any] | None
     return scenario(
         policy={"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 256,
                 "block_size": BS, "prefix_caching": True},
-        model=model or tiny_model(), hardware=tiny_hardware(prefill_tokens), profile=UNIT_PROFILE,
+        model=model or tiny_model(), hardware=tiny_hardware(prefill_tokens), profile=UNIT,
         kv_tiers={"remote": STORE},
         disaggregation={"prefill": {"count": 1},
                         "decode": {"count": 1, "hardware": decode_hw or tiny_hardware(10_000)},

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_sim import run, scenario, tiny_hardware, tiny_model
+from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.core.instance import InstanceState, WorkLoad
 from sim.topology.gateway import Gateway

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from scenario_factory import chunked, poisson, scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main
@@ -32,15 +33,13 @@ CLIENTS = (1, 4, 16)
 
 
 def base(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "pts", "seed": 1,
-        "workload": {"num_requests": 4, "arrival": {"process": "poisson", "rate": 1.0},
-                     "prompt_tokens": {"dist": "fixed", "value": 10},
-                     "output_tokens": {"dist": "fixed", "value": 10}},
-        "model": "llama-2-7b", "hardware": "a100-80g", "profile": copy.deepcopy(PROFILE),
-        "policy": {"name": "chunked", "max_num_seqs": 64, "max_num_batched_tokens": 2048},
+    return scenario(
+        name="pts",
+        workload=poisson(4, 1.0, 10, 10),
+        profile=PROFILE,
+        policy=chunked(max_num_seqs=64, max_num_batched_tokens=2048),
         **extra,
-    }  # fmt: skip
+    )
 
 
 def load(conc: int, isl: int, osl: int) -> LoadPoint:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scenario_factory import fixed, poisson, scenario, static
 
 import sim
 from sim.cli.main import main
@@ -18,21 +19,14 @@ S = 0.1  # exact service time: one prefill step of t_mem_s (1 output token, no p
 
 
 def md1_scenario(num_requests: int, rate: float = 1.0) -> dict[str, Any]:
-    return {
-        "name": "md1",
-        "seed": 0,
-        "workload": {
-            "num_requests": num_requests,
-            "arrival": {"process": "poisson", "rate": rate},
-            "prompt_tokens": {"dist": "fixed", "value": 100},
-            "output_tokens": {"dist": "fixed", "value": 1},
-        },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": {"coefficients": {"t_mem_s": S, "t_flop_s_per_token": 0.0}},
-        "policy": {"name": "static", "max_batch_size": 1},
-        "metrics": {"warmup_s": 100.0},
-    }
+    return scenario(
+        name="md1",
+        seed=0,
+        workload=poisson(num_requests, rate, 100, 1),
+        coefficients={"t_mem_s": S, "t_flop_s_per_token": 0.0},
+        policy=static(max_batch_size=1),
+        metrics={"warmup_s": 100.0},
+    )
 
 
 def write(tmp_path: Path, raw: dict[str, Any]) -> Path:
@@ -117,21 +111,19 @@ def test_cli_capacity_states_the_rules(tmp_path: Path, capsys: pytest.CaptureFix
 
 def dd1_cluster(router: str = "round_robin") -> dict[str, Any]:
     """Constant arrivals at 25 req/s, each served in exactly 0.1 s by one 0.1 s step."""
-    return {
-        "name": "dd1",
-        "seed": 3,
-        "workload": {
+    return scenario(
+        name="dd1",
+        seed=3,
+        workload={
             "num_requests": 300,
             "arrival": {"process": "constant", "rate": 25.0},
-            "prompt_tokens": {"dist": "fixed", "value": 1},
-            "output_tokens": {"dist": "fixed", "value": 1},
+            "prompt_tokens": fixed(1),
+            "output_tokens": fixed(1),
         },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": {"coefficients": {"t_mem_s": 0.1, "t_flop_s_per_token": 0.0}},
-        "policy": {"name": "static", "max_batch_size": 1},
-        "cluster": {"router": router, "instances": [{"count": 1}]},
-    }
+        coefficients={"t_mem_s": 0.1, "t_flop_s_per_token": 0.0},
+        policy=static(max_batch_size=1),
+        cluster={"router": router, "instances": [{"count": 1}]},
+    )
 
 
 def test_fewest_instances_matches_the_deterministic_answer(tmp_path: Path) -> None:

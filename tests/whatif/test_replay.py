@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 from helpers_measured import T0, export, span
+from scenario_factory import continuous, poisson, scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main
@@ -35,21 +36,8 @@ N = 30
 
 
 def base_scenario(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "rp",
-        "seed": 1,
-        "workload": {
-            "num_requests": 5,
-            "arrival": {"process": "poisson", "rate": 5.0},
-            "prompt_tokens": {"dist": "fixed", "value": 10},
-            "output_tokens": {"dist": "fixed", "value": 10},
-        },
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": copy.deepcopy(PROFILE),
-        "policy": {"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 2048},
-        **extra,
-    }
+    extra.setdefault("policy", continuous(max_num_seqs=8, max_num_batched_tokens=2048))
+    return scenario(name="rp", workload=poisson(5, 5.0, 10, 10), profile=PROFILE, **extra)
 
 
 def rows() -> list[tuple[float, int, int]]:

@@ -22,6 +22,7 @@ from helpers_search import (
     hand_space,
     llama_poisson,
 )
+from scenario_factory import continuous, poisson, scenario
 
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.fits import check_fits
@@ -44,19 +45,15 @@ H200_USD = HardwareSpec.model_validate("h200").economics.usd_per_gpu_hour
 
 
 def moe_scenario(num_requests: int = 60, rate: float = 10.0) -> dict[str, Any]:
-    return {
-        "name": "moe",
-        "seed": 0,
-        "workload": {
-            "num_requests": num_requests,
-            "arrival": {"process": "poisson", "rate": rate},
-            "prompt_tokens": {"dist": "fixed", "value": 200},
-            "output_tokens": {"dist": "fixed", "value": 20},
-        },
-        "model": SMALL_MOE,
-        "hardware": "h200",
-        "policy": POLICY,
-    }
+    return scenario(
+        name="moe",
+        seed=0,
+        workload=poisson(num_requests, rate, 200, 20),
+        model=SMALL_MOE,
+        hardware="h200",
+        policy=POLICY,
+        profile=None,
+    )
 
 
 def _prepare(scenario: dict[str, Any], space: dict[str, Any]) -> Any:
@@ -276,19 +273,15 @@ BIG = {**gpu("big", 1e12, 3.0, 400e6), "peak_flops": 1e15}
 
 
 def toy_scenario() -> dict[str, Any]:
-    return {
-        "name": "toy",
-        "seed": 0,
-        "workload": {
-            "num_requests": 100,
-            "arrival": {"process": "poisson", "rate": 5.0},
-            "prompt_tokens": {"dist": "fixed", "value": 20},
-            "output_tokens": {"dist": "fixed", "value": 5},
-        },
-        "model": TOY_MOE,
-        "hardware": BIG,
-        "policy": {"name": "continuous", "max_num_seqs": 8},
-    }
+    return scenario(
+        name="toy",
+        seed=0,
+        workload=poisson(100, 5.0, 20, 5),
+        model=TOY_MOE,
+        hardware=BIG,
+        policy=continuous(max_num_seqs=8),
+        profile=None,
+    )
 
 
 def test_the_search_picks_data_and_expert_parallelism_when_it_is_cheaper(tmp_path: Path) -> None:

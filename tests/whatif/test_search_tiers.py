@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from helpers_search import GPUS, HAND_SLO, PRICE, hand_scenario, hand_space
+from scenario_factory import chunked, fixed, poisson, scenario
 
 from sim.costs.catalog import HardwareSpec
 from sim.costs.memory_tiers import tier_cost_per_hour
@@ -205,23 +206,24 @@ def trade_scenario() -> dict[str, Any]:
     """400 requests at 20/s on Llama-3-8B, each a 64-token question behind one of 40 system
     prompts of 4,096 tokens drawn alike (164k prompt tokens between them), with room for 4,000
     blocks of 16 tokens (64k) on the GPU: what the GPU cannot keep is computed again."""
-    return {
-        "name": "trade",
-        "seed": 2,
-        "workload": {
-            "num_requests": 400,
-            "arrival": {"process": "poisson", "rate": 20.0},
-            "prompt_tokens": {"dist": "fixed", "value": 64},
-            "output_tokens": {"dist": "fixed", "value": 16},
-            "shared_prefix": {"num_prefixes": 40, "zipf": 0.0,
-                              "length": {"dist": "fixed", "value": 4096}},
-        },
-        "model": "llama-3-8b",
-        "hardware": "h100-sxm",
-        "policy": {"name": "chunked", "max_num_seqs": 32, "max_num_batched_tokens": 2048,
-                   "prefix_caching": True, "num_gpu_blocks": 4000},
-        "metrics": {"warmup_s": 1, "cooldown_s": 1},
-    }
+    return scenario(
+        name="trade",
+        seed=2,
+        workload=poisson(
+            400,
+            20.0,
+            64,
+            16,
+            shared_prefix={"num_prefixes": 40, "zipf": 0.0, "length": fixed(4096)},
+        ),
+        model="llama-3-8b",
+        hardware="h100-sxm",
+        policy=chunked(
+            max_num_seqs=32, max_num_batched_tokens=2048, prefix_caching=True, num_gpu_blocks=4000
+        ),
+        profile=None,
+        metrics={"warmup_s": 1, "cooldown_s": 1},
+    )
 
 
 def test_host_memory_can_replace_a_gpu() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from scenario_factory import continuous, poisson, scenario, static, uniform
 
 import sim
 from sim.cli.main import main
@@ -19,21 +20,15 @@ from sim.errors import ScenarioError
 from sim.simulate import simulate
 from sim.whatif.sweep import expand, parse_grid, point_id, sweep
 
-SCENARIO: dict[str, Any] = {
-    "name": "sweeptest",
-    "seed": 5,
-    "workload": {
-        "num_requests": 200,
-        "arrival": {"process": "poisson", "rate": 4.0},
-        "prompt_tokens": {"dist": "uniform", "low": 32, "high": 256},
-        "output_tokens": {"dist": "uniform", "low": 1, "high": 64},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous", "max_num_seqs": 16},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05},
-    "variants": {"static": {"policy": {"name": "static", "max_batch_size": 8}}, "cont": {}},
-}
+SCENARIO: dict[str, Any] = scenario(
+    name="sweeptest",
+    seed=5,
+    workload=poisson(200, 4.0, uniform(32, 256), uniform(1, 64)),
+    policy=continuous(max_num_seqs=16),
+    profile=None,
+    slo={"ttft_s": 0.5, "tpot_s": 0.05},
+    variants={"static": {"policy": static(max_batch_size=8)}, "cont": {}},
+)
 # `sim.sweep` is the function (the package exports it); the module is reached by its full name
 sweep_mod = importlib.import_module("sim.whatif.sweep")
 GRID = ["policy.max_num_seqs=4,32", "workload.arrival.rate=2,8"]

@@ -14,25 +14,19 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from scenario_factory import lognormal, poisson, scenario
 
 from sim.whatif.sweep import sweep
 
 ray = pytest.importorskip("ray")
 
-SCENARIO: dict[str, Any] = {
-    "name": "raytest",
-    "seed": 2,
-    "workload": {
-        "num_requests": 300,
-        "arrival": {"process": "poisson", "rate": 6.0},
-        "prompt_tokens": {"dist": "lognormal", "median": 200, "sigma": 0.5, "max": 1024},
-        "output_tokens": {"dist": "lognormal", "median": 40, "sigma": 0.5, "max": 256},
-    },
-    "model": "llama-2-7b",
-    "hardware": "a100-80g",
-    "policy": {"name": "continuous"},
-    "variants": {"prefill_first": {}, "mixed": {"policy": {"mode": "mixed"}}},
-}
+SCENARIO: dict[str, Any] = scenario(
+    name="raytest",
+    seed=2,
+    workload=poisson(300, 6.0, lognormal(200, 0.5, max=1024), lognormal(40, 0.5, max=256)),
+    profile=None,
+    variants={"prefill_first": {}, "mixed": {"policy": {"mode": "mixed"}}},
+)
 GRID = {"policy.max_num_seqs": [4, 64], "workload.arrival.rate": [3.0, 12.0]}
 
 

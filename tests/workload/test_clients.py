@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from helpers_scenario import UNIT_PROFILE
+from scenario_factory import UNIT, continuous, scenario
 
 from sim import load_scenario_dict, simulate
 from sim.errors import ScenarioError
@@ -33,18 +33,10 @@ def clients(num_clients: int, **extra: Any) -> dict[str, Any]:
     }
 
 
-def scenario(workload: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    raw: dict[str, Any] = {
-        "name": "t",
-        "seed": 1,
-        "workload": workload,
-        "model": "llama-2-7b",
-        "hardware": "a100-80g",
-        "profile": copy.deepcopy(UNIT_PROFILE),
-        "policy": {"name": "continuous", "max_num_seqs": 64, "max_num_batched_tokens": 4096},
-    }
-    raw.update(extra)
-    return raw
+def clients_scenario(workload: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    extra.setdefault("profile", UNIT)
+    policy = continuous(max_num_seqs=64, max_num_batched_tokens=4096)
+    return scenario(workload=workload, policy=policy, **extra)
 
 
 def requests(raw: dict[str, Any]) -> pd.DataFrame:
@@ -71,7 +63,7 @@ def test_two_clients_by_hand() -> None:
     # then two decode steps (finish at 3); the next requests arrive 0.5 s later, at 3.5.
     # Five requests dealt to two clients: client 0 sends ids 0, 2, 3 and client 1 ids 1, 4.
     delay = {"dist": "fixed", "value_s": 0.5}
-    raw = scenario({"num_requests": 5, "clients": clients(2, delay=delay)})
+    raw = clients_scenario({"num_requests": 5, "clients": clients(2, delay=delay)})
     table = requests(raw)
     assert table["session"].to_list() == [0, 1, 0, 0, 1]
     assert table["arrival_s"].to_list() == [0.0, 0.0, 3.5, 7.0, 3.5]
@@ -82,7 +74,7 @@ def test_two_clients_by_hand() -> None:
 
 
 def test_ramp_up_spreads_the_first_requests_evenly() -> None:
-    raw = scenario({"num_requests": 12, "clients": clients(4, ramp_up_s=2.0)})
+    raw = clients_scenario({"num_requests": 12, "clients": clients(4, ramp_up_s=2.0)})
     table = requests(raw)
     assert table["arrival_s"].iloc[:4].to_list() == [0.0, 0.5, 1.0, 1.5]
     for later, previous in previous_of(table).items():  # delay 0 by default
@@ -98,7 +90,7 @@ def test_one_client_without_delay_is_strictly_sequential() -> None:
             "output_tokens": {"dist": "uniform", "low": 1, "high": 40},
         },
     }
-    table = requests(scenario(workload))
+    table = requests(clients_scenario(workload))
     assert len(table) == 40 and (table["session"] == 0).all()
     arrival = table["arrival_s"].to_numpy()
     finish = table["finish_s"].to_numpy()
@@ -146,7 +138,7 @@ def in_flight_at_arrivals(table: pd.DataFrame) -> np.ndarray:
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.05])
 def test_concurrency_never_exceeds_the_clients(delay_s: float) -> None:
-    raw = scenario(long_workload(6, delay_s, num_requests=300), profile=ROOFLINE_ISH)
+    raw = clients_scenario(long_workload(6, delay_s, num_requests=300), profile=ROOFLINE_ISH)
     table = requests(raw)
     assert len(table) == 300 and table["finish_s"].notna().all()
     counts = in_flight_at_arrivals(table)
@@ -163,7 +155,7 @@ def test_concurrency_never_exceeds_the_clients(delay_s: float) -> None:
 
 
 def test_more_clients_than_seats_wait_in_the_queue_not_beyond() -> None:
-    raw = scenario(long_workload(12, 0.0, num_requests=200), profile=ROOFLINE_ISH)
+    raw = clients_scenario(long_workload(12, 0.0, num_requests=200), profile=ROOFLINE_ISH)
     raw["policy"]["max_num_seqs"] = 4
     table = requests(raw)
     assert in_flight_at_arrivals(table).max() == 12
@@ -175,7 +167,7 @@ def test_littles_law_holds_on_a_long_run() -> None:
     # waiting for a response or in its delay. The window ends at the first client's last
     # finish (after it, clients dealt fewer or shorter requests idle: the tail).
     num_clients, delay_s = 16, 0.2
-    raw = scenario(
+    raw = clients_scenario(
         long_workload(num_clients, delay_s, num_requests=3200), profile=ROOFLINE_ISH
     )
     table = requests(raw)
@@ -207,7 +199,7 @@ def test_caps_are_exact(caps: dict[str, Any], per_client: list[int]) -> None:
         workload["num_requests"] = caps["num_requests"]
     if "requests_per_client" in caps:
         spec["requests_per_client"] = caps["requests_per_client"]
-    table = requests(scenario(workload))
+    table = requests(clients_scenario(workload))
     assert table["session"].value_counts().sort_index().to_list() == per_client
     assert table["finish_s"].notna().all()
     size = expected_requests(WorkloadSpec.model_validate(workload))
@@ -231,7 +223,7 @@ def test_memory_guard_counts_clients_times_requests() -> None:
 
 
 def test_the_same_seed_gives_the_same_run_and_columns_are_independent() -> None:
-    raw = scenario(long_workload(5, 0.0, num_requests=60), profile=ROOFLINE_ISH)
+    raw = clients_scenario(long_workload(5, 0.0, num_requests=60), profile=ROOFLINE_ISH)
     first = requests(raw)
     pd.testing.assert_frame_equal(first, requests(copy.deepcopy(raw)))
     other = copy.deepcopy(raw)
@@ -261,7 +253,7 @@ def test_shared_prefix_gives_clients_system_prompts(tmp_path: Path) -> None:
     b = next(i for i in range(1, 30) if arrays.content.of(i)[0] == head)
     shared = set(arrays.content.of(0).tolist()) & set(arrays.content.of(b).tolist())
     assert len(shared) == 4
-    raw = scenario(spec.model_dump(mode="json", exclude_none=True))
+    raw = clients_scenario(spec.model_dump(mode="json", exclude_none=True))
     raw["policy"]["prefix_caching"] = True
     table = requests(raw)
     assert table["num_cached_tokens"].sum() > 0
@@ -292,6 +284,6 @@ def test_shared_prefix_gives_clients_system_prompts(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_bad_clients_are_refused_in_one_line(workload: dict[str, Any], words: str) -> None:
     with pytest.raises(ScenarioError) as caught:
-        load_scenario_dict(scenario(workload))
+        load_scenario_dict(clients_scenario(workload))
     message = str(caught.value)
     assert words in message and "\n" not in message

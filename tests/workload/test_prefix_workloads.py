@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_sim import scenario, tiny_hardware, tiny_model
+from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict, simulate
 from sim.errors import ScenarioError

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_sim import run, scenario
 from pydantic import TypeAdapter
+from scenario_factory import run, scenario
 from scipy import stats
 
 from sim.errors import ScenarioError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers_sim import run, scenario
+from scenario_factory import run, scenario
 
 from sim.errors import ScenarioError
 from sim.workload import WorkloadSpec, generate_requests, read_trace
