@@ -68,6 +68,22 @@ RUNS = (
 
 MUTATIONS: list[Mutation] = [
     Mutation(
+        "scale-in-cancels-oldest",
+        "sim/topology/scaling.py",
+        "        for member in reversed(pending[-n:] if n <= len(pending) else pending):\n",
+        "        for member in pending[:n]:\n",
+        ("tests/topology/test_fleet_scaling.py",),
+        "scale-in cancels the oldest provisioning instances instead of the newest",
+    ),
+    Mutation(
+        "gateway-releases-newest",
+        "sim/topology/gateway.py",
+        "            self._route(self.held.popleft(), candidates)\n",
+        "            self._route(self.held.pop(), candidates)\n",
+        ("tests/topology/test_scale_from_zero.py",),
+        "requests held at the gateway are released newest first instead of in arrival order",
+    ),
+    Mutation(
         "scale-in-drains-busiest",
         "sim/topology/scaling.py",
         "        serving.sort(key=lambda m: (work[m.index], -m.index))\n",

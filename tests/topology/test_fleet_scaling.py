@@ -262,3 +262,33 @@ def test_scale_in_drains_the_instances_with_the_least_outstanding_work(
     fleet._remove(plan, n, math.nan, len(work) - n)
     assert [row[3] for row in fleet.rows if row[2] == "drain"] == drained
     assert list(fleet.candidates()) == sorted(set(range(len(work))) - set(drained))
+
+
+def test_scale_in_cancels_the_newest_provisioning_instances_before_draining_any() -> None:
+    """Which instances a scale-in removes first: those still provisioning, the newest first
+    (the least sunk cost, and they would serve last), then the least busy serving ones. Every
+    fleet invariant holds whichever order it takes, so only this pins it."""
+    import simpy
+
+    from sim.topology.scaling import Fleet, GroupPlan
+
+    instances: list[Any] = [_Busy(20), _Busy(3)]
+
+    def launch(group: int) -> Any:
+        instance = _Busy(0)
+        instance.index = len(instances)  # type: ignore[attr-defined]
+        instances.append(instance)
+        return instance
+
+    plan = GroupPlan(0, "g", None, 30.0)
+    fleet = Fleet(simpy.Environment(), [plan], instances,  # type: ignore[misc]
+                  [0, 0], launch, None, 0)  # type: ignore[arg-type]
+    fleet._launch(plan, 3, math.nan, 5)  # instances 2, 3, 4 provision
+    fleet._remove(plan, 2, math.nan, 3)
+    events = lambda kind: [row[3] for row in fleet.rows if row[2] == kind]  # noqa: E731
+    assert events("cancel") == [4, 3]  # the newest first
+    assert events("drain") == []
+    fleet._remove(plan, 2, math.nan, 1)  # the last one provisioning, then the least busy
+    assert events("cancel") == [4, 3, 2]
+    assert events("drain") == [1]
+    assert list(fleet.candidates()) == [0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from scenario_factory import fixed, poisson, run, scenario
+from scenario_factory import chunked, fixed, poisson, run, scenario
 
 from sim.costs.catalog import MODELS
 
@@ -23,6 +23,7 @@ def from_zero(count: int = 0, **options: Any) -> dict[str, Any]:
     return scenario(
         seed=2,
         workload=poisson(num_requests=60, rate=3.0, prompt=fixed(200), output=fixed(20)),
+        policy=chunked(max_num_batched_tokens=512),  # two and a half prompts a step
         cluster={"instances": [{"count": count, "autoscale": autoscale}]},
     )
 
@@ -45,6 +46,10 @@ def test_the_first_arrival_launches_the_first_instance(empty_start: Any) -> None
     early = req[req["arrival_s"] < inst.iloc[0]["ready_s"]]
     assert len(early) > 1
     assert (early["first_scheduled_s"] >= inst.iloc[0]["ready_s"] - 1e-12).all()
+    # and are released in arrival order: more than one step's prompts wait, so the first
+    # arrivals take the first step (released newest first, the last would)
+    assert early["first_scheduled_s"].nunique() > 1
+    assert early["first_scheduled_s"].is_monotonic_increasing
 
 
 def test_nothing_is_lost_and_the_fleet_is_billed_from_its_first_launch(empty_start: Any) -> None:
