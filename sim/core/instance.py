@@ -279,23 +279,32 @@ class InstanceState:
         record per outside look); a router that reads no KV needs only their count, and the run
         then stays one record, as with a lone instance. A speculative step, whose accepted
         tokens are drawn when it is applied, is settled."""
+        left = self.work_left()  # first: it may settle a speculative run
+        return WorkLoad(self.num_waiting, self.num_running, left)
+
+    def work_left(self) -> int:
+        """`work_load().outstanding_tokens` alone (what token-balancing routers rank by)."""
         run = self._run
-        done_work = 0
         if run is not None and run.num_steps > 1:
             done = run.settled_by(self.env.now)
             if done > 0:
                 if run.spec is not None:
-                    return self._settled_work_load()
+                    self.settle()
+                    return self.outstanding_tokens()
                 plan = run.plan
                 per_step = self.batch.size if plan.decode else 0
                 for chunk in plan.prefill.values():
                     per_step += chunk
-                done_work = done * per_step
-        return WorkLoad(self.num_waiting, self.num_running, self.outstanding_tokens() - done_work)
+                return self.outstanding_tokens() - done * per_step
+        return self.outstanding_tokens()
 
-    def _settled_work_load(self) -> WorkLoad:
-        self.settle()
-        return WorkLoad(self.num_waiting, self.num_running, self.outstanding_tokens())
+    def num_outstanding(self) -> int:
+        """`num_waiting + num_running` of `work_load()` (what request-balancing routers rank
+        by), read without building the whole load."""
+        return (
+            len(self.waiting) + len(self.swapped) + len(self.arrived) + len(self.running)
+            + len(self.held)
+        )  # fmt: skip
 
     def holds_requests(self) -> bool:
         """Whether any request is here now: queued, running, swapped, finished but holding its

@@ -93,6 +93,12 @@ class Gateway:
     def _work_load(self, i: int) -> WorkLoad:
         return self.instances[i].work_load()
 
+    def _num_outstanding(self, i: int) -> float:
+        return self.instances[i].num_outstanding()
+
+    def _work_left(self, i: int) -> float:
+        return self.instances[i].work_left()
+
     def _cached_tokens(self, req: Request, i: int) -> int:
         if self.prefixes is not None:
             return self.prefixes.cached_tokens(req, i)
@@ -112,9 +118,16 @@ class Gateway:
         settled = self.router.needs_kv or self.router.name in PREFIX_ROUTERS
         loads: Callable[[int], WorkView] = self._load if settled else self._work_load
         scraper = self.scraper
+        key: Callable[[int], float] | None = None
         if scraper is not None:
             scraper.at_decision()
             loads = scraper.load
+        elif not settled:  # the one number the router ranks by, read without a whole load
+            rank = self.router.ranks_by
+            if rank == "requests":
+                key = self._num_outstanding
+            elif rank == "tokens":
+                key = self._work_left
 
         def hit(i: int) -> float:
             return self._cached_tokens(req, i) / req.num_prompt_tokens
@@ -133,7 +146,7 @@ class Gateway:
             )  # fmt: skip
         else:
             index = self.router.pick(
-                len(instances), loads, candidates, hit=hit, session=req.session
+                len(instances), loads, candidates, hit=hit, session=req.session, key=key
             )
         if self.admission is not None:
             limit = self.admission.limit(req.tier)

@@ -85,6 +85,18 @@ class Router:
         )  # fmt: skip
 
     @property
+    def ranks_by(self) -> str | None:
+        """What a load-balancing choice of this router ranks the candidates by, where one number
+        of each instance is all it reads: "requests" (waiting + running) or "tokens"
+        (outstanding); None for the others. A caller that reads that number directly passes it
+        to `pick` as `key`, instead of whole loads."""
+        if self.name == "least_outstanding_requests":
+            return "requests"
+        if self.name in ("least_outstanding_tokens", "session_sticky"):
+            return "tokens"
+        return None
+
+    @property
     def needs_kv(self) -> bool:
         """Whether it reads the instances' KV blocks (a `LoadView`, not only a `WorkView`)."""
         return self.name == "least_kv"
@@ -99,19 +111,22 @@ class Router:
         session: int = -1,
         ttft: Callable[[int], float] | None = None,
         target: float | None = None,
+        key: Callable[[int], float] | None = None,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
         `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
         request's prompt instance i has cached (prefix affinity), `session` its session,
-        `ttft(i)` its predicted TTFT on instance i and `target` its TTFT target (slo_headroom)."""
-        pool = sorted(range(num_instances) if candidates is None else candidates)
+        `ttft(i)` its predicted TTFT on instance i and `target` its TTFT target (slo_headroom);
+        `key(i)`, where given, the number `ranks_by` names, read in place of `loads(i)`."""
+        pool: Sequence[int] = range(num_instances) if candidates is None else sorted(candidates)
         if self.name == "session_sticky" and session >= 0 and self._home.get(session) in pool:
             return self._home[session]
         if self.name == "slo_headroom" and len(pool) > 1:
             if ttft is None:
                 raise ValueError("router slo_headroom needs the predicted TTFT of each instance")
             return self._headroom(pool, ttft, target)
-        chosen = pool[0] if len(pool) == 1 else self._choose(num_instances, pool, loads, hit)
+        one = len(pool) == 1
+        chosen = pool[0] if one else self._choose(num_instances, pool, loads, hit, key)
         if self.name == "session_sticky" and session >= 0:
             self._home[session] = chosen
         return chosen
@@ -119,9 +134,10 @@ class Router:
     def _choose(
         self,
         num_instances: int,
-        pool: list[int],
+        pool: Sequence[int],
         loads: Callable[[int], WorkView] | None,
         hit: Callable[[int], float] | None,
+        key: Callable[[int], float] | None,
     ) -> int:
         if self.name == "round_robin":  # the next instance in turn that is a candidate
             for k in range(num_instances):
@@ -131,16 +147,21 @@ class Router:
                     return i
         if self.name == "random":
             return pool[int(self.rng.integers(len(pool)))]
+        if key is not None and self.ranks_by is not None:
+            return min(pool, key=key)  # min keeps the first (lowest) on ties
         if loads is None:
             raise ValueError(f"router {self.name} needs the instances' loads")
         if self.name == "prefix_affinity":
             return self._affinity(pool, loads, hit)
         # session_sticky places a session's first turn (and requests without one) by load
-        key = _KEYS.get(self.name, _KEYS["least_outstanding_tokens"])
-        return min(pool, key=lambda i: key(loads(i)))  # min keeps the first (lowest) on ties
+        rank = _KEYS.get(self.name, _KEYS["least_outstanding_tokens"])
+        return min(pool, key=lambda i: rank(loads(i)))
 
     def _affinity(
-        self, pool: list[int], loads: Callable[[int], WorkView], hit: Callable[[int], float] | None
+        self,
+        pool: Sequence[int],
+        loads: Callable[[int], WorkView],
+        hit: Callable[[int], float] | None,
     ) -> int:
         """The best of cached prefix and load (SGLang's cache-aware router, llm-d's prefix
         scorer): score = hit_weight * cached fraction - load_weight * outstanding tokens over
@@ -155,7 +176,7 @@ class Router:
         return max(pool, key=lambda i: (score(i), -i))  # ties: the lowest index
 
     @staticmethod
-    def _headroom(pool: list[int], ttft: Callable[[int], float], target: float | None) -> int:
+    def _headroom(pool: Sequence[int], ttft: Callable[[int], float], target: float | None) -> int:
         """The candidate with the most headroom against `target` among those that meet it, else
         (none meets it, or no target) the least predicted TTFT; ties: the lowest index."""
         predicted = {i: ttft(i) for i in pool}

@@ -133,3 +133,51 @@ def test_remaining_work(
     req = Request(0, 0.0, prompt, output)
     req._computed, req._output = computed, emitted  # progress as the engine would leave it
     assert req.remaining_work == expected
+
+
+def _ranked(p: FakePolicy, rank: str | None) -> float:
+    return p.num_waiting + p.num_running if rank == "requests" else p.tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "rank"),
+    [
+        ("least_outstanding_requests", "requests"),
+        ("least_outstanding_tokens", "tokens"),
+        ("session_sticky", "tokens"),
+        ("least_kv", None),
+        ("prefix_affinity", None),
+        ("round_robin", None),
+    ],
+)
+def test_a_router_ranks_by_one_number_read_directly_as_by_whole_loads(
+    name: str, rank: str | None
+) -> None:
+    """`ranks_by` names the one number a load-balancing router reads; given it as `key`, the
+    router picks exactly what it picks from whole loads (ties to the lowest index too)."""
+    assert router(name).ranks_by == rank
+    rng = np.random.default_rng(4)
+    for _ in range(200):
+        pols = [
+            FakePolicy(
+                used_blocks=int(rng.integers(0, 100)),
+                num_waiting=int(rng.integers(0, 3)),
+                num_running=int(rng.integers(0, 3)),
+                tokens=int(rng.integers(0, 4)) * 100,
+            )
+            for _ in range(int(rng.integers(1, 7)))
+        ]
+        candidates = None if rng.random() < 0.5 else sorted(
+            set(rng.integers(0, len(pols), size=3).tolist())
+        )  # fmt: skip
+        def loads(i: int, p: list[FakePolicy] = pols) -> Load:
+            return load(p[i])
+
+        def key(i: int, p: list[FakePolicy] = pols) -> float:
+            return _ranked(p[i], rank)
+
+        by_loads = router(name).pick(len(pols), loads, candidates)
+        assert router(name).pick(len(pols), loads, candidates, key=key) == by_loads
+        if rank is not None:  # the key alone suffices
+            alone = router(name).pick(len(pols), None, candidates, key=key)
+            assert alone == by_loads

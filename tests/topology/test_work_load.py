@@ -1,6 +1,7 @@
 """Routers read an instance's queues and outstanding tokens without applying the run in flight
 (`InstanceState.work_load`): the figures equal what settling that run would show, and a cluster
-routes every request where settled loads would send it."""
+routes every request where settled loads would send it. Routers that rank by one number read
+only it (`work_left`, `num_outstanding`), held to the same."""
 
 from __future__ import annotations
 
@@ -57,17 +58,29 @@ def settled(instance: InstanceState) -> WorkLoad:
 def test_work_load_equals_the_settled_load(
     policy: str, router: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    unsettled = InstanceState.work_load
+    """Each unsettled read (the whole load, or the one number a router ranks by) equals the
+    settled figure."""
     mid_run = []
+    reads = {
+        "work_load": lambda w: w,
+        "work_left": lambda w: w.outstanding_tokens,
+        "num_outstanding": lambda w: w.num_waiting + w.num_running,
+    }
 
-    def checked(self: InstanceState) -> WorkLoad:
-        seen = unsettled(self)
-        before = len(self.steps)
-        assert seen == settled(self)
-        mid_run.append(len(self.steps) > before)  # settling applied steps: a look mid-run
-        return seen
+    def checked(name: str) -> Any:
+        unsettled = getattr(InstanceState, name)
 
-    monkeypatch.setattr(InstanceState, "work_load", checked)
+        def read(self: InstanceState) -> Any:
+            seen = unsettled(self)
+            before = len(self.steps)
+            assert seen == reads[name](settled(self)), name
+            mid_run.append(len(self.steps) > before)  # settling applied steps: a look mid-run
+            return seen
+
+        return read
+
+    for name in reads:
+        monkeypatch.setattr(InstanceState, name, checked(name))
     res = run(cluster(policy, router))
     assert res.summary()["num_requests"] == WORKLOAD["num_requests"]
     if policy != "speculative":  # speculative steps run one at a time
@@ -80,6 +93,9 @@ def test_routing_on_work_loads_matches_routing_on_settled_loads(
 ) -> None:
     fast = run(cluster(policy, "least_outstanding_tokens"))
     monkeypatch.setattr(Gateway, "_work_load", lambda self, i: settled(self.instances[i]))
+    monkeypatch.setattr(
+        Gateway, "_work_left", lambda self, i: settled(self.instances[i]).outstanding_tokens
+    )
     slow = run(cluster(policy, "least_outstanding_tokens"))
     a, b = fast.requests, slow.requests
     assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
