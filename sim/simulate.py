@@ -364,7 +364,7 @@ def _context(
         lifetimes=lifetimes,
         speculative=any(
             s is not None and s.active
-            for s in (getattr(g.policy, "speculative", None) for g in resolved.groups)
+            for s in (g.policy.speculative for g in resolved.groups)
         ),
     )
 

@@ -40,7 +40,7 @@ class Source:
         self,
         env: simpy.Environment,
         requests: RequestArrays,
-        dispatch: Callable[[Request], None],
+        dispatch: Callable[[Request], object],
         *,
         push: bool = True,  # False: no SimPy process; a lone instance pulls them (`pulled`)
         frontend_s: float = 0.0,  # a request reaches the scheduler this long after it arrives
@@ -101,7 +101,11 @@ class Source:
             return
         at = req.finish_s + float(self.think_s[nxt])
         event = UrgentTimeout(self.env, at + self.frontend_s - self.env.now)
-        event.callbacks.append(lambda _: self.dispatch(self.make(nxt, at)))
+
+        def arrive(_: simpy.Event) -> None:
+            self.dispatch(self.make(nxt, at))
+
+        event.callbacks.append(arrive)
 
     def pulled(self) -> ArrivalFeed:
         """The arrivals as a feed that one instance's loop pulls (`Instance.feed`), instead of

@@ -363,6 +363,15 @@ class InstanceState:
         explicit += sum(r.remaining_work for r in self.arrived)
         return self._waiting_work + explicit + self.batch.outstanding_tokens
 
+    def transfer_blocks(self, req: Request) -> int:
+        """P/D decode side: blocks this instance would reserve for `req`'s KV (its policy's
+        answer for its pool)."""
+        return self.policy.transfer_blocks(req, self.pool)
+
+    def can_ever_take(self, req: Request) -> bool:
+        """Whether this instance's pool could ever hold `req`'s whole sequence."""
+        return self.policy.can_ever_take(req, self.pool)
+
     def reserve(self, num_blocks: int) -> None:
         """P/D decode side: set blocks aside for a KV transfer that starts now."""
         self._touch()

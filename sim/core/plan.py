@@ -251,6 +251,14 @@ class Policy(Protocol):
         """When an idle instance should ask again even if nothing arrives (timers)."""
         ...
 
+    def transfer_blocks(self, req: Request, kv: KVView) -> int:
+        """Blocks a P/D decode instance reserves for a request whose KV is moved to it."""
+        ...
+
+    def can_ever_take(self, req: Request, kv: KVView) -> bool:
+        """Whether this pool could ever hold the request's whole sequence."""
+        ...
+
 
 class StepFeatures(NamedTuple):
     """What a step costs depends on (`docs/profiles.md`), as the engine counts it."""

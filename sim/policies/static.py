@@ -54,6 +54,14 @@ class StaticPolicy:
             return f"KV reservation larger than the KV pool ({kv.capacity_tokens} tokens)"
         return ""
 
+    def transfer_blocks(self, req: Request, kv: KVView) -> int:
+        """A transferred request's reservation (static batching is never split into P/D pools,
+        the schema refuses it; the answer is what admission here would take)."""
+        return kv.blocks_for(self._reservation(req))
+
+    def can_ever_take(self, req: Request, kv: KVView) -> bool:
+        return kv.blocks_for(max(req.sequence_tokens, self._reservation(req))) <= kv.num_total
+
     def next_wakeup_s(self, view: InstanceView) -> float | None:
         if view.running or not len(view.waiting):
             return None

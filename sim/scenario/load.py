@@ -389,12 +389,9 @@ def _check_windows(
 ) -> None:
     """Sliding-window layers set aside their window per running sequence: the policy's limit
     on running sequences must leave room for KV blocks."""
-    if isinstance(policy, StaticPolicySpec):
-        key, seqs, block = "max_batch_size", policy.max_batch_size, 1
-    elif policy.num_gpu_blocks is not None:
+    if policy.num_gpu_blocks is not None:
         return
-    else:
-        key, seqs, block = "max_num_seqs", policy.max_num_seqs, policy.block_size
+    key, seqs, block = policy.SEATS_KEY, policy.seats, policy.block_size
     try:
         check_sliding_fits(spec.model, hw, seqs, block)
     except ValueError as exc:
@@ -414,7 +411,7 @@ def _draft_profile(
 ) -> Profile | None:
     """The step costs of a speculative draft model on `hw` (None without one), after checking
     that the draft fits next to the target."""
-    speculative = getattr(policy, "speculative", None)
+    speculative = policy.speculative
     if speculative is not None and speculative.method == "mtp" and not spec.model.num_mtp_layers:
         where, note = _where(f"{policy_key}.speculative.method", variant, override)
         raise ScenarioError(

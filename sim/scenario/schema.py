@@ -7,7 +7,7 @@ variants and error reporting live in `sim.scenario.load`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -102,6 +102,21 @@ class StaticPolicySpec(_Strict):
     pad_prompts: bool = False
     queue: QueueSpec = QueueSpec()
 
+    # what every policy spec answers about its KV (the iteration-level specs' fields of these
+    # names): static batching reserves contiguous KV per request, as one-token blocks, sized
+    # from the GPU's memory, without swapping, caching or speculation
+    block_size: ClassVar[int] = 1
+    num_gpu_blocks: ClassVar[None] = None
+    prefix_caching: ClassVar[bool] = False
+    preemption: ClassVar[None] = None
+    speculative: ClassVar[None] = None
+    SEATS_KEY: ClassVar[str] = "max_batch_size"
+
+    @property
+    def seats(self) -> int:
+        """The most requests it runs at once (`max_batch_size`)."""
+        return self.max_batch_size
+
 
 class _IterationLevelSpec(_Strict):
     """Limits shared by the iteration-level policies (continuous and chunked)."""
@@ -124,7 +139,14 @@ class _IterationLevelSpec(_Strict):
     # speculative decoding (sim/scenario/speculative.py); absent: none
     speculative: SpeculativeSpec | None = None
 
+    SEATS_KEY: ClassVar[str] = "max_num_seqs"
+
     _preemption_str = field_validator("preemption", mode="before")(_preemption_from_str)
+
+    @property
+    def seats(self) -> int:
+        """The most requests it runs at once (`max_num_seqs`)."""
+        return self.max_num_seqs
 
     @model_validator(mode="after")
     def _caching_needs_paged_blocks(self) -> _IterationLevelSpec:
@@ -380,12 +402,12 @@ class Scenario(_Strict):
                         f"kv_tiers needs prefix caching, which {key} (static batching) does not "
                         "have: use a continuous or chunked policy"
                     )
-                if not getattr(policy, "prefix_caching", False):
+                if not policy.prefix_caching:
                     raise ValueError(
                         f"kv_tiers needs prefix caching: set {key}.prefix_caching: true "
                         "(a tier below the GPU holds blocks by content hash)"
                     )
-            sizes = sorted({getattr(p, "block_size", 0) for _, p in self.policies()})
+            sizes = sorted({p.block_size for _, p in self.policies()})
             if self.kv_tiers.remote is not None and len(sizes) > 1:
                 raise ValueError(
                     "kv_tiers.remote is shared by every instance: their policies need one "
@@ -443,7 +465,7 @@ def check_tiers(spec: Scenario, tiers: list[str] | None) -> None:
         for tier in tiers or ():
             if queue.order == "priority" and tier not in queue.tiers:
                 raise ValueError(f"{key}.queue.tiers lacks tier {tier!r} of the workload")
-        speculative = getattr(policy, "speculative", None)
+        speculative = policy.speculative
         if speculative is not None and tiers is not None:
             for tier in speculative.acceptance.tiers:
                 if tier not in tiers:

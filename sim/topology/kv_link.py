@@ -29,7 +29,6 @@ import simpy
 
 from sim.core.engine import Instance
 from sim.core.request import Request
-from sim.policies import IterationPolicy
 from sim.scenario.load import LinkSpec
 from sim.topology.router import Router
 
@@ -54,14 +53,14 @@ class KVLink:
         self,
         env: simpy.Environment,
         spec: LinkSpec,
-        decode: list[tuple[Instance, IterationPolicy]],
+        decode: list[Instance],
         router: Router,
         store: Sequence[StorePath] | None = None,
-        serving: Callable[[], Sequence[int]] | None = None,
+        serving: Callable[[], Sequence[int] | None] | None = None,
     ) -> None:
         """`store`: each instance's path to the shared store, by instance index (`via: store`;
         None: over the link); `serving`: the indices of the decode instances that take
-        transfers now (an autoscaled pool's; None: every one)."""
+        transfers now (an autoscaled pool's; None, or a call answering None: every one)."""
         self.env = env
         self.bandwidth = spec.bandwidth_gb_per_s * 1e9
         self.latency_s = spec.latency_s
@@ -74,13 +73,13 @@ class KVLink:
         self.busy_s = 0.0
         self.serving = serving
 
-    def add_decode(self, instance: Instance, policy: IterationPolicy) -> None:
+    def add_decode(self, instance: Instance) -> None:
         """A decode instance launched during the run (it takes transfers once serving)."""
-        self.decode.append((instance, policy))
+        self.decode.append(instance)
 
     def can_ever_take(self, req: Request) -> bool:
         """Whether some decode instance could ever hold the request's whole sequence."""
-        return any(policy.can_ever_take(req, inst.pool) for inst, policy in self.decode)
+        return any(inst.can_ever_take(req) for inst in self.decode)
 
     def collect(self, prefill: Instance) -> None:
         """After a prefill instance's step: queue the prompts it handed off."""
@@ -97,20 +96,21 @@ class KVLink:
         """Start transfers in FIFO order while a link and a decode instance's blocks allow."""
         while self.pending and self.free_links:
             req, source = self.pending[0]
-            loads = [inst.load() for inst, _ in self.decode]  # settled: as step by step
-            needs = [policy.transfer_blocks(req, inst.pool) for inst, policy in self.decode]
+            loads = [inst.load() for inst in self.decode]  # settled: as step by step
+            needs = [inst.transfer_blocks(req) for inst in self.decode]
             fits = [
                 i
                 for i, (need, load) in enumerate(zip(needs, loads, strict=True))
                 if need <= load.kv_blocks_total - load.kv_blocks_used
             ]
-            if self.serving is not None:
-                serving = set(self.serving())
-                fits = [i for i in fits if self.decode[i][0].index in serving]
+            now_serving = self.serving() if self.serving is not None else None
+            if now_serving is not None:
+                serving = set(now_serving)
+                fits = [i for i in fits if self.decode[i].index in serving]
             if not fits:
                 return  # backpressure: the head waits on its prefill instance, and so do the rest
             chosen = self.router.pick(len(self.decode), loads.__getitem__, fits)
-            target = self.decode[chosen][0]
+            target = self.decode[chosen]
             blocks = needs[chosen]
             target.reserve(blocks)
             self.pending.popleft()

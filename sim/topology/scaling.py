@@ -28,7 +28,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 import simpy
@@ -46,6 +46,24 @@ EVENT_COLUMNS = (
 LIFETIME_COLUMNS = ("launch_s", "ready_s", "drain_s", "retire_s")
 TTFT_SAMPLE = 2048  # the ttft signal reads at most this many of the window's latest arrivals
 NAN = math.nan
+
+
+class Launcher(Protocol):
+    """What the fleet asks of its topology (`sim.topology.topologies.Topology`)."""
+
+    instances: list[Instance]  # every instance of the run, by index
+
+    def launch(self, number: int) -> Instance:
+        """Build and wire one instance of group `number` now."""
+        ...
+
+    def ready(self) -> None:
+        """An instance became ready."""
+        ...
+
+    def num_held(self) -> int:
+        """Requests waiting at the gateway for an instance to serve."""
+        ...
 
 
 @dataclass
@@ -77,17 +95,16 @@ class Fleet:
         self,
         env: simpy.Environment,
         groups: Sequence[GroupPlan],
-        instances: list[Instance],
+        topology: Launcher,
         initial: Sequence[int],  # each initial instance's group number, by index
-        launch: Callable[[int], Instance],
         log: RequestLog,
         total_requests: int,
         forecast: Callable[[float], float] | None = None,
     ) -> None:
         self.env = env
         self.groups = list(groups)
-        self.instances = instances
-        self.launch_instance = launch
+        self.topology = topology
+        self.instances = topology.instances
         self.log = log
         self.total = total_requests
         self.forecast = forecast
@@ -96,8 +113,6 @@ class Fleet:
         self.last_out = [-math.inf] * len(self.groups)
         self.last_in = [-math.inf] * len(self.groups)
         self.rows: list[tuple[Any, ...]] = []
-        self.on_ready: Callable[[], None] | None = None  # the gateway's release
-        self.held: Callable[[], int] = lambda: 0  # requests waiting at the gateway
         self.recent: deque[Request] = deque()
         self.watch_ttft = any(
             g.autoscale is not None and g.autoscale.signal == "ttft" for g in self.groups
@@ -198,7 +213,7 @@ class Fleet:
         # fleet the controller never changes runs the very records of a fixed one
         work = [self.instances[i].work_load() for i in serving]
         if spec.signal == "queue_length":
-            return (sum(x.num_waiting for x in work) + self.held()) / max(1, len(work))
+            return (sum(x.num_waiting for x in work) + self.topology.num_held()) / max(1, len(work))
         if not work:
             return NAN
         return sum(x.num_running for x in work) / len(work)
@@ -222,7 +237,7 @@ class Fleet:
 
     def _launch(self, plan: GroupPlan, n: int, signal: float, desired: int) -> None:
         for _ in range(n):
-            instance = self.launch_instance(plan.number)
+            instance = self.topology.launch(plan.number)
             member = Member(instance.index, plan.number, self.env.now)
             assert instance.index == len(self.members)
             self.members.append(member)
@@ -240,8 +255,7 @@ class Fleet:
         member.ready_s = self.env.now
         self._serving = sorted([*self._serving, member.index])
         self._record(plan, "ready", member.index, NAN, -1)
-        if self.on_ready is not None:
-            self.on_ready()
+        self.topology.ready()
 
     def _remove(self, plan: GroupPlan, n: int, signal: float, desired: int) -> None:
         g = plan.number

@@ -210,6 +210,27 @@ def test_disaggregated_pools_scale_separately() -> None:
         assert (landed["transfer_start_s"] >= row["ready_s"]).all()
 
 
+def test_a_prefill_pool_scaled_on_ttft_sees_its_arrivals() -> None:
+    """The ttft signal of a P/D prefill pool reads the requests given to it: under the ramp it
+    observes a number at every tick and scales out (before, P/D arrivals never reached the
+    signal, which stayed NaN and never asked for an instance)."""
+    doc = fleet_scenario(None, duration_s=240)
+    del doc["cluster"]
+    ttft = {"provisioning": PROVISIONING, **RUNNING, "signal": "ttft", "target": 0.01,
+            "window_s": 20, "max": 4}  # fmt: skip
+    doc["disaggregation"] = {
+        "prefill": {"count": 1, "autoscale": ttft},
+        "decode": {"count": 2},
+    }
+    result = run(doc)
+    events = result.fleet_events
+    prefill = events[events["group"] == "prefill"]
+    decisions = prefill[prefill["event"] == "launch"]
+    assert len(decisions) >= 1
+    assert decisions["signal"].notna().all()
+    assert result.requests["finish_s"].notna().all()
+
+
 def test_predictive_needs_a_stated_rate(tmp_path: Any) -> None:
     doc = fleet_scenario({**RUNNING, "mode": "predictive", "capacity_rps": 5})
     doc["workload"] = {"trace": {"path": "t.csv"}}
@@ -238,6 +259,26 @@ class _Busy:
         return True
 
 
+class _Topology:
+    """A topology as the fleet sees it: launching appends a fresh `_Busy` instance."""
+
+    def __init__(self, instances: list[Any]) -> None:
+        self.instances = instances
+        self.readied = 0
+
+    def launch(self, number: int) -> Any:
+        instance = _Busy(0)
+        instance.index = len(self.instances)  # type: ignore[attr-defined]
+        self.instances.append(instance)
+        return instance
+
+    def ready(self) -> None:
+        self.readied += 1
+
+    def num_held(self) -> int:
+        return 0
+
+
 @pytest.mark.parametrize(
     ("work", "n", "drained"),
     [
@@ -257,8 +298,8 @@ def test_scale_in_drains_the_instances_with_the_least_outstanding_work(
     from sim.topology.scaling import Fleet, GroupPlan
 
     plan = GroupPlan(0, "g", None, 0.0)
-    fleet = Fleet(simpy.Environment(), [plan], [_Busy(w) for w in work],  # type: ignore[misc]
-                  [0] * len(work), lambda g: None, None, 0)  # type: ignore[arg-type]
+    fleet = Fleet(simpy.Environment(), [plan], _Topology([_Busy(w) for w in work]),
+                  [0] * len(work), None, 0)  # type: ignore[arg-type]
     fleet._remove(plan, n, math.nan, len(work) - n)
     assert [row[3] for row in fleet.rows if row[2] == "drain"] == drained
     assert list(fleet.candidates()) == sorted(set(range(len(work))) - set(drained))
@@ -272,17 +313,9 @@ def test_scale_in_cancels_the_newest_provisioning_instances_before_draining_any(
 
     from sim.topology.scaling import Fleet, GroupPlan
 
-    instances: list[Any] = [_Busy(20), _Busy(3)]
-
-    def launch(group: int) -> Any:
-        instance = _Busy(0)
-        instance.index = len(instances)  # type: ignore[attr-defined]
-        instances.append(instance)
-        return instance
-
     plan = GroupPlan(0, "g", None, 30.0)
-    fleet = Fleet(simpy.Environment(), [plan], instances,  # type: ignore[misc]
-                  [0, 0], launch, None, 0)  # type: ignore[arg-type]
+    fleet = Fleet(simpy.Environment(), [plan], _Topology([_Busy(20), _Busy(3)]),
+                  [0, 0], None, 0)  # type: ignore[arg-type]
     fleet._launch(plan, 3, math.nan, 5)  # instances 2, 3, 4 provision
     fleet._remove(plan, 2, math.nan, 3)
     events = lambda kind: [row[3] for row in fleet.rows if row[2] == kind]  # noqa: E731
