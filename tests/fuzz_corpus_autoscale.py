@@ -194,5 +194,8 @@ def autoscale_cases() -> list[Case]:
                 args=("--robust", "10")),
         _search("autoscale-with-rate", SPACE, "--autoscale", "--rate", args=("--rate", "5")),
         _search("autoscale-bad-verify", SPACE, "--verify", args=("--verify", "-1")),
+        _search("autoscale-ray-bad-address", SPACE, "--address", "HOST:PORT",
+                args=("--backend", "ray", "--address", "nowhere")),
+        _search("autoscale-backend", SPACE, "--backend", args=("--backend", "slurm")),
     ]  # fmt: skip
     return cases

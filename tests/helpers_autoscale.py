@@ -38,18 +38,18 @@ SPACE = {
     "scale_in_cooldown_s": [30],
     "provisioning": {"scheduling_s": 2, "load_bandwidth_gb_per_s": 8, "warmup_s": 3},
 }
-# the same shape in fifteen minutes (a busy spell of three): for comparing backends, where the
+# the same shape in ten minutes (a busy spell of three): for comparing backends, where the
 # search itself runs three times
 SHORT_DAY: dict[str, Any] = {
     **DAY,
     "workload": {
         **DAY["workload"],
-        "duration_s": 900,
+        "duration_s": 600,
         "arrival": {
             "process": "profile",
             "rate": {
                 "shape": "piecewise",
-                "points": [[0, 1], [120, 1], [240, 14], [420, 14], [480, 1], [900, 1]],
+                "points": [[0, 1], [60, 1], [120, 14], [300, 14], [360, 1], [600, 1]],
             },
         },
     },

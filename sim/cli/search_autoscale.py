@@ -102,10 +102,10 @@ def run(args: argparse.Namespace, out_folder: Callable[[argparse.Namespace, str]
     if args.space is not None:
         raise ScenarioError("give --space (a fleet search) or --autoscale, not both",
                             path="--autoscale")  # fmt: skip
-    if args.robust is not None or args.rate is not None or args.backend != "local":
+    if args.robust is not None or args.rate is not None:
         raise ScenarioError(
-            "--robust, --rate and --backend ray apply to the fleet search (--space); the "
-            "autoscaling search replays the scenario's own workload",
+            "--robust and --rate apply to the fleet search (--space); the autoscaling search "
+            "replays the scenario's own workload",
             path="--autoscale",
         )
     space = read_space(args.autoscale)
@@ -121,7 +121,8 @@ def run(args: argparse.Namespace, out_folder: Callable[[argparse.Namespace, str]
 
     result = autoscale_search(
         str(args.scenario), space, slos, seeds=1 + args.repeats, verify=args.verify,
-        workers=args.workers or default_workers(), overrides=args.overrides, progress=say,
+        workers=args.workers or default_workers(), backend=args.backend, address=args.address,
+        overrides=args.overrides, progress=say,
     )  # fmt: skip
     if not args.quiet:
         print()

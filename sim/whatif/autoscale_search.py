@@ -22,14 +22,20 @@ shows here. Beside the means, the answer carries its spread over the seeds (cost
 saving seed by seed against the fixed fleet on the same draws) and each SLO's margin on its
 worst seed (`Outcome.margin`): a thin margin is what fails on the next seed.
 
-Runs are streamed (no tables) and run in `workers` processes (`sim.whatif.sweep_backends`).
+Runs are streamed (no tables) and run on the sweep backends (`sim.whatif.sweep_backends`): in
+`workers` local processes, or on Ray (`backend="ray"`, a local Ray or the cluster at `address`),
+with the same answer on each. Runs that do not wait on each other go out together: the first
+batch holds every candidate's runs and each instance type's first fixed-fleet probe; after it,
+each round holds the next probe of every instance type still searching (a probe's count depends
+on the one before it of its own type only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +47,7 @@ from sim.scenario.load import ScenarioSet, load_scenario_dict, source_of
 from sim.simulate import simulate
 from sim.whatif.autoscale_space import AutoscaleSpace, Candidate, candidates
 from sim.whatif.capacity import SLO
-from sim.whatif.sweep_backends import run_local
+from sim.whatif.sweep_backends import check_ray, ray_session, run_local, run_ray
 
 REPLACED = ("hardware", "cluster", "disaggregation")
 REPORTED = (
@@ -199,6 +205,8 @@ def autoscale_search(
     seeds: int = 1,
     verify: int = 0,
     workers: int = 1,
+    backend: str = "local",
+    address: str | None = None,
     overrides: Sequence[str] = (),
     static_limit: int = STATIC_LIMIT,
     progress: Progress | None = None,
@@ -206,18 +214,30 @@ def autoscale_search(
     """Search the space (see the module docstring); nothing is written."""
     if not slos:
         raise ScenarioError("give at least one SLO (--slo METRIC=VALUE)")
+    if backend not in ("local", "ray"):
+        raise ScenarioError(f"backend {backend!r}: expected local or ray")
+    if backend == "ray":
+        check_ray(address)
     raw, file, base_dir, seed0, default_gpu = _base(scenario, overrides)
     cands = candidates(space, default_gpu)
     say = progress or (lambda _: None)
 
-    def auto_group(c: Candidate) -> dict[str, Any]:
-        return {"hardware": c.gpu, "count": c.start, "autoscale": c.autoscale}
-
     # every candidate's scenario is checked before anything runs (one line on a bad one)
     for c in cands:
-        doc = _doc(raw, auto_group(c), space.router, seed0)
+        doc = _doc(raw, _auto_group(c), space.router, seed0)
         load_scenario_dict(doc, file=file, base_dir=Path(base_dir))
-    seed_list = [seed0 + k for k in range(seeds)]
+    # one Ray start for every batch of the search
+    session = ray_session(address, workers) if backend == "ray" else contextlib.nullcontext()
+    with session:
+        return _search(raw, base_dir, seed0, cands, space, slos, seeds, verify, static_limit,
+                       _runner(backend, workers, address, say))  # fmt: skip
+
+
+Runner = Callable[[list["Task"]], dict[tuple[str, int], dict[str, float]]]
+
+
+def _runner(backend: str, workers: int, address: str | None, say: Progress) -> Runner:
+    """Runs a batch of tasks on the backend: every task's summary by (key, seed)."""
 
     def run_all(tasks: list[Task]) -> dict[tuple[str, int], dict[str, float]]:
         out: dict[tuple[str, int], dict[str, float]] = {}
@@ -226,57 +246,91 @@ def autoscale_search(
             out[(task.key, task.seed)] = summary
             say(f"{len(out)}/{len(tasks)} runs: {task.key} seed {task.seed}")
 
-        run_local(tasks, run_task, workers, done)
+        if backend == "ray":
+            run_ray(tasks, run_task, workers, address, done)
+        else:
+            run_local(tasks, run_task, workers, done)
         return out
 
-    # the autoscaled candidates
-    tasks = [Task(c.id, s, _doc(raw, auto_group(c), space.router, s), base_dir)
+    return run_all
+
+
+def _search(
+    raw: dict[str, Any], base_dir: str, seed0: int, cands: list[Candidate],
+    space: AutoscaleSpace, slos: Sequence[SLO], seeds: int, verify: int, static_limit: int,
+    run_all: Runner,
+) -> AutoscaleSearch:  # fmt: skip
+    router = space.router
+    seed_list = [seed0 + k for k in range(seeds)]
+
+    def fixed_key(gpu: str, n: int) -> str:
+        return f"fixed:{gpu}:{n}"
+
+    def fixed_tasks(gpu: str, n: int) -> list[Task]:
+        group = {"hardware": gpu, "count": n}
+        return [Task(fixed_key(gpu, n), s, _doc(raw, group, router, s), base_dir)
+                for s in seed_list]  # fmt: skip
+
+    # the autoscaled candidates, and with them each instance type's first fixed-fleet probe
+    gpus = sorted({c.gpu for c in cands}, key=[c.gpu for c in cands].index)
+    searches = {gpu: _bisect(slos, static_limit) for gpu in gpus}
+    asked = {gpu: next(search) for gpu, search in searches.items()}
+    tasks = [Task(c.id, s, _doc(raw, _auto_group(c), router, s), base_dir)
              for c in cands for s in seed_list]  # fmt: skip
-    got = run_all(tasks)
+    got = run_all(tasks + [t for gpu, n in asked.items() for t in fixed_tasks(gpu, n)])
     outcomes = [
         Outcome(c.id, c.gpu, "autoscaled", c.start, [got[(c.id, s)] for s in seed_list])
         for c in cands
     ]
-    # the fixed fleets: per instance type, the fewest instances meeting the SLOs
-    probes: list[Outcome] = []
-    fixed: dict[str, Outcome] = {}
-    for gpu in sorted({c.gpu for c in cands}, key=[c.gpu for c in cands].index):
-
-        def probe(n: int, gpu: str = gpu) -> Outcome:
-            key = f"fixed:{gpu}:{n}"
-            group = {"hardware": gpu, "count": n}
-            runs = run_all([Task(key, s, _doc(raw, group, space.router, s), base_dir)
-                            for s in seed_list])  # fmt: skip
-            outcome = Outcome(key, gpu, "fixed", n, [runs[(key, s)] for s in seed_list])
-            probes.append(outcome)
-            return outcome
-
-        best = _fewest(probe, slos, static_limit)
-        if best is not None:
-            fixed[gpu] = best
     met = [o for o in outcomes if o.met(slos)]
     chosen = min(met, key=lambda o: o.mean("fleet_usd_per_day")) if met else None
-    result = AutoscaleSearch(list(slos), outcomes, fixed, probes, chosen, None)
+    result = AutoscaleSearch(list(slos), outcomes, {}, [], chosen, None)
+    # the chosen policy on seeds the search never saw: its runs join the next batch
+    verifying: list[Task] = []
     if chosen is not None:
         cand = next(c for c in cands if c.id == chosen.key)
         result.chosen_autoscale = cand.autoscale
-        fresh = [seed0 + seeds + k for k in range(verify)]
-        if fresh:
-            again = run_all(
-                [Task(f"verify:{cand.id}", s, _doc(raw, auto_group(cand), space.router, s),
-                      base_dir) for s in fresh]
-            )
-            result.verified = [again[(f"verify:{cand.id}", s)] for s in fresh]
-            result.verify_seeds = fresh
+        result.verify_seeds = [seed0 + seeds + k for k in range(verify)]
+        verifying = [Task(f"verify:{cand.id}", s, _doc(raw, _auto_group(cand), router, s),
+                          base_dir) for s in result.verify_seeds]  # fmt: skip
+    # the fixed fleets: per instance type, the fewest instances meeting the SLOs, every type's
+    # next probe in one batch
+    tried: dict[str, list[Outcome]] = {gpu: [] for gpu in gpus}
+    found: dict[str, Outcome] = {}
+    while asked:
+        following: dict[str, int] = {}
+        for gpu, n in asked.items():
+            key = fixed_key(gpu, n)
+            outcome = Outcome(key, gpu, "fixed", n, [got[(key, s)] for s in seed_list])
+            tried[gpu].append(outcome)
+            try:
+                following[gpu] = searches[gpu].send(outcome)
+            except StopIteration as stop:
+                if stop.value is not None:
+                    found[gpu] = stop.value
+        asked = following
+        if asked or verifying:
+            batch = [t for gpu, n in asked.items() for t in fixed_tasks(gpu, n)]
+            got = run_all(batch + verifying)
+            if verifying:
+                result.verified = [got[(t.key, t.seed)] for t in verifying]
+                verifying = []
+    result.fixed = {gpu: found[gpu] for gpu in gpus if gpu in found}
+    result.probes = [o for gpu in gpus for o in tried[gpu]]
     return result
 
 
-def _fewest(probe: Callable[[int], Outcome], slos: Sequence[SLO], limit: int) -> Outcome | None:
-    """The smallest fleet meeting the SLOs: double from 1, then bisect; None beyond `limit`."""
+def _auto_group(c: Candidate) -> dict[str, Any]:
+    return {"hardware": c.gpu, "count": c.start, "autoscale": c.autoscale}
+
+
+def _bisect(slos: Sequence[SLO], limit: int) -> Generator[int, Outcome, Outcome | None]:
+    """The smallest fleet meeting the SLOs, as a search that yields each count to probe and is
+    sent its outcome: double from 1, then bisect; None beyond `limit`."""
     low, high = 0, 1  # low fails (0 serves nothing), high is tried next
     tried: dict[int, Outcome] = {}
     while True:
-        tried[high] = probe(high)
+        tried[high] = yield high
         if tried[high].met(slos):
             break
         if high >= limit:
@@ -284,9 +338,20 @@ def _fewest(probe: Callable[[int], Outcome], slos: Sequence[SLO], limit: int) ->
         low, high = high, min(2 * high, limit)
     while high - low > 1:
         mid = (low + high) // 2
-        tried[mid] = probe(mid)
+        tried[mid] = yield mid
         if tried[mid].met(slos):
             high = mid
         else:
             low = mid
     return tried[high]
+
+
+def _fewest(probe: Callable[[int], Outcome], slos: Sequence[SLO], limit: int) -> Outcome | None:
+    """`_bisect` driven by one probe at a time."""
+    search = _bisect(slos, limit)
+    n = next(search)
+    try:
+        while True:
+            n = search.send(probe(n))
+    except StopIteration as stop:
+        return stop.value

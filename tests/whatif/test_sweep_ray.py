@@ -69,3 +69,28 @@ def test_a_deployment_search_gives_the_same_answer_on_ray_and_local_processes(
         pd.testing.assert_frame_equal(on_ray.table, other.table)
         assert on_ray.counts == other.counts
     assert len(list((tmp_path / "configs").glob("*.json"))) == 5 + 4
+
+
+def test_the_autoscaling_search_gives_the_same_answer_on_one_worker_two_and_ray(
+    ray_session: None,
+) -> None:
+    """Candidates, probes and the unseen-seed check batched on each backend: the same table and
+    the same answer (every summary is a seeded run's; only the order runs finish in differs)."""
+    from helpers_autoscale import SHORT_DAY, SPACE
+
+    from sim.cli.search_autoscale import answer_document
+    from sim.whatif.autoscale_search import autoscale_search
+    from sim.whatif.autoscale_space import AutoscaleSpace
+    from sim.whatif.capacity import parse_slos
+
+    space = AutoscaleSpace.model_validate({**SPACE, "signals": {"running": [4]}, "max": 4})
+    slos = parse_slos(["ttft_p90=0.5", "tpot_p99=0.05"], 0)
+
+    def searched(**backend: Any) -> Any:
+        return autoscale_search(SHORT_DAY, space, slos, seeds=1, verify=1, **backend)
+
+    one = searched(workers=1)
+    assert one.baseline is not None and len(one.probes) >= 2 and one.verified
+    for other in (searched(workers=2), searched(backend="ray", workers=2)):
+        pd.testing.assert_frame_equal(other.table(), one.table())
+        assert answer_document(other) == answer_document(one)
