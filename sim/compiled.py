@@ -1,8 +1,9 @@
 """The compiled core: which modules an opt-in build compiles with mypyc, and whether this one did.
 
 `BATCHSIM_COMPILE=1 pip install .` compiles the modules below to C extensions with mypyc (the
-way black and mypy ship): the step loop, the decode batch, the KV pool, the recorder and the
-iteration-level policies, everything that runs per step. The source is the same Python, so the
+way black and mypy ship): the step loop, the decode batch, the KV pool, the recorder, the
+policies, and the topologies with their gateway, routers, KV link and fleet: everything that runs
+per step or per arrival. The source is the same Python, so the
 answers are the same (CI runs the regression baselines and the coalesced-versus-stepwise tests on
 both builds); the compiled one is about twice as fast. A plain or editable install runs them as
 Python and needs no C compiler; an editable install is never compiled (`_build/backend.py`).
@@ -44,6 +45,15 @@ MODULES = (
     "sim/policies/reservation.py",
     "sim/policies/speculation.py",
     "sim/policies/static.py",
+    "sim/topology/autoscaler.py",
+    "sim/topology/cluster.py",
+    "sim/topology/gateway.py",
+    "sim/topology/groups.py",
+    "sim/topology/kv_link.py",
+    "sim/topology/router.py",
+    "sim/topology/scaling.py",
+    "sim/topology/signals.py",
+    "sim/topology/topologies.py",
 )
 ENV = "BATCHSIM_COMPILE"  # =1 at install time: build the compiled core
 

@@ -16,6 +16,7 @@ seconds costs it nothing more). Without a callback there is no watcher at all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -231,7 +232,7 @@ def run_variant(
     if log.num_done != len(requests):  # the loop only stops when the queues drain
         missing = len(requests) - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
-    instances = pd.DataFrame([vars(i) for i in cluster.info])
+    instances = pd.DataFrame([dataclasses.asdict(i) for i in cluster.info])
     events = pd.DataFrame()
     if cluster.fleet is not None:  # the fleet changed during the run: its lifetimes and events
         lives = cluster.fleet.lifetimes()

@@ -27,6 +27,11 @@ from sim.workload import RequestArrays
 instruments_engine = pytest.mark.skipif(
     build() == "compiled", reason="wraps engine methods; a compiled class bypasses wrappers"
 )
+# tests that hand a compiled class stand-ins for instances (a compiled class checks the types of
+# what it is given): on the Python build only
+uses_stand_ins = pytest.mark.skipif(
+    build() == "compiled", reason="stand-in instances; a compiled class checks argument types"
+)
 
 
 class StepCalls:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from helpers_sim import uses_stand_ins
 from scenario_factory import chunked, lognormal, scenario
 
 from sim.errors import ScenarioError
@@ -279,6 +280,7 @@ class _Topology:
         return 0
 
 
+@uses_stand_ins
 @pytest.mark.parametrize(
     ("work", "n", "drained"),
     [
@@ -305,6 +307,7 @@ def test_scale_in_drains_the_instances_with_the_least_outstanding_work(
     assert list(fleet.candidates()) == sorted(set(range(len(work))) - set(drained))
 
 
+@uses_stand_ins
 def test_scale_in_cancels_the_newest_provisioning_instances_before_draining_any() -> None:
     """Which instances a scale-in removes first: those still provisioning, the newest first
     (the least sunk cost, and they would serve last), then the least busy serving ones. Every

@@ -23,6 +23,7 @@ import pytest
 from fuzz_corpus_tiers import PD_BASE, TIER_BASE
 from helpers_cluster import check_invariants, run_with_cluster
 from helpers_prefix import COEFFS
+from helpers_sim import instruments_engine
 from scenario_factory import UNIT, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict
@@ -103,6 +104,7 @@ def _route(router: str, tiers: dict[str, Any], rows: list[Any] = ROWS) -> tuple[
     return req.set_index("id"), seen
 
 
+@instruments_engine
 @pytest.mark.parametrize(
     ("kind", "reported", "instance"),
     [
@@ -123,6 +125,7 @@ def test_prefix_affinity_sees_own_dram_and_the_shared_store(
     assert req.loc[[A, X, B], "num_cached_tokens"].tolist() == [0, 0, 0]
 
 
+@instruments_engine
 def test_an_idle_instance_sees_what_the_store_got_after_its_last_step() -> None:
     # without X, instance 1 never steps: it reads the store as of the routing decision, not as
     # of its own last step
@@ -130,6 +133,7 @@ def test_an_idle_instance_sees_what_the_store_got_after_its_last_step() -> None:
     assert seen[-1] == [0.75, 0.75]
 
 
+@instruments_engine
 @pytest.mark.parametrize("kind", ["none", "dram", "remote"])
 def test_session_sticky_sends_a_turn_home_where_its_tiers_serve_it(kind: str) -> None:
     req, seen = _route("session_sticky", TIERS[kind])

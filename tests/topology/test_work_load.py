@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_sim import instruments_engine
 from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.core.instance import InstanceState, WorkLoad
@@ -53,6 +54,7 @@ def settled(instance: InstanceState) -> WorkLoad:
     return WorkLoad(load.num_waiting, load.num_running, load.outstanding_tokens)
 
 
+@instruments_engine
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 @pytest.mark.parametrize("router", ROUTERS)
 def test_work_load_equals_the_settled_load(
@@ -87,6 +89,7 @@ def test_work_load_equals_the_settled_load(
         assert sum(mid_run) > 10, "no look fell inside a run"
 
 
+@instruments_engine
 @pytest.mark.parametrize("policy", ["continuous", "chunked", "preempting"])
 def test_routing_on_work_loads_matches_routing_on_settled_loads(
     policy: str, monkeypatch: pytest.MonkeyPatch
