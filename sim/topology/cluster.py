@@ -95,7 +95,7 @@ def build_cluster(
         and not autoscaled
         and (spec.cluster is None or spec.cluster.admission is None)
     ):
-        topology = Single(env, resolved, builder, log)
+        topology = Single(env, resolved, builder, log, rng)
     else:
         topology = Colocated(env, resolved, builder, log, rng)
     fleet = _fleet(env, resolved, topology, initial, log, requests) if autoscaled else None

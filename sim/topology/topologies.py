@@ -53,15 +53,22 @@ class Topology:
     dispatch: Callable[[Request], object]
 
     def __init__(self, env: simpy.Environment, resolved: ResolvedScenario, builder: Builder,
-                 log: RequestLog) -> None:  # fmt: skip
+                 log: RequestLog, rng: np.random.Generator) -> None:  # fmt: skip
         self.env = env
         self.resolved = resolved
         self.builder = builder
         self.log = log
+        self.rng = rng  # the routers' stream
         self.instances: list[Instance] = builder.instances  # by index; a fleet's grow
         self.info: list[InstanceInfo] = builder.info
         self.fleet: Fleet | None = None
         self._hooks: list[Callable[[Instance], None]] = []
+        self._build()
+
+    def _build(self) -> None:
+        """Make the topology's gateway and links over the instances of the start, wire them,
+        and set `dispatch`."""
+        raise NotImplementedError
 
     # -- what the run asks -------------------------------------------------------------------
 
@@ -147,19 +154,15 @@ class Single(Topology):
 
     direct = True
 
-    def __init__(self, env: simpy.Environment, resolved: ResolvedScenario, builder: Builder,
-                 log: RequestLog) -> None:  # fmt: skip
-        super().__init__(env, resolved, builder, log)
+    def _build(self) -> None:
         self.dispatch = self.instances[0].submit
 
 
 class Colocated(Topology):
     """Instances that serve whole requests, behind the cluster's router."""
 
-    def __init__(self, env: simpy.Environment, resolved: ResolvedScenario, builder: Builder,
-                 log: RequestLog, rng: np.random.Generator) -> None:  # fmt: skip
-        super().__init__(env, resolved, builder, log)
-        spec = resolved.spec
+    def _build(self) -> None:
+        spec, rng, log = self.resolved.spec, self.rng, self.log
         c = spec.cluster
         options = c.router_options if c is not None else RouterOptions()
         router = Router(
@@ -182,9 +185,8 @@ class Colocated(Topology):
 class Disaggregated(Topology):
     """A prefill pool behind the gateway, a decode pool behind the KV link."""
 
-    def __init__(self, env: simpy.Environment, resolved: ResolvedScenario, builder: Builder,
-                 log: RequestLog, rng: np.random.Generator) -> None:  # fmt: skip
-        super().__init__(env, resolved, builder, log)
+    def _build(self) -> None:
+        resolved, rng, log = self.resolved, self.rng, self.log
         spec = resolved.spec
         d = spec.disaggregation
         assert d is not None
@@ -199,9 +201,10 @@ class Disaggregated(Topology):
         def serving_decode() -> Sequence[int] | None:  # a fixed fleet: every decode instance
             return None if self.fleet is None else decode_serving.candidates()
 
-        self.link = link = KVLink(
-            env, d.link, decode, Router(d.decode.router, rng), self._store, serving=serving_decode
-        )
+        self.link = KVLink(
+            self.env, d.link, decode, Router(d.decode.router, rng), self._store,
+            serving=serving_decode,
+        )  # fmt: skip
         self.gateway = gateway = Gateway(
             self.instances, Router(d.prefill.router, rng), _Serving(self, "prefill"), log,
             slo=spec.slo,
@@ -210,13 +213,20 @@ class Disaggregated(Topology):
             self.wire(instance)
 
         def dispatch(req: Request) -> None:
-            if not link.can_ever_take(req):
-                req.reject(TOO_LONG)
-                log.record(req)
-                return
-            gateway.dispatch(req)
+            if self._admits(req):
+                gateway.dispatch(req)
 
         self.dispatch = dispatch
+
+    def _admits(self, req: Request) -> bool:
+        """Whether some decode instance could ever hold the request (else it is refused)."""
+        link = self.link
+        assert link is not None
+        if link.can_ever_take(req):
+            return True
+        req.reject(TOO_LONG)
+        self.log.record(req)
+        return False
 
     def _geometry(self, i: InstanceInfo) -> TierGeometry:
         spec = self.resolved.spec
@@ -231,16 +241,12 @@ class Disaggregated(Topology):
         fleet = self.fleet
         if fleet is None or not fleet.watch_ttft:
             return self.dispatch
-        link, gateway, log = self.link, self.gateway, self.log
-        assert link is not None
+        gateway = self.gateway
 
         def observed(req: Request) -> None:
-            if not link.can_ever_take(req):
-                req.reject(TOO_LONG)
-                log.record(req)
-                return
-            fleet.observe(req)
-            gateway.dispatch(req)
+            if self._admits(req):
+                fleet.observe(req)
+                gateway.dispatch(req)
 
         return observed
 
