@@ -50,6 +50,7 @@ MODULES = (
     "sim/topology/gateway.py",
     "sim/topology/groups.py",
     "sim/topology/kv_link.py",
+    "sim/topology/load_index.py",
     "sim/topology/router.py",
     "sim/topology/scaling.py",
     "sim/topology/signals.py",

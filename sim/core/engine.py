@@ -143,6 +143,8 @@ class Instance(InstanceState):
         # the end of the run as applied (settled pieces may move it by a rounding error)
         self._clock = self._apply(run, run.num_steps)
         self._busy = False
+        if self.on_load is not None:
+            self.on_load(self)
         if self.on_change is not None:
             self.on_change(self)
 
@@ -150,6 +152,8 @@ class Instance(InstanceState):
 
     def _begin(self, plan: StepPlan) -> Run:
         run = self._start(plan)
+        if self.on_load is not None:
+            self.on_load(self)
         if self.on_step is not None:
             self.on_step(self, run, False)
         return run

@@ -21,7 +21,7 @@ import simpy
 from simpy.events import Event
 
 from sim.core.acceptance import AcceptanceSampler
-from sim.core.arrivals import ArrivalFeed
+from sim.core.arrivals import FOREVER_S, ArrivalFeed
 from sim.core.decode_batch import DecodeBatch
 from sim.core.kv.host import HostMemory
 from sim.core.kv.pool import KVPool
@@ -162,6 +162,9 @@ class InstanceState:
         self._cut_to: int | None = None
         self.on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
         self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
+        # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends
+        # and when a request is queued, the only moments `load_floor` can change
+        self.on_load: Callable[[Any], None] | None = None
         # observers (tests, tools): called with the run once its start is applied (False) and
         # again after each piece of it is applied (True). An attribute, not a method to wrap:
         # the compiled build calls its own methods directly, past any wrapper
@@ -228,6 +231,8 @@ class InstanceState:
             return False
         self.waiting.push(req)
         self._waiting_work += req.remaining_work
+        if self.on_load is not None:
+            self.on_load(self)
         self.wake()
         return True
 
@@ -306,6 +311,33 @@ class InstanceState:
             + len(self.held)
         )  # fmt: skip
 
+    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float]:
+        """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
+        this instance next starts or ends a run or queues a request, and before the time
+        returned (infinity: no such limit). Requests leave, and tokens are computed, only as a
+        run's steps are applied. For tokens: the work left once `horizon_steps` more of the run
+        in flight have ended (then the time is the end of the last of them), each step taking
+        at most one token from every decoding member and its prompt chunks and a first token
+        from each prompt; no bound inside a speculative run (whose tokens are drawn)."""
+        if not tokens:
+            return self.num_outstanding(), FOREVER_S
+        run = self._run
+        if run is None:
+            return self.outstanding_tokens(), FOREVER_S
+        if run.spec is not None:
+            return 0, FOREVER_S
+        plan = run.plan
+        per_step = self.batch.size if plan.decode else 0
+        for chunk in plan.prefill.values():
+            per_step += chunk + 1
+        steps = run.settled_by(self.env.now) + 1 + horizon_steps
+        until = FOREVER_S
+        if steps < run.num_steps:
+            until = run.times.end(steps)
+        else:
+            steps = run.num_steps
+        return self.outstanding_tokens() - steps * per_step, until
+
     def holds_requests(self) -> bool:
         """Whether any request is here now: queued, running, swapped, finished but holding its
         KV, waiting to hand off or to land (an instance that holds none can retire)."""
@@ -316,17 +348,30 @@ class InstanceState:
         )  # fmt: skip
 
     def cached_prefix_tokens(self, req: Request) -> int:
-        """Tokens of `req`'s prompt this instance's prefix cache holds, on the GPU or in a KV
-        tier below it (0 without caching)."""
+        """Tokens of `req`'s prompt this instance's prefix cache holds now, on the GPU or in a
+        KV tier below it (0 without caching), as settling the run in flight would show them.
+        It settles only a run whose steps could change them: one that computes prompt chunks
+        (they cache their blocks), or whose decode batch may grow into cached free blocks
+        (evicting them); a decode run that fits in never-cached blocks changes no cached block
+        before its last step, which is applied when the run ends."""
         pool = self.pool
+        run = self._run
+        if run is not None and run.num_steps > 1 and pool.caching:
+            steps = run.num_steps
+            growth = self.batch.size * (steps // pool.block_size + 1) if run.plan.decode else 0
+            if run.plan.prefill or run.spec is not None or not pool.takes_uncached(growth):
+                self.settle()
         limit = (req.num_known_tokens - 1) // pool.block_size
         return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
 
     def prefill_backlog(self) -> int:
         """Prompt tokens not yet prefilled of the requests waiting or prefilling here, less
         those the step under way computes (what a new arrival's first token waits behind
-        once that step ends)."""
-        self.settle()
+        once that step ends). Only a run of prompt chunks is settled: a decode run computes
+        none."""
+        run = self._run
+        if run is not None and (run.plan.prefill or run.spec is not None):
+            self.settle()
         total = 0
         for req in self.waiting:
             total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
@@ -338,11 +383,18 @@ class InstanceState:
         return max(0, total)
 
     def step_end_s(self) -> float:
-        """When the step under way ends (now when none is)."""
-        self.settle()
+        """When the step under way ends (now when none is), as settling would show it: the
+        end of the first step not yet ended of the run in flight."""
         run = self._run
         now = self.env.now
-        return max(now, run.times.end(1)) if run is not None else max(now, self._clock)
+        if run is None:
+            return max(now, self._clock)
+        if run.spec is not None:
+            self.settle()
+            return max(now, run.times.end(1))
+        done = run.settled_by(now)
+        times = run.times.after(done) if done > 0 else run.times
+        return max(now, times.end(1))
 
     def prefill_seconds(self, num_tokens: int) -> float:
         """Seconds this instance's cost model gives to prefill `num_tokens` prompt tokens with
@@ -357,11 +409,12 @@ class InstanceState:
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
-        explicit = sum(r.remaining_work for r in self.prefilling)
-        explicit += sum(r.remaining_work for r in self.ready)
-        explicit += sum(r.remaining_work for r in self.swapped)
-        explicit += sum(r.remaining_work for r in self.arrived)
-        return self._waiting_work + explicit + self.batch.outstanding_tokens
+        total = self._waiting_work + self.batch.outstanding_tokens
+        for queue in (self.prefilling, self.ready, self.swapped, self.arrived):
+            if queue:  # mostly empty but the prompts in flight: no generator for those
+                for req in queue:
+                    total += req.remaining_work
+        return total
 
     def transfer_blocks(self, req: Request) -> int:
         """P/D decode side: blocks this instance would reserve for `req`'s KV (its policy's

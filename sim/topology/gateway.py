@@ -12,11 +12,12 @@ requests are routed then. Their TTFT counts the wait.
 
 What the router sees of the instances (`sim.topology.signals`): their loads exact at each
 decision (queues and outstanding tokens read without applying the steps in flight,
-`InstanceState.work_load`, unless the router reads KV blocks or prefix hits, which those steps
-change), or as last scraped every `router_options.refresh_s` seconds; their prefix caches
-exact, or as KV events `router_options.kv_event_lag_s` late show them (routers
-`prefix_affinity` and `slo_headroom`); and for `slo_headroom`, each instance's predicted TTFT
-for the request against its tier's TTFT target.
+`InstanceState.work_load`, unless the router reads KV blocks, which those steps change; prefix
+hits settle only a run whose steps could change them; least-load routers read an index the
+instances keep, `sim.topology.load_index`), or as last scraped every `router_options.refresh_s`
+seconds; their prefix caches exact, or as KV events `router_options.kv_event_lag_s` late show
+them (routers `prefix_affinity` and `slo_headroom`); and for `slo_headroom`, each instance's
+predicted TTFT for the request against its tier's TTFT target.
 
 Admission (`cluster.admission`): once the router has chosen, a request whose instance has at
 least its tier's limit of requests waiting, as the gateway sees that instance's load (scraped
@@ -35,6 +36,7 @@ from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.scenario.control_plane import AdmissionSpec
 from sim.scenario.schema import RouterOptions, SLOSpec
+from sim.topology.load_index import LoadIndex
 from sim.topology.router import Router, WorkView
 from sim.topology.signals import LaggedPrefixes, Scraper, predicted_ttft, read_backlog
 
@@ -86,6 +88,19 @@ class Gateway:
         self.prefixes: LaggedPrefixes | None = None
         if opts.kv_event_lag_s > 0 and router.name in PREFIX_ROUTERS:
             self.prefixes = LaggedPrefixes(instances, opts.kv_event_lag_s)
+        # a least-load router reading exact loads: an index the instances keep (`watch`)
+        self.index: LoadIndex | None = None
+        rank = router.ranks_by
+        if self.scraper is None and rank is not None:
+            self.index = LoadIndex(rank)
+
+    def watch(self, instance: Instance) -> None:
+        """Route to `instance` (one of the start, or launched later): with a load index, the
+        instance tells it when its load can fall."""
+        index = self.index
+        if index is not None:
+            index.watch(instance)
+            instance.on_load = index.changed
 
     def _load(self, i: int) -> Load:
         return self.instances[i].load()
@@ -114,11 +129,24 @@ class Gateway:
 
     def _route(self, req: Request, candidates: Sequence[int] | None) -> None:
         instances = self.instances
-        # blocks cached by the steps in flight count for a prefix hit only once applied
-        settled = self.router.needs_kv or self.router.name in PREFIX_ROUTERS
+        # KV blocks in use are read settled; prefix hits settle a run only where its steps
+        # could change them (`InstanceState.cached_prefix_tokens`)
+        settled = self.router.needs_kv
         loads: Callable[[int], WorkView] = self._load if settled else self._work_load
         scraper = self.scraper
         key: Callable[[int], float] | None = None
+
+        def hit(i: int) -> float:
+            return self._cached_tokens(req, i) / req.num_prompt_tokens
+
+        load_index = self.index
+        if load_index is not None:  # the least-loaded candidate, from the index
+            chosen = self.router.pick(
+                len(instances), None, candidates, hit=hit, session=req.session,
+                least=load_index.best,
+            )  # fmt: skip
+            self._submit(req, chosen, loads)
+            return
         if scraper is not None:
             scraper.at_decision()
             loads = scraper.load
@@ -126,11 +154,8 @@ class Gateway:
             rank = self.router.ranks_by
             if rank == "requests":
                 key = self._num_outstanding
-            elif rank == "tokens":
+            elif rank == "tokens" or self.router.name == "prefix_affinity":
                 key = self._work_left
-
-        def hit(i: int) -> float:
-            return self._cached_tokens(req, i) / req.num_prompt_tokens
 
         if self.router.name == "slo_headroom":
             now = instances[0].env.now
@@ -148,6 +173,10 @@ class Gateway:
             index = self.router.pick(
                 len(instances), loads, candidates, hit=hit, session=req.session, key=key
             )
+        self._submit(req, index, loads)
+
+    def _submit(self, req: Request, index: int, loads: Callable[[int], WorkView]) -> None:
+        """Submit `req` to instance `index`, unless admission sheds it there."""
         if self.admission is not None:
             limit = self.admission.limit(req.tier)
             if limit is not None and loads(index).num_waiting >= limit:
@@ -156,7 +185,7 @@ class Gateway:
                 return
         if self.prefixes is not None:
             self.prefixes.routed(req, index)
-        instances[index].submit(req)
+        self.instances[index].submit(req)
 
     def release(self) -> None:
         """An instance became ready: route the requests waiting at the gateway, in order."""

@@ -112,14 +112,27 @@ class Router:
         ttft: Callable[[int], float] | None = None,
         target: float | None = None,
         key: Callable[[int], float] | None = None,
+        least: Callable[[Sequence[int] | None], int] | None = None,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
         `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
         request's prompt instance i has cached (prefix affinity), `session` its session,
         `ttft(i)` its predicted TTFT on instance i and `target` its TTFT target (slo_headroom);
-        `key(i)`, where given, the number `ranks_by` names, read in place of `loads(i)`."""
+        `key(i)`, where given, the number `ranks_by` names (prefix affinity: the outstanding
+        tokens), read in place of `loads(i)`;
+        `least(candidates)`, where given, the candidate with the least of that number (ties: the
+        lowest index) from an index kept as the loads change (`sim.topology.load_index`)."""
+        sticky = self.name == "session_sticky" and session >= 0
+        if least is not None and self.ranks_by is not None:
+            home = self._home.get(session, -1) if sticky else -1
+            if home >= 0 and (candidates is None or home in candidates):
+                return home
+            chosen = least(candidates)
+            if sticky:
+                self._home[session] = chosen
+            return chosen
         pool: Sequence[int] = range(num_instances) if candidates is None else sorted(candidates)
-        if self.name == "session_sticky" and session >= 0 and self._home.get(session) in pool:
+        if sticky and self._home.get(session) in pool:
             return self._home[session]
         if self.name == "slo_headroom" and len(pool) > 1:
             if ttft is None:
@@ -127,7 +140,7 @@ class Router:
             return self._headroom(pool, ttft, target)
         one = len(pool) == 1
         chosen = pool[0] if one else self._choose(num_instances, pool, loads, hit, key)
-        if self.name == "session_sticky" and session >= 0:
+        if sticky:
             self._home[session] = chosen
         return chosen
 
@@ -149,10 +162,12 @@ class Router:
             return pool[int(self.rng.integers(len(pool)))]
         if key is not None and self.ranks_by is not None:
             return min(pool, key=key)  # min keeps the first (lowest) on ties
+        if self.name == "prefix_affinity" and key is not None:
+            return self._affinity(pool, key, hit)
         if loads is None:
             raise ValueError(f"router {self.name} needs the instances' loads")
         if self.name == "prefix_affinity":
-            return self._affinity(pool, loads, hit)
+            return self._affinity(pool, lambda i: loads(i).outstanding_tokens, hit)
         # session_sticky places a session's first turn (and requests without one) by load
         rank = _KEYS.get(self.name, _KEYS["least_outstanding_tokens"])
         return min(pool, key=lambda i: rank(loads(i)))
@@ -160,13 +175,13 @@ class Router:
     def _affinity(
         self,
         pool: Sequence[int],
-        loads: Callable[[int], WorkView],
+        tokens: Callable[[int], float],
         hit: Callable[[int], float] | None,
     ) -> int:
         """The best of cached prefix and load (SGLang's cache-aware router, llm-d's prefix
         scorer): score = hit_weight * cached fraction - load_weight * outstanding tokens over
-        the busiest candidate's."""
-        work = {i: loads(i).outstanding_tokens for i in pool}
+        the busiest candidate's; `tokens(i)` instance i's outstanding tokens."""
+        work = {i: tokens(i) for i in pool}
         busiest = max(work.values()) or 1
         cached = {i: hit(i) if hit is not None else 0.0 for i in pool}
 

@@ -173,7 +173,12 @@ class Colocated(Topology):
             self.instances, router, _Serving(self, None), log, options=options,
             admission=c.admission if c is not None else None, slo=spec.slo,
         )  # fmt: skip
+        for instance in self.instances:
+            self.wire(instance)
         self.dispatch = self.gateway.dispatch
+
+    def wire(self, instance: Instance) -> None:
+        self.gateway.watch(instance)
 
     def ready(self) -> None:
         self.gateway.release()
@@ -255,6 +260,7 @@ class Disaggregated(Topology):
         assert link is not None
         if self.info[instance.index].role == "prefill":
             instance.on_change = link.collect
+            self.gateway.watch(instance)
         else:
             instance.on_change = link.capacity_freed
 

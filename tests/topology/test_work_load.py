@@ -14,6 +14,7 @@ from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.core.instance import InstanceState, WorkLoad
 from sim.topology.gateway import Gateway
+from sim.topology.load_index import LoadIndex
 
 WORKLOAD = {
     "num_requests": 240,
@@ -95,10 +96,14 @@ def test_routing_on_work_loads_matches_routing_on_settled_loads(
     policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fast = run(cluster(policy, "least_outstanding_tokens"))
+
+    def scan(index: LoadIndex, candidates: Any) -> int:  # every candidate, settled
+        pool = [i for i, x in enumerate(index.instances) if x is not None]
+        pool = pool if candidates is None else sorted(candidates)
+        return min(pool, key=lambda i: settled(index.instances[i]).outstanding_tokens)
+
     monkeypatch.setattr(Gateway, "_work_load", lambda self, i: settled(self.instances[i]))
-    monkeypatch.setattr(
-        Gateway, "_work_left", lambda self, i: settled(self.instances[i]).outstanding_tokens
-    )
+    monkeypatch.setattr(LoadIndex, "best", scan)
     slow = run(cluster(policy, "least_outstanding_tokens"))
     a, b = fast.requests, slow.requests
     assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
@@ -109,4 +114,43 @@ def test_routing_on_work_loads_matches_routing_on_settled_loads(
         frame["tokens"] = frame["num_tokens"] * frame["num_steps"]
     assert fast.steps["num_steps"].sum() == slow.steps["num_steps"].sum()
     assert fast.steps["tokens"].sum() == slow.steps["tokens"].sum()
+    assert len(fast.steps) < len(slow.steps)
+
+
+PREFIX_WORKLOAD = {
+    "num_requests": 240,
+    "arrival": {"process": "poisson", "rate": 30.0},
+    "prompt_tokens": {"dist": "uniform", "low": 40, "high": 180},
+    "output_tokens": {"dist": "uniform", "low": 1, "high": 60},
+    "shared_prefix": {"num_prefixes": 3, "length": {"dist": "fixed", "value": 32}},
+}
+
+
+@instruments_engine
+@pytest.mark.parametrize("router", ["prefix_affinity", "slo_headroom"])
+@pytest.mark.parametrize("policy", ["continuous", "chunked"])
+def test_prefix_routers_route_as_on_settled_instances(
+    router: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefix hits, backlogs and step ends read without settling a run that could not change
+    them send every request where reads of settled instances would, and split fewer runs."""
+    raw = cluster(policy, router)
+    raw["workload"] = PREFIX_WORKLOAD
+    raw["policy"] = {**raw["policy"], "prefix_caching": True, "block_size": 16}
+    raw["slo"] = {"ttft_s": 0.5}
+    fast = run(raw)
+    for name in ("cached_prefix_tokens", "prefill_backlog", "step_end_s", "work_left"):
+        unsettled = getattr(InstanceState, name)
+
+        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
+            self.settle()
+            return _unsettled(self, *args)
+
+        monkeypatch.setattr(InstanceState, name, read)
+    slow = run(raw)
+    a, b = fast.requests, slow.requests
+    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+    assert a["num_cached_tokens"].sum() > 0
+    for column in ("ttft_s", "finish_s"):
+        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
     assert len(fast.steps) < len(slow.steps)

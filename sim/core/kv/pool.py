@@ -89,6 +89,10 @@ class KVPool:
     def num_cached_free(self) -> int:
         return len(self._lru)
 
+    def takes_uncached(self, num_blocks: int) -> bool:
+        """Whether `num_blocks` more blocks handed out would evict no cached block."""
+        return num_blocks <= self._free
+
     @property
     def capacity_tokens(self) -> int:
         return self._total * self._block_size

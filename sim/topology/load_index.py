@@ -1,0 +1,163 @@
+"""The gateway's index of instance loads: the least-loaded candidate without reading them all.
+
+A least-load router (`least_outstanding_requests`, `least_outstanding_tokens`, and
+`session_sticky` placing a session's first turn) wants the candidate with the least of one number
+(`Router.ranks_by`), ties to the lowest index. Reading that number of every candidate at every
+arrival makes each arrival cost as much as the fleet is large. `LoadIndex` keeps instead a heap
+of lower bounds, one per instance, that the instances keep valid:
+
+* an instance's number can fall below its bound only through its own steps: requests finish and
+  tokens are computed when a run's steps are applied. So the instance tells the index
+  (`Instance.on_load`) when a run starts and when it ends, and when a request is queued (its
+  number rose: the bound is still valid, a fresh one is tighter);
+* the bound of an instance told since the last decision is read again then
+  (`Instance.load_floor`): its number itself for requests, and for tokens the tokens left once
+  its run in flight has ended, the least `work_left` can show before the instance next tells;
+* a decision pops bounds in (bound, index) order and reads the exact number
+  (`Instance.num_outstanding`, `Instance.work_left`) of each popped candidate, until the next
+  bound is above the best number found (or equal, at a higher index). Every instance not popped
+  has a bound, hence a number, no better than the choice: the answer is the full scan's, exactly
+  (tests/topology/test_load_index.py checks it against the scan at every decision).
+
+A decision then costs the few candidates whose bounds are near the least, and the instances that
+told since the last decision, not the fleet.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Protocol
+
+FOREVER_S = float("inf")
+HORIZON_STEPS = 2  # a token bound holds for this many steps of the run in flight
+
+
+class Clock(Protocol):
+    @property
+    def now(self) -> float: ...
+
+
+class Indexed(Protocol):
+    """What the index reads of an instance (`sim.core.instance.InstanceState`)."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def env(self) -> Clock: ...
+
+    def num_outstanding(self) -> int: ...
+
+    def work_left(self) -> int: ...
+
+    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float]: ...
+
+
+class LoadIndex:
+    """Lower bounds of each instance's load, by (bound, index) (see the module docstring)."""
+
+    def __init__(self, rank: str) -> None:
+        if rank not in ("requests", "tokens"):
+            raise ValueError(f"a load index ranks by requests or tokens, not {rank!r}")
+        self.tokens = rank == "tokens"
+        self.env: Clock | None = None  # the run's clock, the instances' own
+        self.instances: list[Indexed | None] = []  # by instance index; None: not watched
+        # (bound, index, version): an entry counts while its version is its instance's latest
+        self.heap: list[tuple[int, int, int]] = []
+        self.bound: list[int] = []  # each watched instance's latest bound
+        self.version: list[int] = []
+        self.expiry: list[tuple[float, int, int]] = []  # (until, index, version) of bounds
+        self.told: list[int] = []  # instances that told since the last decision
+        self.is_told: list[bool] = []
+        self._seen: Sequence[int] | None = None  # the candidates of the last decision
+        self._seen_len = -1
+        self._allowed: set[int] = set()
+
+    def watch(self, instance: Indexed) -> None:
+        """Index `instance` (the topology sets its `on_load` to `changed`)."""
+        i = instance.index
+        if self.env is None:
+            self.env = instance.env
+        while len(self.instances) <= i:
+            self.instances.append(None)
+            self.bound.append(0)
+            self.version.append(-1)
+            self.is_told.append(False)
+        self.instances[i] = instance
+        self.changed(instance)
+
+    def changed(self, instance: Indexed) -> None:
+        """`instance` started or ended a run or queued a request: read its bound again."""
+        i = instance.index
+        if not self.is_told[i]:
+            self.is_told[i] = True
+            self.told.append(i)
+
+    def _refresh(self) -> None:
+        instances, bound, version, heap = self.instances, self.bound, self.version, self.heap
+        tokens = self.tokens
+        for i in self.told:
+            instance = instances[i]
+            assert instance is not None
+            self.is_told[i] = False
+            b, until = instance.load_floor(tokens, HORIZON_STEPS)
+            if b != bound[i] or version[i] < 0 or until < FOREVER_S:  # else its entry stands
+                bound[i] = b
+                version[i] += 1
+                heapq.heappush(heap, (b, i, version[i]))
+                if until < FOREVER_S:
+                    heapq.heappush(self.expiry, (until, i, version[i]))
+        self.told.clear()
+        if len(heap) > 4 * len(instances) + 64:  # mostly superseded entries: rebuild
+            self.heap = [(bound[i], i, version[i]) for i, x in enumerate(instances) if x]
+            heapq.heapify(self.heap)
+
+    def _candidate_set(self, candidates: Sequence[int]) -> set[int]:
+        # a fleet's list of serving instances is replaced when one is added and shrinks in
+        # place when one leaves (`sim.topology.scaling.Fleet`): the same list at the same
+        # length holds the same instances
+        if candidates is not self._seen or len(candidates) != self._seen_len:
+            self._seen, self._seen_len = candidates, len(candidates)
+            self._allowed = set(candidates)
+        return self._allowed
+
+    def best(self, candidates: Sequence[int] | None) -> int:
+        """The candidate (default: every watched instance) with the least number, ties to the
+        lowest index: what `min(sorted(candidates), key=number)` gives."""
+        expiry, env = self.expiry, self.env
+        if expiry and env is not None:
+            now = env.now
+            while expiry and expiry[0][0] <= now:
+                _, i, v = heapq.heappop(expiry)
+                if v == self.version[i] and not self.is_told[i]:
+                    self.is_told[i] = True
+                    self.told.append(i)
+        if self.told:
+            self._refresh()
+        allowed = None if candidates is None else self._candidate_set(candidates)
+        heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
+        popped: list[tuple[int, int, int]] = []
+        best_value = 0
+        best_index = -1
+        while heap:
+            entry = heap[0]
+            b, i, v = entry
+            if best_index >= 0 and (b > best_value or (b == best_value and i > best_index)):
+                break  # every entry left is no better than the choice
+            heapq.heappop(heap)
+            if v != version[i]:
+                continue  # superseded: dropped
+            popped.append(entry)
+            if allowed is not None and i not in allowed:
+                continue
+            instance = instances[i]
+            assert instance is not None
+            value = instance.work_left() if tokens else instance.num_outstanding()
+            if best_index < 0 or value < best_value or (value == best_value and i < best_index):
+                best_value, best_index = value, i
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        if best_index < 0:
+            raise ValueError("no candidate instance is indexed")
+        return best_index
