@@ -11,17 +11,24 @@ fleet's candidates and each instance runs its own SimPy process (a lone instance
 arrivals and runs whole runs without events).
 
 `--day`: scenarios/autoscaling_day.yaml's variants over its first `--hours`, streamed (no
-tables), one variant at a time: wall time, us/request, scaling events, mean instances and this
-process's peak RSS so far.
+tables), one variant at a time, and the same day on prefill/decode pools that scale apart
+(`pd_autoscaled`: prefill on queue length, decode on running requests): wall time, us/request,
+scaling events, mean instances and this process's peak RSS so far.
+
+`--rss`: peak RSS against the number of requests of a streamed run (the shape's workload on
+`--rss-instances` instances behind least_outstanding_tokens), each run in a fresh process so
+its peak is its own: flat memory would show the same figure on every row.
 
     python benchmarks/bench_fleet.py                         # the shape, every router
     python benchmarks/bench_fleet.py --routers least_outstanding_requests --instances 1 64
     python benchmarks/bench_fleet.py --day --hours 2
+    python benchmarks/bench_fleet.py --rss --sizes 100000 300000 1000000
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import sys
 import time
@@ -100,6 +107,9 @@ def day(args: argparse.Namespace) -> None:
         ROOT / "scenarios" / "autoscaling_day.yaml",
         [f"workload.duration_s={args.hours * 3600:g}"],
     )
+    variants = list(scenario.variants)
+    if not args.variants or "pd_autoscaled" in args.variants:
+        variants.append(pd_day(args.hours))
     first = scenario.variants[0]
     requests = generate_requests(
         first.spec.workload, np.random.default_rng(first.spec.seed), first.base_dir,
@@ -108,7 +118,7 @@ def day(args: argparse.Namespace) -> None:
     print(f"autoscaling_day.yaml, first {args.hours:g} h: {len(requests):,} requests, streamed")
     print(f"{'variant':<16}{'wall s':>9}{'us/req':>9}{'events':>8}{'mean inst':>11}"
           f"{'peak RSS MB':>13}")  # fmt: skip
-    for resolved in scenario.variants:
+    for resolved in variants:
         if args.variants and resolved.variant not in args.variants:
             continue
         started = time.perf_counter()
@@ -121,6 +131,65 @@ def day(args: argparse.Namespace) -> None:
               f"{len(result.fleet_events):>8}{mean:>11.2f}{rss:>13.0f}")  # fmt: skip
 
 
+def pd_day(hours: float) -> Any:
+    """autoscaling_day.yaml's day on a prefill pool and a decode pool that scale apart."""
+    import yaml
+
+    from sim.scenario.load import load_scenario_dict
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "autoscaling_day.yaml").read_text())
+    raw.pop("variants")
+    raw.pop("cluster")
+    raw["name"] = "pd_autoscaled"
+    raw["workload"]["duration_s"] = hours * 3600
+    scale = {"min": 1, "max": 8, "scale_in_cooldown_s": 300}
+    raw["disaggregation"] = {
+        "prefill": {"count": 1, "router": "least_outstanding_tokens",
+                    "autoscale": {"signal": "queue_length", "target": 2, **scale}},
+        "decode": {"count": 2, "autoscale": {"signal": "running", "target": 24, **scale}},
+    }  # fmt: skip
+    resolved = load_scenario_dict(raw, base_dir=ROOT / "scenarios").variants[0]
+    return dataclasses.replace(resolved, variant="pd_autoscaled")
+
+
+RSS_CHILD = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from bench_fleet import shape_scenario
+from sim.scenario.load import load_scenario_dict
+from sim.simulate import simulate
+import time
+raw = shape_scenario("least_outstanding_tokens", {n}, {rate}, {size})
+started = time.perf_counter()
+simulate(load_scenario_dict(raw), tables=False)
+wall = time.perf_counter() - started
+print(wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
+
+
+def rss(args: argparse.Namespace) -> None:
+    import subprocess
+
+    from sim.compiled import build
+
+    n = args.rss_instances
+    print(f"{build()} core; the shape's workload on {n} instances behind "
+          "least_outstanding_tokens, streamed (tables=False), a fresh process per row")
+    print(f"{'requests':>12}{'wall s':>9}{'us/req':>9}{'peak RSS MB':>13}{'B/request':>11}")
+    base = None
+    for size in args.sizes:
+        code = RSS_CHILD.format(root=str(ROOT / "benchmarks"), n=n, rate=args.rate, size=size)
+        out = subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True,
+            cwd=ROOT,
+        ).stdout.split()  # fmt: skip
+        wall, peak = float(out[-2]), float(out[-1])
+        base = peak if base is None else base
+        per = (peak - base) * 2**20 / max(1, size - args.sizes[0]) if size != args.sizes[0] else 0
+        print(f"{size:>12,}{wall:>9.1f}{wall / size * 1e6:>9.1f}{peak:>13.0f}{per:>11.0f}",
+              flush=True)  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--day", action="store_true", help="the autoscaled day instead")
@@ -131,10 +200,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per fleet (the best)")
     parser.add_argument("--hours", type=float, default=2.0, help="--day: hours of the day")
     parser.add_argument("--variants", nargs="*", default=None, help="--day: default every one")
+    parser.add_argument("--rss", action="store_true", help="peak RSS against requests")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000],
+                        help="--rss: requests per run")  # fmt: skip
+    parser.add_argument("--rss-instances", type=int, default=4, help="--rss: fleet size")
     args = parser.parse_args()
     if min(args.instances) < 1 or min(args.requests, args.repeat) < 1 or not args.rate > 0:
         parser.error("--instances, --requests and --repeat must be >= 1, --rate > 0")
-    day(args) if args.day else shape(args)
+    if min(args.sizes) < 1 or args.rss_instances < 1:
+        parser.error("--sizes and --rss-instances must be >= 1")
+    if args.rss:
+        rss(args)
+    elif args.day:
+        day(args)
+    else:
+        shape(args)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,11 @@ def run_variant(
                 assert stream is not None
                 stream.add_itl(*itl.arrays())
 
-            return StepLog(index, on_full=take_steps), ItlLog(on_full=take_gaps)
+            rows = streamed_rows(resolved)
+            return (
+                StepLog(index, on_full=take_steps, capacity=rows),
+                ItlLog(on_full=take_gaps, capacity=rows),
+            )
 
         log = RequestLog(len(requests), on_full=take_requests)
         records = make_records
@@ -377,6 +381,22 @@ def _fleet(hw: HardwareSpec, rent_usd_per_hour: float = 0.0) -> tuple[int, float
     figures = hw.economics
     gpus = hw.num_gpus // hw.pipeline_parallel
     return gpus, figures.usd_per_gpu_hour + rent_usd_per_hour / gpus, figures.tdp_w, figures.idle_w
+
+
+# a streamed run's records held at once, shared by the instances (each hands its step rows and
+# gaps over when it holds its share): memory stays flat in the fleet's size as in its requests
+STREAMED_ROWS = 1 << 18
+MIN_STREAMED_ROWS, MAX_STREAMED_ROWS = 1 << 10, 1 << 16
+
+
+def streamed_rows(resolved: ResolvedScenario) -> int:
+    """Step rows (and gap entries) each instance of a streamed run holds before handing them
+    over: `STREAMED_ROWS` over the most instances the fleet can hold (an autoscaled group's
+    `max`), between `MIN_STREAMED_ROWS` and `MAX_STREAMED_ROWS` (the records' own default)."""
+    most = sum(
+        max(g.count, g.autoscale.max if g.autoscale is not None else 0) for g in resolved.groups
+    )
+    return min(MAX_STREAMED_ROWS, max(MIN_STREAMED_ROWS, STREAMED_ROWS // max(1, most)))
 
 
 def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:
