@@ -37,6 +37,7 @@ FOREVER = 1 << 62
 # `prefill_seconds` prices longer prefills as runs of chunks this long (a chunked-prefill token
 # budget), so a backlog of many prompts is not priced as one prompt's quadratic attention
 PREFILL_CHUNK_TOKENS = 2048
+PREFILL_MEMO_SIZE = 1 << 14  # `prefill_seconds` answers kept (routers ask for the same sizes)
 
 
 class StepPricer(Protocol):
@@ -156,6 +157,7 @@ class InstanceState:
         self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
         self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
         self._run: Run | None = None
+        self._prefill_memo: dict[int, float] = {}
         self._busy = False
         self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
         self._idle: Event | None = None
@@ -163,7 +165,7 @@ class InstanceState:
         self.on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
         self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
         # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends
-        # and when a request is queued, the only moments `load_floor` can change
+        # and when a request is queued or lands, the only moments `load_floor` can change
         self.on_load: Callable[[Any], None] | None = None
         # observers (tests, tools): called with the run once its start is applied (False) and
         # again after each piece of it is applied (True). An attribute, not a method to wrap:
@@ -311,21 +313,23 @@ class InstanceState:
             + len(self.held)
         )  # fmt: skip
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float]:
+    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
         """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
-        this instance next starts or ends a run or queues a request, and before the time
-        returned (infinity: no such limit). Requests leave, and tokens are computed, only as a
-        run's steps are applied. For tokens: the work left once `horizon_steps` more of the run
-        in flight have ended (then the time is the end of the last of them), each step taking
-        at most one token from every decoding member and its prompt chunks and a first token
-        from each prompt; no bound inside a speculative run (whose tokens are drawn)."""
+        this instance next starts or ends a run or takes a request, and before the time
+        returned (infinity: no such limit); and whether it is that number itself until then.
+        Requests leave, and tokens are computed, only as a run's steps are applied: the number
+        of requests is exact, and so are the tokens of an instance with no run in flight. For
+        tokens during a run: the work left once `horizon_steps` more of its steps have ended
+        (then the time is the end of the last of them), each step taking at most one token
+        from every decoding member and its prompt chunks and a first token from each prompt;
+        no bound inside a speculative run (whose tokens are drawn)."""
         if not tokens:
-            return self.num_outstanding(), FOREVER_S
+            return self.num_outstanding(), FOREVER_S, True
         run = self._run
         if run is None:
-            return self.outstanding_tokens(), FOREVER_S
+            return self.outstanding_tokens(), FOREVER_S, True
         if run.spec is not None:
-            return 0, FOREVER_S
+            return 0, FOREVER_S, False
         plan = run.plan
         per_step = self.batch.size if plan.decode else 0
         for chunk in plan.prefill.values():
@@ -336,7 +340,7 @@ class InstanceState:
             until = run.times.end(steps)
         else:
             steps = run.num_steps
-        return self.outstanding_tokens() - steps * per_step, until
+        return self.outstanding_tokens() - steps * per_step, until, False
 
     def holds_requests(self) -> bool:
         """Whether any request is here now: queued, running, swapped, finished but holding its
@@ -402,10 +406,18 @@ class InstanceState:
         at the rate of a step of a full chunk. Priced between steps, never inside one."""
         if num_tokens <= 0:
             return 0.0
+        memo = self._prefill_memo  # a pricing is a pure function of its features
+        seconds = memo.get(num_tokens)
+        if seconds is not None:
+            return seconds
         chunk = min(num_tokens, PREFILL_CHUNK_TOKENS)
         features = StepFeatures(1, chunk, chunk, 0, chunk, chunk * chunk, 0, 1, 0, ((chunk, 0),))
         first, _ = self.cost.run_times(features)
-        return first * num_tokens / chunk
+        seconds = first * num_tokens / chunk
+        if len(memo) >= PREFILL_MEMO_SIZE:
+            memo.clear()
+        memo[num_tokens] = seconds
+        return seconds
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
@@ -442,6 +454,8 @@ class InstanceState:
         self.usage.stored_tokens += req.num_computed_tokens
         self.usage.fragment_tokens += self.usage.over(req, num_blocks)
         self.arrived.append(req)
+        if self.on_load is not None:
+            self.on_load(self)
         self.wake()
 
     def release(self, req: Request) -> None:

@@ -8,16 +8,19 @@ of lower bounds, one per instance, that the instances keep valid:
 
 * an instance's number can fall below its bound only through its own steps: requests finish and
   tokens are computed when a run's steps are applied. So the instance tells the index
-  (`Instance.on_load`) when a run starts and when it ends, and when a request is queued (its
-  number rose: the bound is still valid, a fresh one is tighter);
+  (`Instance.on_load`) when a run starts and when it ends, and when a request is queued or lands
+  (its number rose: the bound is still valid, a fresh one is tighter);
 * the bound of an instance told since the last decision is read again then
-  (`Instance.load_floor`): its number itself for requests, and for tokens the tokens left once
-  its run in flight has ended, the least `work_left` can show before the instance next tells;
+  (`Instance.load_floor`): its number itself for requests, and for the tokens of an instance with
+  no run in flight (those bounds are exact: no read is needed); during a run, the tokens left
+  once `HORIZON_STEPS` more of its steps have ended, valid until the end of those steps, when the
+  index reads it again (`expiry`);
 * a decision pops bounds in (bound, index) order and reads the exact number
-  (`Instance.num_outstanding`, `Instance.work_left`) of each popped candidate, until the next
-  bound is above the best number found (or equal, at a higher index). Every instance not popped
-  has a bound, hence a number, no better than the choice: the answer is the full scan's, exactly
-  (tests/topology/test_load_index.py checks it against the scan at every decision).
+  (`Instance.num_outstanding`, `Instance.work_left`) of each popped candidate whose bound is not
+  exact, until the next bound is above the best number found (or equal, at a higher index).
+  Every instance not popped has a bound, hence a number, no better than the choice: the answer
+  is the full scan's, exactly (tests/topology/test_load_index.py checks it against the scan at
+  every decision).
 
 A decision then costs the few candidates whose bounds are near the least, and the instances that
 told since the last decision, not the fleet.
@@ -51,7 +54,7 @@ class Indexed(Protocol):
 
     def work_left(self) -> int: ...
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float]: ...
+    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]: ...
 
 
 class LoadIndex:
@@ -67,6 +70,7 @@ class LoadIndex:
         self.heap: list[tuple[int, int, int]] = []
         self.bound: list[int] = []  # each watched instance's latest bound
         self.version: list[int] = []
+        self.exact: list[bool] = []  # each watched instance's bound is its number now
         self.expiry: list[tuple[float, int, int]] = []  # (until, index, version) of bounds
         self.told: list[int] = []  # instances that told since the last decision
         self.is_told: list[bool] = []
@@ -83,6 +87,7 @@ class LoadIndex:
             self.instances.append(None)
             self.bound.append(0)
             self.version.append(-1)
+            self.exact.append(False)
             self.is_told.append(False)
         self.instances[i] = instance
         self.changed(instance)
@@ -101,7 +106,7 @@ class LoadIndex:
             instance = instances[i]
             assert instance is not None
             self.is_told[i] = False
-            b, until = instance.load_floor(tokens, HORIZON_STEPS)
+            b, until, self.exact[i] = instance.load_floor(tokens, HORIZON_STEPS)
             if b != bound[i] or version[i] < 0 or until < FOREVER_S:  # else its entry stands
                 bound[i] = b
                 version[i] += 1
@@ -137,6 +142,7 @@ class LoadIndex:
             self._refresh()
         allowed = None if candidates is None else self._candidate_set(candidates)
         heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
+        exact = self.exact
         popped: list[tuple[int, int, int]] = []
         best_value = 0
         best_index = -1
@@ -151,9 +157,12 @@ class LoadIndex:
             popped.append(entry)
             if allowed is not None and i not in allowed:
                 continue
-            instance = instances[i]
-            assert instance is not None
-            value = instance.work_left() if tokens else instance.num_outstanding()
+            if exact[i]:
+                value = b
+            else:
+                instance = instances[i]
+                assert instance is not None
+                value = instance.work_left() if tokens else instance.num_outstanding()
             if best_index < 0 or value < best_value or (value == best_value and i < best_index):
                 best_value, best_index = value, i
         for entry in popped:

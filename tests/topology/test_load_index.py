@@ -153,8 +153,8 @@ class Fake:
     def work_left(self) -> int:
         return self.value
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float]:
-        return self.value - self.drop, FOREVER_S
+    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
+        return self.value - self.drop, FOREVER_S, self.drop == 0
 
 
 OPS = st.lists(
@@ -186,7 +186,8 @@ def test_the_index_is_the_scan_under_any_rises_and_falls(ops: list[Any], rank: s
         elif op == "run":  # a run starts: it may fall by k, and tells
             fake.drop = min(fake.value, k)
             index.changed(fake)
-        elif op == "step":  # a step of the run: falls within its bound, silently
+        elif op == "step":  # a step of the run: falls within its bound, silently (a bound that
+            # was exact when read stays exact: drop 0, nothing falls)
             fall = min(k, fake.drop)
             fake.value -= fall
             fake.drop -= fall
