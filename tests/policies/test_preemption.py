@@ -357,7 +357,9 @@ def _tiered(policy, kv_tokens, tier, coalesce=True):
         64,
     )
 )
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: the coverage the test below asserts is of the same 60 draws on every run
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
 @given(case=cases())
 def _conserved_under_swap_and_recompute(case):
     policy, work, kv_tokens = case
