@@ -23,7 +23,9 @@ of lower bounds, one per instance, that the instances keep valid:
   every decision).
 
 A decision then costs the few candidates whose bounds are near the least, and the instances that
-told since the last decision, not the fleet.
+told since the last decision, not the fleet. An entry popped for an instance that is not a
+candidate (draining, retired, provisioning) is set aside until the candidates change, so a day's
+retired instances are not popped at every decision.
 """
 
 from __future__ import annotations
@@ -77,6 +79,10 @@ class LoadIndex:
         self._seen: Sequence[int] | None = None  # the candidates of the last decision
         self._seen_len = -1
         self._allowed: set[int] = set()
+        # entries of instances that were not candidates when popped (draining, retired, still
+        # provisioning), set aside until the candidates change, so that a fleet's retired
+        # instances are not popped again at every decision
+        self.parked: dict[int, tuple[int, int, int]] = {}
 
     def watch(self, instance: Indexed) -> None:
         """Index `instance` (the topology sets its `on_load` to `changed`)."""
@@ -115,7 +121,9 @@ class LoadIndex:
                     heapq.heappush(self.expiry, (until, i, version[i]))
         self.told.clear()
         if len(heap) > 4 * len(instances) + 64:  # mostly superseded entries: rebuild
-            self.heap = [(bound[i], i, version[i]) for i, x in enumerate(instances) if x]
+            self.parked.clear()  # every instance's entry is in the new heap
+            watched = [i for i, x in enumerate(instances) if x is not None]
+            self.heap = [(bound[i], i, version[i]) for i in watched]
             heapq.heapify(self.heap)
 
     def _candidate_set(self, candidates: Sequence[int]) -> set[int]:
@@ -124,8 +132,15 @@ class LoadIndex:
         # length holds the same instances
         if candidates is not self._seen or len(candidates) != self._seen_len:
             self._seen, self._seen_len = candidates, len(candidates)
-            self._allowed = set(candidates)
+            self._allowed = allowed = set(candidates)
+            self._unpark([i for i in self.parked if i in allowed])
         return self._allowed
+
+    def _unpark(self, indices: list[int]) -> None:
+        for i in indices:
+            entry = self.parked.pop(i)
+            if entry[2] == self.version[i]:  # else superseded by an entry in the heap
+                heapq.heappush(self.heap, entry)
 
     def best(self, candidates: Sequence[int] | None) -> int:
         """The candidate (default: every watched instance) with the least number, ties to the
@@ -140,7 +155,12 @@ class LoadIndex:
                     self.told.append(i)
         if self.told:
             self._refresh()
-        allowed = None if candidates is None else self._candidate_set(candidates)
+        if candidates is None:
+            allowed = None
+            if self.parked:  # every instance is a candidate again
+                self._unpark(list(self.parked))
+        else:
+            allowed = self._candidate_set(candidates)
         heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
         exact = self.exact
         popped: list[tuple[int, int, int]] = []
@@ -154,9 +174,10 @@ class LoadIndex:
             heapq.heappop(heap)
             if v != version[i]:
                 continue  # superseded: dropped
-            popped.append(entry)
             if allowed is not None and i not in allowed:
+                self.parked[i] = entry
                 continue
+            popped.append(entry)
             if exact[i]:
                 value = b
             else:
