@@ -127,3 +127,21 @@ def assert_same_times(a: pd.DataFrame, b: pd.DataFrame, columns: list[str]) -> N
         y = b[col].to_numpy(dtype=float)
         np.testing.assert_allclose(x, y, rtol=1e-9, atol=0.0, equal_nan=True, err_msg=col)
     assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+
+
+# every kind of step a least-load router can see in flight, for the tests of its reads
+LOAD_POLICIES: dict[str, dict[str, Any]] = {
+    "continuous": {"name": "continuous", "max_num_seqs": 16},
+    "chunked": {"name": "chunked", "max_num_batched_tokens": 24, "max_num_seqs": 16},
+    "static": {"name": "static", "max_batch_size": 8, "max_wait_s": 0.05},
+    "preempting": {"name": "continuous", "preemption": {"mode": "swap"}},
+    "speculative": {
+        "name": "continuous",
+        "speculative": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "acceptance": {"rate": 0.7},
+        },
+    },
+}
+LEAST_LOAD_ROUTERS = ("least_outstanding_tokens", "least_outstanding_requests", "session_sticky")

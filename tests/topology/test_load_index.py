@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from helpers_autoscale import DAY
+from helpers_cluster import LEAST_LOAD_ROUTERS as ROUTERS
+from helpers_cluster import LOAD_POLICIES as POLICIES
 from helpers_sim import instruments_engine, uses_stand_ins
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,21 +27,6 @@ WORKLOAD = {
     "prompt_tokens": {"dist": "uniform", "low": 10, "high": 180},
     "output_tokens": {"dist": "uniform", "low": 1, "high": 60},
 }
-POLICIES: dict[str, dict[str, Any]] = {
-    "continuous": {"name": "continuous", "max_num_seqs": 16},
-    "chunked": {"name": "chunked", "max_num_batched_tokens": 24, "max_num_seqs": 16},
-    "static": {"name": "static", "max_batch_size": 8, "max_wait_s": 0.05},
-    "preempting": {"name": "continuous", "preemption": {"mode": "swap"}},
-    "speculative": {
-        "name": "continuous",
-        "speculative": {
-            "method": "ngram",
-            "num_speculative_tokens": 3,
-            "acceptance": {"rate": 0.7},
-        },
-    },
-}
-ROUTERS = ("least_outstanding_tokens", "least_outstanding_requests", "session_sticky")
 
 
 class Checked:
