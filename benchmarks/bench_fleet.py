@@ -13,7 +13,9 @@ arrivals and runs whole runs without events).
 `--day`: scenarios/autoscaling_day.yaml's variants over its first `--hours`, streamed (no
 tables), one variant at a time, and the same day on prefill/decode pools that scale apart
 (`pd_autoscaled`: prefill on queue length, decode on running requests): wall time, us/request,
-scaling events, mean instances and this process's peak RSS so far.
+milliseconds of wall time per simulated second, scaling events, mean instances and this
+process's peak RSS so far. `--load X` multiplies the day's load and every fleet's counts and
+bounds by X (100: 1,000 req/s on average); the workload is regenerated as each run goes.
 
 `--rss`: peak RSS against the number of requests of a streamed run (the shape's workload on
 `--rss-instances` instances behind least_outstanding_tokens), each run in a fresh process so
@@ -22,6 +24,7 @@ its peak is its own: flat memory would show the same figure on every row.
     python benchmarks/bench_fleet.py                         # the shape, every router
     python benchmarks/bench_fleet.py --routers least_outstanding_requests --instances 1 64
     python benchmarks/bench_fleet.py --day --hours 2
+    python benchmarks/bench_fleet.py --day --hours 0.25 --load 100   # 1,000 req/s on average
     python benchmarks/bench_fleet.py --rss --sizes 100000 300000 1000000
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import resource
 import sys
 import time
@@ -97,41 +101,66 @@ def shape(args: argparse.Namespace) -> None:
 def day(args: argparse.Namespace) -> None:
     if not 0 < args.hours <= 24:
         raise SystemExit("--hours must be in (0, 24]")
-    import numpy as np
+    if not 0 < args.load <= 1000:
+        raise SystemExit("--load must be in (0, 1000]")
+    from sim.simulate import run_variant, workload_of
 
-    from sim.scenario.load import load_scenario
-    from sim.simulate import run_variant
-    from sim.workload import generate_requests
-
-    scenario = load_scenario(
-        ROOT / "scenarios" / "autoscaling_day.yaml",
-        [f"workload.duration_s={args.hours * 3600:g}"],
-    )
-    variants = list(scenario.variants)
-    if not args.variants or "pd_autoscaled" in args.variants:
-        variants.append(pd_day(args.hours))
-    first = scenario.variants[0]
-    requests = generate_requests(
-        first.spec.workload, np.random.default_rng(first.spec.seed), first.base_dir,
-        first.spec.model.max_model_len,
-    )  # fmt: skip
-    print(f"autoscaling_day.yaml, first {args.hours:g} h: {len(requests):,} requests, streamed")
-    print(f"{'variant':<16}{'wall s':>9}{'us/req':>9}{'events':>8}{'mean inst':>11}"
-          f"{'peak RSS MB':>13}")  # fmt: skip
+    variants = day_variants(args.hours, args.load)
+    if args.variants:
+        variants = [v for v in variants if v.variant in args.variants]
+    span_s = args.hours * 3600
+    workload = workload_of(variants[0], tables=False)  # regenerated as each run goes
+    n = workload.num_requests
+    print(f"autoscaling_day.yaml at {args.load:g}x its load ({10 * args.load:g} req/s mean), "
+          f"first {args.hours:g} h: {n:,} requests, streamed")  # fmt: skip
+    print(f"{'variant':<16}{'wall s':>9}{'us/req':>9}{'ms/sim s':>10}{'events':>8}"
+          f"{'mean inst':>11}{'peak RSS MB':>13}")  # fmt: skip
     for resolved in variants:
-        if args.variants and resolved.variant not in args.variants:
-            continue
         started = time.perf_counter()
-        result = run_variant(resolved, requests, tables=False)
+        result = run_variant(resolved, workload, tables=False)
         wall = time.perf_counter() - started
         summary = result.summary()
         mean = summary.get("mean_instances", float(len(result.instances)))
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(f"{resolved.variant:<16}{wall:>9.1f}{wall / len(requests) * 1e6:>9.1f}"
-              f"{len(result.fleet_events):>8}{mean:>11.2f}{rss:>13.0f}")  # fmt: skip
+        print(f"{resolved.variant:<16}{wall:>9.1f}{wall / n * 1e6:>9.1f}"
+              f"{wall / span_s * 1e3:>10.2f}{len(result.fleet_events):>8}{mean:>11.2f}"
+              f"{rss:>13.0f}", flush=True)  # fmt: skip
 
 
-def pd_day(hours: float) -> Any:
+def _scaled(group: dict[str, Any], load: float) -> dict[str, Any]:
+    """An instance group (or pool) sized for `load` times the day's load: its count and its
+    autoscaling bounds (targets and a predictive policy's capacity are per instance)."""
+    out = dict(group)
+    out["count"] = max(1, math.ceil(group.get("count", 1) * load))
+    if "autoscale" in group:
+        scale = dict(group["autoscale"])
+        for key in ("min", "max"):
+            if key in scale:
+                scale[key] = max(1, math.ceil(scale[key] * load))
+        out["autoscale"] = scale
+    return out
+
+
+def day_variants(hours: float, load: float) -> list[Any]:
+    """autoscaling_day.yaml's variants over its first `hours`, at `load` times its load with
+    every fleet scaled alike, and the same day on P/D pools that scale apart (`pd_day`)."""
+    import yaml
+
+    from sim.scenario.load import load_scenario_dict
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "autoscaling_day.yaml").read_text())
+    raw["workload"]["duration_s"] = hours * 3600
+    raw["workload"]["arrival"]["scale"] *= load
+    raw["cluster"]["instances"] = [_scaled(g, load) for g in raw["cluster"]["instances"]]
+    for override in raw["variants"].values():
+        if "cluster" in override:
+            cluster = override["cluster"]
+            cluster["instances"] = [_scaled(g, load) for g in cluster["instances"]]
+    variants = list(load_scenario_dict(raw, base_dir=ROOT / "scenarios").variants)
+    return [*variants, pd_day(hours, load)]
+
+
+def pd_day(hours: float, load: float = 1.0) -> Any:
     """autoscaling_day.yaml's day on a prefill pool and a decode pool that scale apart."""
     import yaml
 
@@ -142,11 +171,13 @@ def pd_day(hours: float) -> Any:
     raw.pop("cluster")
     raw["name"] = "pd_autoscaled"
     raw["workload"]["duration_s"] = hours * 3600
+    raw["workload"]["arrival"]["scale"] *= load
     scale = {"min": 1, "max": 8, "scale_in_cooldown_s": 300}
     raw["disaggregation"] = {
-        "prefill": {"count": 1, "router": "least_outstanding_tokens",
-                    "autoscale": {"signal": "queue_length", "target": 2, **scale}},
-        "decode": {"count": 2, "autoscale": {"signal": "running", "target": 24, **scale}},
+        "prefill": _scaled({"count": 1, "router": "least_outstanding_tokens",
+                            "autoscale": {"signal": "queue_length", "target": 2, **scale}}, load),
+        "decode": _scaled({"count": 2, "autoscale": {"signal": "running", "target": 24,
+                                                      **scale}}, load),
     }  # fmt: skip
     resolved = load_scenario_dict(raw, base_dir=ROOT / "scenarios").variants[0]
     return dataclasses.replace(resolved, variant="pd_autoscaled")
@@ -199,6 +230,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000, help="requests per run")
     parser.add_argument("--repeat", type=int, default=1, help="runs per fleet (the best)")
     parser.add_argument("--hours", type=float, default=2.0, help="--day: hours of the day")
+    parser.add_argument("--load", type=float, default=1.0,
+                        help="--day: times the day's load (10 req/s mean), fleets scaled alike")
     parser.add_argument("--variants", nargs="*", default=None, help="--day: default every one")
     parser.add_argument("--rss", action="store_true", help="peak RSS against requests")
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000],

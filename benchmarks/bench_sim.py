@@ -12,10 +12,16 @@ Each size runs in a fresh process, so peak RSS belongs to that run alone.
     python benchmarks/bench_sim.py --policy cached  # prefix caching (vs --policy uncached)
     python benchmarks/bench_sim.py --stream --sizes 10000000   # no tables: summary streamed
     python benchmarks/bench_sim.py --deployment moe  # a mixture of experts (moe-ep: 4 DP ranks)
+    python benchmarks/bench_sim.py --workload --sizes 1000000 10000000  # generation alone
 
 `us/req` is the wall time per simulated request: flat across sizes means the cost is linear in
 the number of requests. With `--stream` the run keeps no per-request, per-step or gap tables
 (`simulate(..., tables=False)`), so peak RSS stays flat.
+
+`--workload` times the workload alone, in a fresh process per size and way: generated whole
+(what variants that keep tables share) against regenerated in chunks as a streamed run reads it
+(`sim.workload.stream`: the pass that counts the arrivals, then every chunk), with each way's
+peak RSS; a streamed variant pays the regeneration once per run.
 """
 
 from __future__ import annotations
@@ -90,6 +96,48 @@ def one_run(
     }
 
 
+WORKLOAD_CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+import numpy as np
+from sim.workload import generate_requests
+from sim.workload.spec import WorkloadSpec
+from sim.workload.stream import Workload
+spec = WorkloadSpec.model_validate(json.loads(sys.argv[1]))
+way = sys.argv[2]
+start = time.perf_counter()
+if way == "whole":
+    count = len(generate_requests(spec, np.random.default_rng(7), Path(".")))
+else:
+    workload = Workload.streamed(spec, 7, Path("."))
+    count = sum(len(arrays) for _, arrays in workload.chunks())
+    assert count == workload.num_requests
+wall = time.perf_counter() - start
+print(json.dumps([count, wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))
+"""
+
+
+def workload_costs(sizes: list[int], policy: str) -> None:
+    """Generating the workload whole against regenerating it in chunks, per size."""
+    print("the workload alone (lengths as the runs'; rate 1000 req/s), a fresh process per row")
+    header = f"{'requests':>11} {'way':>12} {'wall s':>8} {'us/req':>7} {'peak RSS MB':>11}"
+    print(header)
+    print("-" * len(header))
+    for n in sizes:
+        raw = json.loads(json.dumps(BASE["workload"]))
+        raw["num_requests"] = n
+        raw["arrival"]["rate"] = 1000.0
+        if policy in ("cached", "uncached"):
+            raw["shared_prefix"] = SHARED_PREFIX
+        for way in ("whole", "regenerated"):
+            out = subprocess.run(
+                [sys.executable, "-c", WORKLOAD_CHILD, json.dumps(raw), way],
+                check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            count, wall, peak = json.loads(out.stdout)
+            print(f"{count:>11} {way:>12} {wall:>8.2f} {1e6 * wall / count:>7.2f} {peak:>11.0f}")
+
+
 def in_subprocess(
     num_requests: int, rate: float, policy: str, stream: bool, deployment: str
 ) -> dict[str, Any]:
@@ -111,11 +159,18 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="keep no tables (flat memory)")
     parser.add_argument("--deployment", choices=sorted(DEPLOYMENTS), default="dense",
                         help="model and GPUs (moe: a mixture of experts)")
+    parser.add_argument("--workload", action="store_true",
+                        help="time generating the workload alone: whole vs regenerated")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if min(args.sizes) < 1:
+        parser.error("--sizes must be >= 1")
     if args.child:
         n, rate, policy, stream, deployment = args.child
         print(json.dumps(one_run(int(n), float(rate), policy, stream == "True", deployment)))
+        return
+    if args.workload:
+        workload_costs(args.sizes, args.policy)
         return
     from sim.compiled import build
 

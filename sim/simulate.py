@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -27,7 +28,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.core.arrivals import Source
+from sim.core.arrivals import ChunkWindow, Source
 from sim.core.engine import Instance
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec
@@ -42,6 +43,7 @@ from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_a
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload import RequestArrays, generate_requests
 from sim.workload.budget import memory_problem
+from sim.workload.stream import Workload
 
 ProgressFn = Callable[[str], None]
 PROGRESS_WALL_S = 1.0
@@ -88,7 +90,7 @@ def simulate(
         too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
         if too_big is not None:
             raise ScenarioError(too_big[1], file=scenario.file, path=too_big[0])
-    workloads: dict[str, RequestArrays] = {}
+    workloads: dict[str, Workload] = {}
     variants: dict[str, VariantResult] = {}
     for resolved in scenario.variants:
         spec = resolved.spec
@@ -98,32 +100,30 @@ def simulate(
                 spec.workload.model_dump(mode="json"),
                 str(resolved.base_dir),
                 spec.model.max_model_len,  # a trace's long prompts depend on it
+                not tables and resolved.regenerates_workload,
             ],
             sort_keys=True,
         )
         if key not in workloads:
-            rng = np.random.default_rng(spec.seed)
             try:
-                workloads[key] = generate_requests(
-                    spec.workload, rng, resolved.base_dir, spec.model.max_model_len
-                )
+                workloads[key] = workload_of(resolved, tables)
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
+        workload = workloads[key]
         if spec.workload.tier_names() is None:  # a trace's tier column: known only now
             try:
-                check_tiers(spec, list(workloads[key].tier_names))
+                check_tiers(spec, list(workload.tier_names))
             except ValueError as exc:
                 raise ScenarioError(str(exc), file=scenario.file, path="slo.tiers") from None
-        arrivals = workloads[key].arrival_s
-        known = arrivals[~np.isnan(arrivals)]
-        if spec.metrics.window_s is not None and known.size:  # the timeline's windows, early
-            try:
-                check_windows(float(known.min()), float(known.max()), spec.metrics.window_s)
+        shape = workload.shape
+        if spec.metrics.window_s is not None and shape.first_s == shape.first_s:  # not NaN
+            try:  # the timeline's windows, early
+                check_windows(shape.first_s, shape.last_s, spec.metrics.window_s)
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
-        if known.size:
-            check_timers(spec, float(known.max() - known.min()), scenario.file)
-        sessions = workloads[key].sessions
+        if shape.first_s == shape.first_s:
+            check_timers(spec, shape.last_s - shape.first_s, scenario.file)
+        sessions = workload.sessions
         if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
             raise ScenarioError(
                 "a streamed run of closed-loop sessions learns its last arrival only at the end, "
@@ -132,8 +132,8 @@ def simulate(
                 path="metrics.cooldown_s",
             )
         if progress:
-            progress(f"{resolved.variant}: {len(workloads[key])} requests")
-        variants[resolved.variant] = run_variant(resolved, workloads[key], progress, tables=tables)
+            progress(f"{resolved.variant}: {workload.num_requests} requests")
+        variants[resolved.variant] = run_variant(resolved, workload, progress, tables=tables)
     return Results(scenario_name=scenario.name, variants=variants)
 
 
@@ -165,28 +165,41 @@ class _Watcher:
         self.thread.join()
 
 
+def workload_of(resolved: ResolvedScenario, tables: bool = True) -> Workload:
+    """The requests a run of `resolved` replays: generated whole, or for a streamed run
+    (`tables=False`) of a synthetic workload, regenerated from the seed as the run goes."""
+    spec = resolved.spec
+    if not tables and resolved.regenerates_workload:
+        return Workload.streamed(spec.workload, spec.seed, resolved.base_dir)
+    rng = np.random.default_rng(spec.seed)
+    arrays = generate_requests(spec.workload, rng, resolved.base_dir, spec.model.max_model_len)
+    return Workload.whole(arrays)
+
+
 def run_variant(
     resolved: ResolvedScenario,
-    requests: RequestArrays,
+    requests: RequestArrays | Workload,
     progress: ProgressFn | None = None,
     *,
     tables: bool = True,
 ) -> VariantResult:
-    """One variant on the given requests. `tables=False` streams the records into the summary
-    (`sim.metrics.streaming`) and keeps no per-request, per-step or gap tables: memory stays
-    flat, percentiles come from sketches."""
+    """One variant on the given requests (arrays, or a `Workload`: `workload_of`).
+    `tables=False` streams the records into the summary (`sim.metrics.streaming`) and keeps no
+    per-request, per-step or gap tables: memory stays flat, percentiles come from sketches."""
+    workload = Workload.of(requests)
     spec = resolved.spec
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
     stream: StreamSummary | None = None
     records = None
+    total = workload.num_requests
     if tables:
-        log = RequestLog(len(requests))
+        log = RequestLog(total)
     else:
 
         def take_requests(log: RequestLog) -> None:
             assert stream is not None
-            stream.add_requests(requests_table(requests, log, spec.metrics.tpot))
+            stream.add_requests(requests_table(source.window, log, spec.metrics.tpot))
 
         def make_records(index: int) -> tuple[StepLog, ItlLog]:
             def take_steps(steps: StepLog) -> None:
@@ -203,38 +216,44 @@ def run_variant(
                 ItlLog(on_full=take_gaps, capacity=rows),
             )
 
-        log = RequestLog(len(requests), on_full=take_requests)
+        log = RequestLog(total, on_full=take_requests)
         records = make_records
-    cluster = build_cluster(env, resolved, routing_rng, log, records, requests=requests)
+    cluster = build_cluster(
+        env, resolved, routing_rng, log, records, requests=workload.arrays, num_requests=total
+    )
     context = _context(resolved, cluster)
     if not tables:
         num_links = cluster.link.num_links if cluster.link is not None else 0
+        shape = workload.shape
+        last = shape.last_s if shape.all_known else math.inf
         stream = StreamSummary(
-            context, requests.arrival_s, num_links, window_s=spec.metrics.window_s
+            context, shape.first_s, last, shape.last_s, num_links, window_s=spec.metrics.window_s
         )
-    pulled = pulls_arrivals(cluster, requests)
+    pulled = pulls_arrivals(cluster, workload)
     source = Source(
-        env, requests, cluster.dispatch, push=not pulled, frontend_s=spec.engine.frontend_s
-    )
+        env, workload, cluster.dispatch, push=not pulled, frontend_s=spec.engine.frontend_s,
+        release=not tables,
+    )  # fmt: skip
     if pulled:
         cluster.instances[0].feed = source.pulled()
-    if requests.sessions is not None and requests.sessions.closed_loop:
+    sessions = workload.sessions
+    if sessions is not None and sessions.closed_loop:
 
-        def sessions(instance: Instance) -> None:  # a finished turn sends the session's next
+        def follow(instance: Instance) -> None:  # a finished turn sends the session's next
             instance.on_finish = source.turn_finished
 
-        cluster.each_instance(sessions)
+        cluster.each_instance(follow)
     if progress is not None:
 
         def clock() -> float:  # an instance running ahead of SimPy knows the later time
             return max(env.now, *(instance.now for instance in cluster.instances))
 
-        with _Watcher(clock, log, len(requests), resolved.variant, progress):
+        with _Watcher(clock, log, total, resolved.variant, progress):
             env.run()
     else:
         env.run()
-    if log.num_done != len(requests):  # the loop only stops when the queues drain
-        missing = len(requests) - log.num_done
+    if log.num_done != total:  # the loop only stops when the queues drain
+        missing = total - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
     instances = pd.DataFrame([dataclasses.asdict(i) for i in cluster.info])
     events = pd.DataFrame()
@@ -246,7 +265,7 @@ def run_variant(
         if stream is not None:
             stream.use_context(context)
     scenario_doc = resolved.spec.model_dump(mode="json")
-    counters = {**requests.notes, **_cache_counters(cluster), **_pricing_counters(cluster)}
+    counters = {**workload.notes, **_cache_counters(cluster), **_pricing_counters(cluster)}
     if spec.metrics.tpot == "per_output_token":  # the summary says which TPOT it reports
         counters["tpot_per_output_token"] = 1.0
     if stream is not None:
@@ -286,7 +305,7 @@ def run_variant(
     del order
     return VariantResult(
         name=resolved.variant,
-        requests=requests_table(requests, log, spec.metrics.tpot),
+        requests=requests_table(source.window, log, spec.metrics.tpot),
         steps=steps,
         itl=pd.DataFrame({"gap_s": gaps, "count": counts, "tokens": tokens}, copy=False),
         context=context,
@@ -399,10 +418,10 @@ def streamed_rows(resolved: ResolvedScenario) -> int:
     return min(MAX_STREAMED_ROWS, max(MIN_STREAMED_ROWS, STREAMED_ROWS // max(1, most)))
 
 
-def pulls_arrivals(cluster: Cluster, requests: RequestArrays) -> bool:
+def pulls_arrivals(cluster: Cluster, workload: Workload) -> bool:
     """Whether the lone instance pulls its arrivals itself (`sim.core.arrivals.ArrivalFeed`): no
     SimPy event per arrival or run; the same schedule as arrivals pushed by the source."""
-    return cluster.direct and requests.sessions is None
+    return cluster.direct and workload.sessions is None
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:
@@ -419,22 +438,21 @@ def steps_table(logs: list[StepLog]) -> pd.DataFrame:
 
 
 def requests_table(
-    requests: RequestArrays, log: RequestLog, tpot: str = "after_first"
+    window: ChunkWindow, log: RequestLog, tpot: str = "after_first"
 ) -> pd.DataFrame:
     """One row per request the log holds (all of them, in id order, unless streamed): the
-    workload's columns and the run's outcomes; `tpot` is `metrics.tpot`, the definition the
-    tpot_s column follows."""
+    workload's columns (from `window`, which a streamed run lets drop the chunks taken) and the
+    run's outcomes; `tpot` is `metrics.tpot`, the definition the tpot_s column follows."""
     ids, f, n = log.block()
-    assert requests.tier_index is not None and requests.predicted_output_tokens is not None
-    tiers = np.asarray(requests.tier_names, dtype=object)[requests.tier_index[ids]]
+    work = window.take(ids)
     reasons = np.asarray(log.reasons, dtype=object)[n["reject_code"]]
     df = pd.DataFrame(
         {
             "id": ids,
             "instance": n["instance"],
             "arrival_s": f["arrival_s"],
-            "num_prompt_tokens": requests.prompt_tokens[ids],
-            "max_output_tokens": requests.output_tokens[ids],
+            "num_prompt_tokens": work["num_prompt_tokens"],
+            "max_output_tokens": work["max_output_tokens"],
             "num_output_tokens": n["num_output_tokens"],
             "first_scheduled_s": f["first_scheduled_s"],
             "first_token_s": f["first_token_s"],
@@ -445,8 +463,8 @@ def requests_table(
             "num_swaps": n["num_swaps"],
             "num_cached_tokens": n["num_cached_tokens"],
             "swapped_bytes": n["swapped_bytes"],
-            "tier": tiers,
-            "predicted_output_tokens": requests.predicted_output_tokens[ids],
+            "tier": work["tier"],
+            "predicted_output_tokens": work["predicted_output_tokens"],
             "rejected": n["reject_code"] > 0,
             "reject_reason": reasons,
             "decode_instance": n["decode_instance"],
@@ -459,10 +477,9 @@ def requests_table(
         },
         copy=False,
     )
-    if requests.source_id is not None:  # the trace's own request ids
-        df["source_id"] = requests.source_id[ids]
-    if requests.sessions is not None:
-        df["session"] = requests.sessions.labels_of(ids)
+    for name in ("source_id", "session"):  # a trace's own request ids; session labels
+        if name in work:
+            df[name] = work[name]
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]
     df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
     df["e2e_s"] = df["finish_s"] - df["arrival_s"]

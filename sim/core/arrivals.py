@@ -8,7 +8,8 @@ requests in the same order at the same instants (tests/core/test_arrival_feed.py
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import bisect
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,117 @@ from simpy.events import Event
 from sim.core.request import Request
 from sim.core.urgent import UrgentTimeout
 from sim.workload.arrays import RequestArrays
+from sim.workload.stream import Workload
 
 FOREVER_S = float("inf")
 ARRIVAL_BLOCK = 1 << 14  # arrivals turned into Python objects at a time
+
+
+class ChunkWindow:
+    """The chunks of a run's workload (`Workload.chunks`) that the run still needs, pulled in
+    id order as arrivals are built (`at`). With `release`, a chunk is dropped once every one of
+    its requests has been taken for the requests table (`take`): a streamed run then holds the
+    chunks of the requests in flight and no more, whatever the workload's length."""
+
+    def __init__(self, chunks: Iterator[tuple[int, RequestArrays]], release: bool) -> None:
+        self._chunks = chunks
+        self.release = release
+        self.starts: list[int] = []  # first ids of the chunks held, ascending
+        self.held: dict[int, tuple[RequestArrays, list[int]]] = {}  # first id: columns, left
+        self.end = 0  # one past the last id pulled
+        self._current: tuple[int, int, RequestArrays] = (0, 0, _EMPTY)  # no id in [0, 0)
+        if not self._pull():
+            raise ValueError("a workload has at least one chunk")
+        first = self.held[self.starts[0]][0] if self.starts else _EMPTY
+        self.has_content = first.content is not None  # every chunk alike
+
+    def at(self, i: int) -> tuple[int, RequestArrays]:
+        """The chunk holding request `i`: its first id and its columns."""
+        start, stop, arrays = self._current
+        if start <= i < stop:
+            return start, arrays
+        while i >= self.end:
+            if not self._pull():
+                raise IndexError(f"request {i} is past the workload's {self.end} requests")
+        k = bisect.bisect_right(self.starts, i) - 1
+        start = self.starts[k] if k >= 0 else -1
+        arrays = self.held[start][0] if k >= 0 else _EMPTY
+        if not start <= i < start + len(arrays):  # every request of that chunk was taken
+            raise IndexError(f"request {i}'s chunk was released")
+        self._current = (start, start + len(arrays), arrays)
+        return start, arrays
+
+    def _pull(self) -> bool:
+        try:
+            start, arrays = next(self._chunks)
+        except StopIteration:
+            return False
+        if start != self.end:
+            raise ValueError(f"a chunk starts at request {start}, expected {self.end}")
+        self.end = start + len(arrays)
+        if len(arrays):
+            self.starts.append(start)
+            self.held[start] = (arrays, [len(arrays)])
+        return True
+
+    def take(self, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The workload's columns of requests `ids` for the requests table: prompt, output
+        and predicted output tokens, tier, and where the workload has them source ids and
+        session labels; with `release`, each chunk whose requests have all been taken goes."""
+        if len(ids):
+            self.at(int(ids.max()))  # pulled up to the last of them
+        if not self.starts:  # a workload of no requests
+            return _columns(_EMPTY, ids[:0])
+        out: dict[str, np.ndarray] = {}
+        single = len(self.starts) == 1
+        for start in list(self.starts):
+            arrays, left = self.held[start]
+            stop = start + len(arrays)
+            if single:
+                inside = None  # every id is this chunk's
+                local = ids - start if start else ids
+            else:
+                inside = (ids >= start) & (ids < stop)
+                local = ids[inside] - start
+            columns = _columns(arrays, local)
+            for name, column in columns.items():
+                if inside is None:
+                    out[name] = column
+                    continue
+                if name not in out:
+                    out[name] = np.empty(len(ids), dtype=column.dtype)
+                out[name][inside] = column
+            left[0] -= len(local)
+            if self.release and left[0] == 0:
+                self.starts.remove(start)
+                del self.held[start]
+                if self._current[0] == start:
+                    self._current = (0, 0, _EMPTY)
+        return out
+
+
+def _columns(arrays: RequestArrays, local: np.ndarray) -> dict[str, np.ndarray]:
+    assert arrays.tier_index is not None and arrays.predicted_output_tokens is not None
+    out = {
+        "num_prompt_tokens": arrays.prompt_tokens[local],
+        "max_output_tokens": arrays.output_tokens[local],
+        "tier": np.asarray(arrays.tier_names, dtype=object)[arrays.tier_index[local]],
+        "predicted_output_tokens": arrays.predicted_output_tokens[local],
+    }
+    if arrays.source_id is not None:  # the trace's own request ids
+        out["source_id"] = arrays.source_id[local]
+    if arrays.sessions is not None:
+        out["session"] = arrays.sessions.labels_of(local)
+    return out
+
+
+_EMPTY = RequestArrays(
+    arrival_s=np.empty(0),
+    prompt_tokens=np.empty(0, dtype=np.int64),
+    output_tokens=np.empty(0, dtype=np.int64),
+    class_index=np.empty(0, dtype=np.int64),
+    class_names=("default",),
+)
 
 
 class Source:
@@ -28,9 +137,10 @@ class Source:
     for a lone instance, hands them over as a feed its loop pulls (`pulled`, `ArrivalFeed`).
 
     Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
-    exists as Python objects all at once. A closed-loop session's later turn has no arrival time
-    in advance: `turn_finished` (the engine's finish hook) schedules it a think time after the
-    previous turn finished.
+    exists as Python objects all at once; its columns come a chunk at a time too (`window`, a
+    `ChunkWindow`: a streamed run generates them as it goes). A closed-loop session's later
+    turn has no arrival time in advance: `turn_finished` (the engine's finish hook) schedules
+    it a think time after the previous turn finished.
 
     `frontend_s` (`engine.frontend_s`) is the serving front end's share of every request: it
     reaches the scheduler that long after its arrival (tokenization and the hand-off to the engine
@@ -39,59 +149,71 @@ class Source:
     def __init__(
         self,
         env: simpy.Environment,
-        requests: RequestArrays,
+        workload: Workload,
         dispatch: Callable[[Request], object],
         *,
         push: bool = True,  # False: no SimPy process; a lone instance pulls them (`pulled`)
         frontend_s: float = 0.0,  # a request reaches the scheduler this long after it arrives
+        release: bool = False,  # True: drop chunks once taken (`ChunkWindow`; a streamed run)
     ) -> None:
         self.env = env
         self.frontend_s = frontend_s
-        self.requests = requests
+        self.window = ChunkWindow(workload.chunks(), release)
         self.dispatch = dispatch
-        assert requests.tier_index is not None
         # tier names by index; a block's tiers are looked up as it is built (no column of
         # Python objects as long as the workload)
-        self.tier_names = np.asarray(requests.tier_names, dtype=object)
-        self.tier_index = requests.tier_index
-        self.content = requests.content
-        sessions = requests.sessions
+        self.tier_names = np.asarray(workload.tier_names, dtype=object)
+        whole = workload.arrays
+        sessions = whole.sessions if whole is not None else None
+        self.content = self.window.has_content  # requests with content ids: built one by one
         self.session = sessions.session if sessions is not None else None
         self.next_turn = sessions.next_turn if sessions is not None else None
         self.think_s = sessions.think_s if sessions is not None else None
-        known = requests.arrival_s
-        self.num_known = int((~np.isnan(known)).sum()) if self.next_turn is not None else len(known)
+        shape = workload.shape
+        known = shape.num_requests
+        if not shape.all_known:
+            assert whole is not None  # closed-loop sessions are generated whole
+            known = int((~np.isnan(whole.arrival_s)).sum())
+        self.num_known = known
         self.process = env.process(self._feed()) if push else None
 
     def make(self, i: int, arrival_s: float | None = None) -> Request:
-        r = self.requests
-        assert r.predicted_output_tokens is not None
-        content = self.content
+        start, r = self.window.at(i)
+        k = i - start
+        assert r.predicted_output_tokens is not None and r.tier_index is not None
+        content = r.content
         return Request(
             i,
-            float(r.arrival_s[i]) if arrival_s is None else arrival_s,
-            int(r.prompt_tokens[i]),
-            int(r.output_tokens[i]),
-            self.tier_names[self.tier_index[i]],
-            int(r.predicted_output_tokens[i]),
+            float(r.arrival_s[k]) if arrival_s is None else arrival_s,
+            int(r.prompt_tokens[k]),
+            int(r.output_tokens[k]),
+            self.tier_names[r.tier_index[k]],
+            int(r.predicted_output_tokens[k]),
             session=int(self.session[i]) if self.session is not None else -1,
-            content=content.of(i) if content is not None else (),
+            content=content.of(k) if content is not None else (),
             content_unit=content.unit if content is not None else 0,
-            content_tokens=int(content.tokens[i]) if content is not None else 0,
+            content_tokens=int(content.tokens[k]) if content is not None else 0,
         )
 
     def block(self, first: int, last: int) -> list[list[Any]]:
-        """Request arguments after the id of arrivals first..last-1, column by column: arrival,
-        prompt, output, tier, predicted output."""
-        r = self.requests
-        assert r.predicted_output_tokens is not None
+        """Request arguments after the id of arrivals first..last-1 (or fewer: up to the end of
+        the chunk that holds `first`), column by column: arrival, prompt, output, tier,
+        predicted output."""
+        start, r = self.window.at(first)
+        assert r.predicted_output_tokens is not None and r.tier_index is not None
+        a, b = first - start, min(last, start + len(r)) - start
         return [
-            r.arrival_s[first:last].tolist(),
-            r.prompt_tokens[first:last].tolist(),
-            r.output_tokens[first:last].tolist(),
-            self.tier_names[self.tier_index[first:last]].tolist(),
-            r.predicted_output_tokens[first:last].tolist(),
+            r.arrival_s[a:b].tolist(),
+            r.prompt_tokens[a:b].tolist(),
+            r.output_tokens[a:b].tolist(),
+            self.tier_names[r.tier_index[a:b]].tolist(),
+            r.predicted_output_tokens[a:b].tolist(),
         ]
+
+    def arrival_times(self, first: int, last: int) -> list[float]:
+        """The arrival times of first..last-1 (or fewer, as `block`)."""
+        start, r = self.window.at(first)
+        return r.arrival_s[first - start : min(last, start + len(r)) - start].tolist()
 
     def turn_finished(self, req: Request) -> None:
         """A session's turn finished: its next turn arrives a think time later."""
@@ -116,23 +238,27 @@ class Source:
 
     def _feed(self) -> Generator[Event, Any, None]:
         env = self.env
-        r = self.requests
         n = self.num_known
         delay = self.frontend_s
-        if self.content is not None or self.session is not None:
-            for i in range(n):  # requests with content: built one by one
-                t = float(r.arrival_s[i]) + delay
-                if t > env.now:
-                    yield UrgentTimeout(env, t - env.now)
-                self.dispatch(self.make(i))
+        first = 0
+        if self.content or self.session is not None:
+            while first < n:  # requests with content: built one by one
+                times = self.arrival_times(first, min(n, first + ARRIVAL_BLOCK))
+                for offset, arrival in enumerate(times):
+                    t = arrival + delay
+                    if t > env.now:
+                        yield UrgentTimeout(env, t - env.now)
+                    self.dispatch(self.make(first + offset))
+                first += len(times)
             return
-        for first in range(0, n, ARRIVAL_BLOCK):
+        while first < n:
             block = self.block(first, min(n, first + ARRIVAL_BLOCK))
             for offset, args in enumerate(zip(*block, strict=True)):
                 t = args[0] + delay
                 if t > env.now:
                     yield UrgentTimeout(env, t - env.now)
                 self.dispatch(Request(first + offset, *args))
+            first += len(block[0])
 
 
 class ArrivalFeed:
@@ -146,7 +272,7 @@ class ArrivalFeed:
 
     def __init__(self, source: Source) -> None:
         self.source = source
-        self.one_by_one = source.content is not None  # requests with content: `Source.make`
+        self.one_by_one = source.content  # requests with content: `Source.make`
         self._next = 0  # index of the next arrival
         self.delay = source.frontend_s  # when an arrival reaches the scheduler
         self._block: list[tuple[Any, ...]] = []  # Request arguments after the id, from _first
@@ -158,8 +284,10 @@ class ArrivalFeed:
         """Turn the next block of known arrivals into tuples of Request arguments."""
         src, first = self.source, self._next
         last = min(src.num_known, first + ARRIVAL_BLOCK)
-        if self.one_by_one:  # only the arrival times: `Source.make` builds each request
-            columns = [src.requests.arrival_s[first:last].tolist()]
+        if first >= last:
+            columns: list[list[Any]] = [[]]
+        elif self.one_by_one:  # only the arrival times: `Source.make` builds each request
+            columns = [src.arrival_times(first, last)]
         else:
             columns = src.block(first, last)
         self._block = list(zip(*columns, strict=True))

@@ -353,7 +353,8 @@ class RequestLog:
         }
         self.ids = np.arange(rows) if on_full is None else np.zeros(rows, dtype=np.int64)
         self._reset()
-        self.done: npt.NDArray[np.bool_] = np.zeros(num_requests, dtype=bool)
+        # one bit per request: whether it was recorded (a request is recorded once)
+        self._recorded = bytearray((num_requests + 7) >> 3)
         self.num_done = 0
         self.rows = 0  # rows held now (streamed: since the last hand-over)
         self.reasons: list[str] = [""]  # rejection causes; `reject_code` indexes this list
@@ -369,9 +370,10 @@ class RequestLog:
     def record(self, req: Request) -> None:
         """Write a finished or rejected request's row."""
         rid = req.id
-        if self.done[rid]:
+        byte, bit = rid >> 3, 1 << (rid & 7)
+        if self._recorded[byte] & bit:
             raise AssertionError(f"request {rid} recorded twice")
-        self.done[rid] = True
+        self._recorded[byte] |= bit
         self.num_done += 1
         if self.on_full is None:
             i = rid

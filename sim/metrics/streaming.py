@@ -191,27 +191,28 @@ class StreamSummary:
     def __init__(
         self,
         ctx: SummaryContext,
-        arrival_s: npt.NDArray[np.float64],
+        first_s: float,
+        last_s: float,
+        last_known_s: float | None = None,
         num_links: int = 0,
         window_s: float | None = None,
     ) -> None:
+        """`first_s` and `last_s` are the run's first and last arrivals (NaN: no request;
+        `last_s` infinite when closed-loop sessions' later turns are not known before the run,
+        so such a run measures to the end: `simulate` refuses a cooldown for it);
+        `last_known_s` is the last arrival known now (default `last_s`)."""
         self.ctx = ctx
-        n = len(arrival_s)
-        # Closed-loop sessions' later turns have no arrival before the run (NaN): the first
-        # arrival is known, the last is not, so such a run measures to the end (`simulate`
-        # refuses a cooldown for it).
-        known = arrival_s[~np.isnan(arrival_s)] if n else arrival_s
-        self.first_arrival = float(known.min()) if len(known) else math.nan
-        self.last_arrival = float(known.max()) if len(known) == n and n else math.inf
+        self.first_arrival = first_s
+        self.last_arrival = last_s
         self.window = measured_window(self.first_arrival, self.last_arrival, ctx)
         # the timeline's windows (sim.metrics.timeline): `window_s`, or the default from the span
         # of the arrivals known now (a closed loop's later turns are not)
         self.timeline_fold: WindowFold | None = None
-        if len(known):
-            last_known = float(known.max())
-            w = default_window_s(last_known - self.first_arrival) if window_s is None else window_s
-            check_windows(self.first_arrival, last_known, w)
-            self.timeline_fold = WindowFold(ctx, origin_of(self.first_arrival, w), w)
+        last_known = last_s if last_known_s is None else last_known_s
+        if first_s == first_s:  # some arrival is known (not NaN)
+            w = default_window_s(last_known - first_s) if window_s is None else window_s
+            check_windows(first_s, last_known, w)
+            self.timeline_fold = WindowFold(ctx, origin_of(first_s, w), w)
         self.counts = dict.fromkeys(
             (
                 "num_requests",

@@ -53,6 +53,7 @@ from sim.scenario.schema import (
 )
 from sim.workload.budget import memory_problem
 from sim.workload.forecast import forecast_of
+from sim.workload.stream import streams
 
 # the schema's names that callers reach through this module
 __all__ = [
@@ -104,6 +105,15 @@ class ResolvedScenario:
     @property
     def num_instances(self) -> int:
         return sum(g.count for g in self.groups)
+
+    @property
+    def regenerates_workload(self) -> bool:
+        """Whether a streamed run of this variant generates its workload as it goes
+        (`sim.workload.stream`): a synthetic workload whose requests nothing needs before the
+        run (per-request speculative acceptance rates are drawn for all of them up front)."""
+        speculative = (g.policy.speculative for g in self.groups)
+        whole = any(s is not None and s.per_request for s in speculative)
+        return streams(self.spec.workload) and not whole
 
 
 @dataclass(frozen=True)
@@ -253,7 +263,9 @@ def load_scenario_dict(
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")
         resolved.append(_resolve(str(name), str(name), merged, override or {}, file, base_dir))
     too_big = memory_problem(
-        [v.spec.workload for v in resolved], seeds=[v.spec.seed for v in resolved]
+        [v.spec.workload for v in resolved],
+        seeds=[v.spec.seed for v in resolved],
+        generated=[v.regenerates_workload for v in resolved],
     )
     if too_big is not None:
         raise ScenarioError(too_big[1], file=file, path=too_big[0])

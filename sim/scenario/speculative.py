@@ -143,6 +143,12 @@ class SpeculativeSpec(_Strict):
         return self
 
     @property
+    def per_request(self) -> bool:
+        """Whether acceptance rates are drawn per request (for every request, before the run)."""
+        models = [self.acceptance, *self.acceptance.tiers.values()]
+        return self.active and any(m.distribution is not None for m in models)
+
+    @property
     def active(self) -> bool:
         return self.num_speculative_tokens > 0
 

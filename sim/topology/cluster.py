@@ -74,10 +74,12 @@ def build_cluster(
     log: RequestLog,
     records: Callable[[int], tuple[StepLog, ItlLog]] | None = None,
     requests: RequestArrays | None = None,
+    num_requests: int | None = None,
 ) -> Cluster:
     """The instances and topology of a resolved scenario; `records(index)` gives an instance's
-    step and gap logs (default: in-memory tables); `requests` the run's requests (per-request
-    speculative acceptance rates are drawn for them)."""
+    step and gap logs (default: in-memory tables); `requests` the run's requests when they are
+    generated whole (per-request speculative acceptance rates are drawn for them);
+    `num_requests` how many the run has (default: `requests`' count, or 0)."""
     spec = resolved.spec
     builder = Builder(env, resolved, log, records, requests)
     initial: list[int] = []
@@ -98,7 +100,9 @@ def build_cluster(
         topology = Single(env, resolved, builder, log, rng)
     else:
         topology = Colocated(env, resolved, builder, log, rng)
-    fleet = _fleet(env, resolved, topology, initial, log, requests) if autoscaled else None
+    if num_requests is None:
+        num_requests = len(requests) if requests is not None else 0
+    fleet = _fleet(env, resolved, topology, initial, log, num_requests) if autoscaled else None
     if fleet is not None:
         topology.serve_from(fleet)
     first = builder.describe(0) if not builder.instances else None  # a fleet that starts empty
@@ -111,7 +115,7 @@ def _fleet(
     topology: Topology,
     initial: list[int],
     log: RequestLog,
-    requests: RequestArrays | None,
+    total: int,
 ) -> Fleet:
     """The run's `Fleet` (some group autoscales)."""
     model = resolved.spec.model
@@ -126,7 +130,6 @@ def _fleet(
         )
         for number, group in enumerate(resolved.groups)
     ]
-    total = len(requests) if requests is not None else 0
     return Fleet(
         env, plans, topology, initial, log, total,
         forecast_of(resolved.spec.workload, resolved.base_dir),

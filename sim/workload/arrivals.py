@@ -22,6 +22,7 @@ duration is refused too: its count may never be reached.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,22 @@ def sample_arrivals(
     """Arrival times (float64, sorted) under the stop conditions; at least one must be given.
     A csv rate profile is read from `base_dir`; `keys` are the key paths of the arrival and of
     the count (for errors)."""
+    parts = list(iter_arrivals(spec, rng, num_requests, duration_s, base_dir=base_dir, keys=keys))
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+
+
+def iter_arrivals(
+    spec: ArrivalSpec,
+    rng: np.random.Generator,
+    num_requests: int | None,
+    duration_s: float | None,
+    *,
+    base_dir: Path | None = None,
+    keys: tuple[str, str] = ("workload.arrival", "workload.num_requests"),
+) -> Iterator[np.ndarray]:
+    """`sample_arrivals` in consecutive parts of at most `_MAX_CHUNK` arrivals, drawn as they
+    are asked for: their concatenation is `sample_arrivals`' array, bit for bit (each part
+    draws what the whole draw would at its place, and sums carry on from the last time)."""
     if num_requests is None and duration_s is None:
         raise ValueError("arrivals need num_requests and/or duration_s")
     if isinstance(spec, ProfileArrival):
@@ -60,21 +77,24 @@ def sample_arrivals(
         return _profile(curve, rng, num_requests, duration_s, keys)
     if isinstance(spec, ConstantArrival):
         return _constant(spec.rate, num_requests, duration_s)
-    times = _renewal(spec, rng, num_requests, duration_s)
-    if duration_s is not None:
-        times = times[: int(np.searchsorted(times, duration_s, side="left"))]
-    return times
+    return _renewal(spec, rng, num_requests, duration_s)
 
 
-def _constant(rate: float, num_requests: int | None, duration_s: float | None) -> np.ndarray:
+def _constant(
+    rate: float, num_requests: int | None, duration_s: float | None
+) -> Iterator[np.ndarray]:
     count = num_requests if num_requests is not None else math.inf
     if duration_s is not None:
         # One more than the expected count guards against i / rate rounding just below the end.
         count = min(count, math.ceil(duration_s * rate) + 1)
-    times = np.arange(int(count), dtype=np.float64) / rate
-    if duration_s is not None:
-        times = times[times < duration_s]
-    return times
+    for first in range(0, int(count), _MAX_CHUNK):
+        times = np.arange(first, min(int(count), first + _MAX_CHUNK), dtype=np.float64) / rate
+        if duration_s is not None:
+            kept = int(np.searchsorted(times, duration_s, side="left"))
+            if kept < len(times):
+                yield times[:kept]
+                return
+        yield times
 
 
 def _gaps(spec: PoissonArrival | GammaArrival, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -90,25 +110,29 @@ def _renewal(
     rng: np.random.Generator,
     num_requests: int | None,
     duration_s: float | None,
-) -> np.ndarray:
+) -> Iterator[np.ndarray]:
     if duration_s is None:
         assert num_requests is not None
-        return np.cumsum(_gaps(spec, rng, num_requests))
+        last = np.zeros(1)  # the last arrival so far: the running sum goes on from it
+        for first in range(0, num_requests, _MAX_CHUNK):
+            size = min(_MAX_CHUNK, num_requests - first)
+            times = np.cumsum(np.concatenate((last, _gaps(spec, rng, size))))[1:]
+            last = times[-1:]
+            yield times
+        return
     cv = spec.cv if isinstance(spec, GammaArrival) else 1.0
     expected = spec.rate * duration_s
     # The count in [0, T) has standard deviation about cv * sqrt(expected); six of them is enough
     # that a second chunk is rare, and the loop below handles it when it happens.
     chunk = int(min(_MAX_CHUNK, max(_MIN_CHUNK, expected + 6 * cv * math.sqrt(expected) + 16)))
-    parts: list[np.ndarray] = []
     drawn = 0
     clock = 0.0
     while clock < duration_s and (num_requests is None or drawn < num_requests):
         size = chunk if num_requests is None else min(chunk, num_requests - drawn)
         times = clock + np.cumsum(_gaps(spec, rng, size))
-        parts.append(times)
         drawn += size
         clock = float(times[-1])
-    return np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+        yield times[: int(np.searchsorted(times, duration_s, side="left"))]
 
 
 def _profile(
@@ -117,7 +141,7 @@ def _profile(
     num_requests: int | None,
     duration_s: float | None,
     keys: tuple[str, str],
-) -> np.ndarray:
+) -> Iterator[np.ndarray]:
     key, count_key = keys
     if duration_s is None and curve.total < math.inf:
         raise ScenarioError(
@@ -138,21 +162,37 @@ def _profile(
             path="workload.duration_s" if by_time else count_key,
         )
     chunk = int(min(_MAX_CHUNK, max(_MIN_CHUNK, expected)))
-    parts: list[np.ndarray] = []
+    return _profile_parts(curve, rng, num_requests, duration_s, horizon, chunk)
+
+
+def _profile_parts(
+    curve: RateCurve,
+    rng: np.random.Generator,
+    num_requests: int | None,
+    duration_s: float | None,
+    horizon: float,
+    chunk: int,
+) -> Iterator[np.ndarray]:
     drawn = 0
     clock = 0.0  # the unit-rate clock: Lambda of the last arrival drawn
+    latest = np.full(1, -np.inf)  # the last arrival so far, for the running maximum
     while clock < horizon and (num_requests is None or drawn < num_requests):
         size = chunk if num_requests is None else min(chunk, num_requests - drawn)
         hazard = clock + np.cumsum(rng.standard_exponential(size))
         drawn += size
         clock = float(hazard[-1])
         hazard = hazard[: int(np.searchsorted(hazard, horizon, side="left"))]
-        parts.append(curve.inverse(hazard))
-    times = np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
-    # past float64's range an arrival never comes (a rate so small its gap overflows)
-    times = times[np.isfinite(times)]
-    # the inverse is exact up to rounding; keep the order it has in exact arithmetic
-    times = np.maximum.accumulate(times) if len(times) else times
-    if duration_s is not None:
-        times = times[: int(np.searchsorted(times, duration_s, side="left"))]
-    return times
+        times = curve.inverse(hazard)
+        # past float64's range an arrival never comes (a rate so small its gap overflows)
+        times = times[np.isfinite(times)]
+        if not len(times):
+            continue
+        # the inverse is exact up to rounding; keep the order it has in exact arithmetic
+        times = np.maximum.accumulate(np.concatenate((latest, times)))[1:]
+        latest = times[-1:]
+        if duration_s is not None:
+            kept = int(np.searchsorted(times, duration_s, side="left"))
+            if kept < len(times):
+                yield times[:kept]
+                return
+        yield times

@@ -4,9 +4,11 @@ of it needs, checked before anything is generated.
 A synthetic workload stops at `num_requests` arrivals or at `duration_s`, so its size is known
 from the spec (for a duration, the expected count `rate x duration` plus a margin; for a rate
 profile, its integrated rate Lambda(duration) plus the margin). A run keeps
-its workload's columns (`STREAMED_BYTES_PER_REQUEST`, all a streamed run keeps) and, unless it
-streams, its tables (`TABLE_BYTES_PER_REQUEST` in all, per request and variant: from
-`benchmarks/bench_sim.py`, 0.9 GB peak for a million requests), so a workload
+its workload's columns (`STREAMED_BYTES_PER_REQUEST`, all a streamed run keeps; a streamed run
+that regenerates a synthetic workload as it goes keeps `GENERATED_BYTES_PER_REQUEST` and the
+content ids of one chunk) and, unless it streams, its tables (`TABLE_BYTES_PER_REQUEST` in
+all, per request and variant: from `benchmarks/bench_sim.py`, 0.9 GB peak for a million
+requests), so a workload
 that cannot fit in this machine's memory is refused up front with the estimate, instead of
 trying to allocate terabytes or swapping for an hour: at load time what no run could hold, and
 when a run with tables starts, what its tables could not. Closed-loop `clients` send
@@ -47,12 +49,16 @@ from sim.workload.spec import (
     WorkloadSpec,
 )
 
-# the workload's columns and the run's per-request state, streamed: generating 10 million
+# a workload generated whole and the run's per-request state, streamed: generating 10 million
 # requests peaks at 40 bytes each (one class, scenarios/autoscaling_day.yaml's lengths) and 68
 # (a three-class mix with predicted outputs: the masks and draws of each class), and a streamed
-# run adds next to nothing per request (bench_sim.py: 216 MB for 1 million, 570 MB for 10
-# million); 100 leaves a margin over the mix
+# run adds next to nothing per request; 100 leaves a margin over the mix
 STREAMED_BYTES_PER_REQUEST = 100
+# a streamed run that regenerates its workload as it goes (`sim.workload.stream`) holds the
+# chunks in flight (bounded, not per request) and one bit per request (`RequestLog.record`):
+# bench_sim.py --stream, 200 MB for 1 million requests and 209 MB for 10 million
+GENERATED_BYTES_PER_REQUEST = 1
+STREAM_CHUNK_REQUESTS = 1 << 16  # requests generated at a time (`sim.workload.stream`)
 TABLE_BYTES_PER_REQUEST = 1_200  # with the request, step and gap tables
 # A content id is one int64; building them takes the positions, three repeated columns and
 # the result at once (`content.content_ids`): about five int64 per unit at the peak.
@@ -172,26 +178,40 @@ def _size(num_bytes: float) -> str:
 
 
 def memory_problem(
-    workloads: list[WorkloadSpec], *, tables: bool = False, seeds: list[int] | None = None
+    workloads: list[WorkloadSpec],
+    *,
+    tables: bool = False,
+    seeds: list[int] | None = None,
+    generated: list[bool] | None = None,
 ) -> tuple[str, str] | None:
     """(key, reason) when running these workloads (one per variant) cannot fit in memory,
     streamed (`tables=False`: what no run could hold) or keeping tables. With the variants'
     `seeds`, a streamed run counts each distinct workload once: variants with the same seed and
     workload replay one set of requests (`sim.simulate.simulate`), while each keeps its own
-    tables."""
+    tables. `generated` says which variants' streamed runs regenerate their workload as they go
+    (`ResolvedScenario.regenerates_workload`): those hold next to nothing per request."""
     per_request = TABLE_BYTES_PER_REQUEST if tables else STREAMED_BYTES_PER_REQUEST
+    flags = generated if generated is not None and not tables else [False] * len(workloads)
     if seeds is not None and not tables:
         distinct = {
-            json.dumps([seed, w.model_dump(mode="json")], sort_keys=True): w
-            for seed, w in zip(seeds, workloads, strict=True)
+            json.dumps([seed, w.model_dump(mode="json"), g], sort_keys=True): (w, g)
+            for seed, w, g in zip(seeds, workloads, flags, strict=True)
         }
-        workloads = list(distinct.values())
-    sized = [expected_requests(w) for w in workloads]
-    known = [s for s in sized if s is not None]
+        workloads = [w for w, _ in distinct.values()]
+        flags = [g for _, g in distinct.values()]
+    sized = [(expected_requests(w), g) for w, g in zip(workloads, flags, strict=True)]
+    known = [s for s, _ in sized if s is not None]
     if not known:
         return None
-    contents = [c for w in workloads if (c := expected_content_units(w)) is not None]
-    requests_bytes = sum(count for count, _ in known) * per_request
+    contents = []
+    for (size, g), w in zip(sized, workloads, strict=True):
+        if (c := expected_content_units(w)) is not None:
+            # regenerated: the content ids of one chunk at a time
+            share = min(1.0, STREAM_CHUNK_REQUESTS / size[0]) if g and size and size[0] else 1.0
+            contents.append((c[0] * share, c[1]))
+    requests_bytes = sum(
+        s[0] * (GENERATED_BYTES_PER_REQUEST if g else per_request) for s, g in sized if s
+    )
     content_bytes = sum(units for units, _ in contents) * CONTENT_BYTES_PER_UNIT
     needed = requests_bytes + content_bytes
     memory = physical_memory_bytes()
@@ -206,7 +226,9 @@ def memory_problem(
             f"of memory; this machine has {_size(memory)}: shorten the prompts, system prompts "
             "or sessions, or send fewer requests"
         )
-    count, key = max(known)
+    (count, key), regenerated = max((s, g) for s, g in sized if s is not None)
+    if regenerated:
+        per_request = GENERATED_BYTES_PER_REQUEST
     what = f"about {count:.3g} requests" if key.endswith("duration_s") else f"{count:.0f} requests"
     advice = "lower num_requests or duration_s"
     if key.startswith("workload.sessions"):

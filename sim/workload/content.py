@@ -66,10 +66,11 @@ def content_ids(
 
 
 def build_content(
-    prefix: np.ndarray, prefix_tokens: np.ndarray, prompt_tokens: np.ndarray
+    prefix: np.ndarray, prefix_tokens: np.ndarray, prompt_tokens: np.ndarray, first: int = 0
 ) -> Content:
-    """Content of independent requests: request i owns its units (owner id i)."""
-    owner = np.arange(len(prompt_tokens), dtype=np.int64)
+    """Content of independent requests: request i owns its units (owner id `first` + i, its
+    id in the workload when these are a chunk of it from request `first` on)."""
+    owner = np.arange(first, first + len(prompt_tokens), dtype=np.int64)
     ids, offsets = content_ids(prefix, prefix_tokens, owner, prompt_tokens)
     return Content(ids=ids, offsets=offsets, unit=UNIT_TOKENS, tokens=prompt_tokens.copy())
 

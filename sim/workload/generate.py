@@ -6,7 +6,8 @@ fifth was added later: `spawn` keys children by index, so the first four and eve
 from them are bit-for-bit what they were before) - so editing one part of the
 workload (say, the output distribution) leaves every other column bit-for-bit unchanged. Within
 a mix, classes draw their lengths in class order from the shared prompt (or output) stream, and
-each class's draws land on that class's requests in arrival order.
+each class's draws land on that class's requests in arrival order. A synthetic workload is
+drawn in chunks (`sim.workload.stream`, which a streamed run reads as it goes) and joined here.
 
 Traces are normalized in this order: keep the window `start_s <= t < end_s` (trace seconds,
 measured from the trace's first row), keep the first `max_rows` of it, shift so the first kept
@@ -16,7 +17,6 @@ request arrives at 0, divide by `rate_scale`, and only then apply the `num_reque
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -26,14 +26,16 @@ import pandas as pd
 from sim.errors import ScenarioError
 from sim.measured import read_measured
 from sim.workload.arrays import Content, RequestArrays, Sessions
-from sim.workload.arrivals import sample_arrivals
 from sim.workload.clients import generate_clients
-from sim.workload.content import build_content, draw_prefixes, shared_prompt_prefix
-from sim.workload.lengths import TraceCache, sample_lengths
+from sim.workload.content import shared_prompt_prefix
+from sim.workload.lengths import TraceCache
 from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
 from sim.workload.sessions import generate_sessions
 from sim.workload.spec import MEASURED_FORMATS, TraceSpec, WorkloadSpec
+from sim.workload.stream import concat, iter_requests
 from sim.workload.traces import TraceFileFormat, read_trace, resolve_path
+
+GENERATE_CHUNK = 1 << 20  # requests drawn at a time when a workload is generated whole
 
 
 def generate_requests(
@@ -50,74 +52,7 @@ def generate_requests(
         return generate_sessions(spec, rng, TraceCache(base_dir))
     if spec.clients is not None:
         return generate_clients(spec, rng, TraceCache(base_dir))
-    arrival_rng, class_rng, prompt_rng, output_rng, predict_rng = rng.spawn(5)
-    assert spec.arrival is not None  # guaranteed by WorkloadSpec's validator
-    arrival_s = sample_arrivals(
-        spec.arrival, arrival_rng, spec.num_requests, spec.duration_s, base_dir=base_dir
-    )
-    n = len(arrival_s)
-    traces = TraceCache(base_dir)
-
-    if spec.mix is None:
-        assert spec.prompt_tokens is not None and spec.output_tokens is not None
-        output = sample_lengths(spec.output_tokens, n, output_rng, traces)
-        arrays = RequestArrays(
-            arrival_s=arrival_s,
-            prompt_tokens=sample_lengths(spec.prompt_tokens, n, prompt_rng, traces),
-            output_tokens=output,
-            class_index=np.zeros(n, dtype=np.int64),
-            class_names=("default",),
-            tier_names=(spec.tier,),
-            predicted_output_tokens=_predict(output, spec.output_prediction_sigma, predict_rng),
-        )
-        return _with_prefixes(arrays, spec, rng, traces)
-
-    weights = np.array([cls.weight for cls in spec.mix], dtype=np.float64)
-    class_index = class_rng.choice(len(spec.mix), size=n, p=weights / weights.sum())
-    class_index = class_index.astype(np.int64)
-    prompt_tokens = np.empty(n, dtype=np.int64)
-    output_tokens = np.empty(n, dtype=np.int64)
-    for index, cls in enumerate(spec.mix):
-        members = class_index == index
-        count = int(members.sum())
-        prompt_tokens[members] = sample_lengths(cls.prompt_tokens, count, prompt_rng, traces)
-        output_tokens[members] = sample_lengths(cls.output_tokens, count, output_rng, traces)
-    tier_names = tuple(dict.fromkeys(cls.tier for cls in spec.mix))
-    tier_of_class = np.array([tier_names.index(cls.tier) for cls in spec.mix], dtype=np.int64)
-    arrays = RequestArrays(
-        arrival_s=arrival_s,
-        prompt_tokens=prompt_tokens,
-        output_tokens=output_tokens,
-        class_index=class_index,
-        class_names=tuple(cls.name for cls in spec.mix),
-        tier_index=tier_of_class[class_index],
-        tier_names=tier_names,
-        predicted_output_tokens=_predict(output_tokens, spec.output_prediction_sigma, predict_rng),
-    )
-    return _with_prefixes(arrays, spec, rng, traces)
-
-
-def _with_prefixes(
-    arrays: RequestArrays, spec: WorkloadSpec, rng: np.random.Generator, traces: TraceCache
-) -> RequestArrays:
-    """Shared system prompts in front of the prompts (from a child stream of their own, spawned
-    after the others, so every other column stays as it was)."""
-    if spec.shared_prefix is None:
-        return arrays
-    (prefix_rng,) = rng.spawn(1)
-    prefix, prefix_tokens = draw_prefixes(spec.shared_prefix, len(arrays), prefix_rng, traces)
-    prompt = arrays.prompt_tokens + prefix_tokens
-    return replace(
-        arrays, prompt_tokens=prompt, content=build_content(prefix, prefix_tokens, prompt)
-    )
-
-
-def _predict(output: np.ndarray, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """True length times lognormal noise exp(N(0, sigma)), rounded, at least 1."""
-    if sigma == 0.0:  # the true lengths themselves (the columns are read-only)
-        return output
-    noisy = np.rint(output * np.exp(rng.normal(0.0, sigma, size=len(output))))
-    return np.maximum(noisy, 1).astype(np.int64)
+    return concat(iter_requests(spec, rng, base_dir, chunk=GENERATE_CHUNK))
 
 
 def _from_trace(

@@ -226,7 +226,7 @@ def test_batchsim_run_stream_writes_the_summary_and_timeline_only(tmp_path) -> N
 
 
 def test_a_workload_too_big_for_tables_still_streams(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 4,000 requests on a machine of 2 MB: streamed they fit (0.15 kB each), with tables not
+    # 4,000 requests on a machine of 2 MB: streamed they fit, with tables (1.2 kB each) not
     from sim.errors import ScenarioError
     from sim.workload import budget
 
@@ -238,6 +238,9 @@ def test_a_workload_too_big_for_tables_still_streams(monkeypatch: pytest.MonkeyP
         simulate(loaded)
     streamed = simulate(loaded, tables=False)["default"].summary()
     assert streamed["num_requests"] == 4_000
-    raw["workload"]["num_requests"] = 40_000  # 6 MB even streamed: refused when loaded
-    with pytest.raises(ScenarioError, match="streamed"):
+    # streamed, a synthetic workload is generated as the run goes: a byte per request
+    raw["workload"]["num_requests"] = 40_000
+    assert load_scenario_dict(raw).variants[0].regenerates_workload
+    raw["workload"]["num_requests"] = 4_000_000  # 4 MB even streamed: refused when loaded
+    with pytest.raises(ScenarioError, match=r"0\.001 kB per request and variant, streamed"):
         load_scenario_dict(raw)
