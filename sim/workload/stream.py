@@ -113,8 +113,10 @@ class _Chunks:
         self.traces = traces
         self.class_rng, self.predict_rng = class_rng, predict_rng
         self.prompt_rng, self.output_rng = prompt_rng, output_rng
-        self.prefix: tuple[np.ndarray, np.ndarray, np.random.Generator, np.random.Generator]
-        self.prefix = ()  # type: ignore[assignment]  # set by `prefixes`
+        # the shared prefixes' pool lengths, popularity, and choice and use streams (`prefixes`)
+        self.prefix: (
+            tuple[np.ndarray, np.ndarray, np.random.Generator, np.random.Generator] | None
+        ) = None
         if spec.mix is None:
             assert spec.prompt_tokens is not None and spec.output_tokens is not None
             self.tier_names: tuple[str, ...] = (spec.tier,)
@@ -177,6 +179,7 @@ class _Chunks:
         predicted = _predict(output, spec.output_prediction_sigma, self.predict_rng)
         content = None
         if spec.shared_prefix is not None:
+            assert self.prefix is not None  # `prefixes` ran: iter_requests calls it
             lengths, p, choose, uses = self.prefix
             chosen = choose.choice(spec.shared_prefix.num_prefixes, size=m, p=p)
             used = uses.random(m) < spec.shared_prefix.fraction
