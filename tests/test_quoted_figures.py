@@ -56,27 +56,22 @@ def _run_group(quote: Quote) -> str:
 
 
 TRACE_GROUPS = sorted({(str(q.needs), _run_group(q)) for q in QUOTES if q.needs is not None})
-# a group whose runs take minutes is checked as that many tests, its quotes dealt out in turn,
-# so that the workers of a parallel run share it (each variant runs where a quote asks for it;
-# a variant two shards quote runs in both)
-SHARDS = {"scenarios/kv_tiers.yaml": 2}
-TRACE_SHARDS = [(t, g, k) for t, g in TRACE_GROUPS for k in range(SHARDS.get(g, 1))]
+# one test per group, so that each variant a group quotes runs once (`variant_summary` caches
+# per process): dealing a group's quotes out to several workers ran most of the KV-tier
+# scenario's variants twice (19 runs of its 12 variants), and the suite is bound by its cores
 
 
-def _shard(trace: str, group: str, shard: int) -> list[Quote]:
-    quotes = [q for q in QUOTES if str(q.needs) == trace and _run_group(q) == group]
-    return quotes[shard :: SHARDS.get(group, 1)]
+def _group(trace: str, group: str) -> list[Quote]:
+    return [q for q in QUOTES if str(q.needs) == trace and _run_group(q) == group]
 
 
 @pytest.mark.parametrize(
-    ("trace", "group", "shard"),
-    TRACE_SHARDS,
-    ids=[f"{Path(t).name}-{Path(g).stem}-{k}" for t, g, k in TRACE_SHARDS],
+    ("trace", "group"),
+    TRACE_GROUPS,
+    ids=[f"{Path(t).name}-{Path(g).stem}" for t, g in TRACE_GROUPS],
 )
-def test_figures_of_a_public_trace_match_where_the_trace_is(
-    trace: str, group: str, shard: int
-) -> None:
-    quotes = _shard(trace, group, shard)
+def test_figures_of_a_public_trace_match_where_the_trace_is(trace: str, group: str) -> None:
+    quotes = _group(trace, group)
     drifts = check(quotes)  # the text of every quote is matched even without the trace
     count = sum(len(q.values) for q in quotes)
     if not Path(trace).is_file():
@@ -87,12 +82,9 @@ def test_figures_of_a_public_trace_match_where_the_trace_is(
 
 
 def test_every_trace_quote_is_in_one_group() -> None:
-    grouped = sum(
-        sum(len(q.values) for q in _shard(trace, group, shard))
-        for trace, group, shard in TRACE_SHARDS
-    )
+    grouped = sum(sum(len(q.values) for q in _group(t, g)) for t, g in TRACE_GROUPS)
     assert grouped == sum(TRACE_VALUES.values())
-    assert all(_shard(t, g, k) for t, g, k in TRACE_SHARDS)  # no shard is empty
+    assert all(_group(t, g) for t, g in TRACE_GROUPS)  # no group is empty
 
 
 def test_the_shipped_documents_are_covered() -> None:
