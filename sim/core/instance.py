@@ -167,6 +167,9 @@ class InstanceState:
         # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends
         # and when a request is queued or lands, the only moments `load_floor` can change
         self.on_load: Callable[[Any], None] | None = None
+        # a request with no full prompt block whose known content fills one came here: its
+        # decode steps can cache a first block (`may_cache_prefix`)
+        self._late_first = False
         # observers (tests, tools): called with the run once its start is applied (False) and
         # again after each piece of it is applied (True). An attribute, not a method to wrap:
         # the compiled build calls its own methods directly, past any wrapper
@@ -233,6 +236,9 @@ class InstanceState:
             return False
         self.waiting.push(req)
         self._waiting_work += req.remaining_work
+        if not self._late_first and self.pool.caching:  # see `may_cache_prefix`
+            bs = self.pool.block_size
+            self._late_first = req.num_prompt_tokens < bs and bool(req.block_hashes(bs))
         if self.on_load is not None:
             self.on_load(self)
         self.wake()
@@ -359,14 +365,56 @@ class InstanceState:
         (evicting them); a decode run that fits in never-cached blocks changes no cached block
         before its last step, which is applied when the run ends."""
         pool = self.pool
-        run = self._run
-        if run is not None and run.num_steps > 1 and pool.caching:
-            steps = run.num_steps
-            growth = self.batch.size * (steps // pool.block_size + 1) if run.plan.decode else 0
-            if run.plan.prefill or run.spec is not None or not pool.takes_uncached(growth):
-                self.settle()
+        if self._settles_for_prefix():
+            self.settle()
         limit = (req.num_known_tokens - 1) // pool.block_size
         return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
+
+    def _settles_for_prefix(self) -> bool:
+        """Whether `cached_prefix_tokens` settles the run in flight first (its docstring)."""
+        run = self._run
+        pool = self.pool
+        if run is None or run.num_steps <= 1 or not pool.caching:
+            return False
+        growth = self.batch.size * (run.num_steps // pool.block_size + 1) if run.plan.decode else 0
+        return bool(run.plan.prefill) or run.spec is not None or not pool.takes_uncached(growth)
+
+    def may_cache_prefix(self, req: Request) -> bool:
+        """Whether `cached_prefix_tokens(req)` could be above 0 now: False only where it is 0
+        (a router need not ask). Its first block must be cached, on the GPU or in a tier below
+        (readable or still being written), or be one that settling the run in flight caches:
+        a prompt chunk's first block, or, where a request with no full prompt block decodes
+        into known content, a decoded one; a speculative run (settled by the reads of its
+        load) counts as able to cache anything."""
+        pool = self.pool
+        if not pool.caching:
+            return False
+        bs = pool.block_size
+        if req.num_known_tokens - 1 < bs:
+            return False
+        hashes = req.block_hashes(bs)
+        if not hashes:
+            return False
+        first = hashes[0]
+        if pool.may_hold(first):
+            return True
+        run = self._run
+        if run is None:
+            return False
+        if run.spec is not None:
+            return True
+        if not self._settles_for_prefix():
+            return False
+        for other in run.plan.prefill:
+            own = other.block_hashes(bs)
+            if own and own[0] == first:
+                return True
+        return self._late_first and run.plan.decode
+
+    def shares_kv_tier(self) -> bool:
+        """Whether a KV tier below the GPU is shared with other instances (the remote store):
+        then settling one instance can change what another has cached."""
+        return self.pool.shares_tier
 
     def prefill_backlog(self) -> int:
         """Prompt tokens not yet prefilled of the requests waiting or prefilling here, less

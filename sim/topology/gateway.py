@@ -14,7 +14,8 @@ What the router sees of the instances (`sim.topology.signals`): their loads exac
 decision (queues and outstanding tokens read without applying the steps in flight,
 `InstanceState.work_load`, unless the router reads KV blocks, which those steps change; prefix
 hits settle only a run whose steps could change them; least-load routers read an index the
-instances keep, `sim.topology.load_index`), or as last scraped every `router_options.refresh_s`
+instances keep, `sim.topology.load_index`, and so does `prefix_affinity`, which then reads the
+hits only of the instances that may hold the request's first block and of the least loaded), or as last scraped every `router_options.refresh_s`
 seconds; their prefix caches exact, or as KV events `router_options.kv_event_lag_s` late show
 them (routers `prefix_affinity` and `slo_headroom`); and for `slo_headroom`, each instance's
 predicted TTFT for the request against its tier's TTFT target.
@@ -93,6 +94,15 @@ class Gateway:
         rank = router.ranks_by
         if self.scraper is None and rank is not None:
             self.index = LoadIndex(rank)
+        # prefix affinity on exact loads and caches: the least loaded candidate from an index,
+        # and prefix hits read only where one may be (`Instance.may_cache_prefix`), unless a
+        # shared KV tier makes one instance's settling change another's cache (`watch`)
+        self.prefix_index = (
+            self.scraper is None and self.prefixes is None
+            and router.name == "prefix_affinity" and router.load_weight > 0
+        )  # fmt: skip
+        if self.prefix_index:
+            self.index = LoadIndex("tokens")
 
     def watch(self, instance: Instance) -> None:
         """Route to `instance` (one of the start, or launched later): with a load index, the
@@ -101,6 +111,8 @@ class Gateway:
         if index is not None:
             index.watch(instance)
             instance.on_load = index.changed
+        if self.prefix_index and instance.shares_kv_tier():
+            self.prefix_index = False
 
     def _load(self, i: int) -> Load:
         return self.instances[i].load()
@@ -140,7 +152,7 @@ class Gateway:
             return self._cached_tokens(req, i) / req.num_prompt_tokens
 
         load_index = self.index
-        if load_index is not None:  # the least-loaded candidate, from the index
+        if load_index is not None and self.router.ranks_by is not None:  # from the index
             chosen = self.router.pick(
                 len(instances), None, candidates, hit=hit, session=req.session,
                 least=load_index.best,
@@ -168,6 +180,15 @@ class Gateway:
             index = self.router.pick(
                 len(instances), loads, candidates, session=req.session, ttft=ttft,
                 target=self.slo.targets(req.tier)[0],
+            )  # fmt: skip
+        elif self.prefix_index and load_index is not None:
+
+            def may_hit(i: int) -> bool:
+                return instances[i].may_cache_prefix(req)
+
+            index = self.router.pick(
+                len(instances), loads, candidates, hit=hit, key=self._work_left,
+                least=load_index.best, may_hit=may_hit,
             )  # fmt: skip
         else:
             index = self.router.pick(

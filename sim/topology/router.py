@@ -25,6 +25,7 @@ the loads (and, for `random`, of the run's seeded routing stream).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -113,6 +114,7 @@ class Router:
         target: float | None = None,
         key: Callable[[int], float] | None = None,
         least: Callable[[Sequence[int] | None], int] | None = None,
+        may_hit: Callable[[int], bool] | None = None,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
         `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
@@ -121,8 +123,14 @@ class Router:
         `key(i)`, where given, the number `ranks_by` names (prefix affinity: the outstanding
         tokens), read in place of `loads(i)`;
         `least(candidates)`, where given, the candidate with the least of that number (ties: the
-        lowest index) from an index kept as the loads change (`sim.topology.load_index`)."""
+        lowest index) from an index kept as the loads change (`sim.topology.load_index`);
+        `may_hit(i)`, where given with `least` and `key` (prefix affinity), False only where
+        `hit(i)` is 0: then only the instances it admits and the least loaded are scored."""
         sticky = self.name == "session_sticky" and session >= 0
+        indexed = may_hit is not None and least is not None and key is not None
+        if indexed and self.name == "prefix_affinity" and self.load_weight > 0:
+            assert may_hit is not None and least is not None and key is not None
+            return self._affinity_indexed(num_instances, candidates, key, hit, least, may_hit)
         if least is not None and self.ranks_by is not None:
             home = self._home.get(session, -1) if sticky else -1
             if home >= 0 and (candidates is None or home in candidates):
@@ -177,18 +185,47 @@ class Router:
         pool: Sequence[int],
         tokens: Callable[[int], float],
         hit: Callable[[int], float] | None,
+        scored: Sequence[int] | None = None,
     ) -> int:
         """The best of cached prefix and load (SGLang's cache-aware router, llm-d's prefix
         scorer): score = hit_weight * cached fraction - load_weight * outstanding tokens over
-        the busiest candidate's; `tokens(i)` instance i's outstanding tokens."""
+        the busiest candidate's; `tokens(i)` instance i's outstanding tokens. `scored`, where
+        given (in index order), the candidates among which the best is (`_affinity_indexed`)."""
         work = {i: tokens(i) for i in pool}
         busiest = max(work.values()) or 1
-        cached = {i: hit(i) if hit is not None else 0.0 for i in pool}
+        among = pool if scored is None else scored
+        cached = {i: hit(i) if hit is not None else 0.0 for i in among}
 
         def score(i: int) -> float:
             return self.hit_weight * cached[i] - self.load_weight * work[i] / busiest
 
-        return max(pool, key=lambda i: (score(i), -i))  # ties: the lowest index
+        return max(among, key=lambda i: (score(i), -i))  # ties: the lowest index
+
+    def _affinity_indexed(
+        self,
+        num_instances: int,
+        candidates: Sequence[int] | None,
+        tokens: Callable[[int], float],
+        hit: Callable[[int], float] | None,
+        least: Callable[[Sequence[int] | None], int],
+        may_hit: Callable[[int], bool],
+    ) -> int:
+        """`_affinity`'s choice, scoring only the candidates that may have a prefix cached and
+        the least loaded one. With `load_weight` > 0 every other candidate scores
+        `-load_weight * w / busiest` (no hit), at best the least loaded one's, which `least`
+        gives (ties: the lowest index, as `_affinity`'s); so the best of all is among those
+        scored. With none that may have a hit the least loaded is the choice, whatever the
+        busiest is, and no candidate's load is read."""
+        pool: Sequence[int] = range(num_instances) if candidates is None else sorted(candidates)
+        if len(pool) == 1:
+            return pool[0]
+        chosen = least(candidates)
+        scored = [i for i in pool if may_hit(i)]
+        if not scored:
+            return chosen
+        if chosen not in scored:
+            bisect.insort(scored, chosen)
+        return self._affinity(pool, tokens, hit, scored)
 
     @staticmethod
     def _headroom(pool: Sequence[int], ttft: Callable[[int], float], target: float | None) -> int:

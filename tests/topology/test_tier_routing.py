@@ -90,9 +90,10 @@ def _route(router: str, tiers: dict[str, Any], rows: list[Any] = ROWS) -> tuple[
 
     def spy(self: Router, n: int, loads: Any = None, candidates: Any = None, *,
             hit: Any = None, session: int = -1, key: Any = None,
-            least: Any = None) -> int:  # fmt: skip
+            least: Any = None, may_hit: Any = None) -> int:  # fmt: skip
         seen.append([hit(i) for i in range(n)] if hit is not None else None)
-        return pick(self, n, loads, candidates, hit=hit, session=session, key=key, least=least)
+        return pick(self, n, loads, candidates, hit=hit, session=session, key=key, least=least,
+                    may_hit=may_hit)  # fmt: skip
 
     with mock.patch.object(Router, "pick", spy):
         res, cluster = run_with_cluster(raw, _arrays(rows))

@@ -141,3 +141,64 @@ def test_prefix_routers_route_as_on_settled_instances(
     for column in ("ttft_s", "finish_s"):
         np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
     assert len(fast.steps) < len(slow.steps)
+
+
+SESSION_WORKLOAD = {  # later turns resend earlier outputs: content known past the prompt
+    "sessions": {
+        "arrival": {"process": "poisson", "rate": 12.0},
+        "num_sessions": 40,
+        "turns": {"dist": "uniform", "low": 1, "high": 4},
+        "first_prompt": {"dist": "uniform", "low": 4, "high": 60},
+        "user_tokens": {"dist": "uniform", "low": 4, "high": 40},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 30},
+        "think_time": {"dist": "fixed", "value_s": 0.05},
+    }
+}
+
+
+@instruments_engine
+@pytest.mark.parametrize("workload", ["prefixes", "sessions"])
+@pytest.mark.parametrize("tiers", [None, {"dram": {"capacity_gb": 0.0001}}])
+@pytest.mark.parametrize("policy", ["continuous", "chunked", "preempting", "speculative"])
+def test_prefix_affinity_reads_hits_only_where_one_may_be(
+    policy: str, tiers: Any, workload: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefix affinity on exact loads scores only the instances that may hold the request's
+    first block (`InstanceState.may_cache_prefix`) and the least loaded one: every request goes
+    where scoring every candidate on settled instances sends it, under KV pressure, preemption,
+    speculation, a DRAM tier, shared prefixes and sessions whose short first prompts cache
+    their first block as they decode; and where requests share no prefix across sessions, it
+    reads far fewer hits (3 shared prefixes are soon on every instance: each may hit)."""
+    raw = cluster(policy, "prefix_affinity")
+    raw["workload"] = PREFIX_WORKLOAD if workload == "prefixes" else SESSION_WORKLOAD
+    raw["policy"] = {**raw["policy"], "prefix_caching": True, "block_size": 16}
+    if tiers is not None:
+        raw["kv_tiers"] = tiers
+    reads = {"n": 0}
+    exact = InstanceState.cached_prefix_tokens
+
+    def counted(self: InstanceState, req: Any) -> int:
+        reads["n"] += 1
+        return exact(self, req)
+
+    monkeypatch.setattr(InstanceState, "cached_prefix_tokens", counted)
+    fast = run(raw)
+    fast_reads, reads["n"] = reads["n"], 0
+    for name in ("cached_prefix_tokens", "work_left"):
+        unsettled = getattr(InstanceState, name)
+
+        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
+            self.settle()
+            return _unsettled(self, *args)
+
+        monkeypatch.setattr(InstanceState, name, read)
+    monkeypatch.setattr(InstanceState, "may_cache_prefix", lambda self, req: True)
+    slow = run(raw)
+    a, b = fast.requests, slow.requests
+    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+    assert a["num_cached_tokens"].sum() > 0
+    for column in ("ttft_s", "finish_s"):
+        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
+    assert reads["n"] == 3 * len(a)  # every candidate, at every decision
+    if workload == "sessions" and policy != "speculative":  # a speculative run may hit
+        assert fast_reads < reads["n"] * 0.6

@@ -114,6 +114,18 @@ class KVPool:
         """Whether the GPU has the block cached (in use or free)."""
         return block_hash in self._refs or block_hash in self._lru
 
+    def may_hold(self, block_hash: int) -> bool:
+        """Whether the GPU caches the block or a tier below holds it, readable now or once its
+        write is done: a superset of what `cached_prefix` can find of it."""
+        if block_hash in self._refs or block_hash in self._lru:
+            return True
+        return self._tiers is not None and self._tiers.may_hold(block_hash)
+
+    @property
+    def shares_tier(self) -> bool:
+        """Whether a tier below is shared with other instances (the remote store)."""
+        return self._tiers is not None and self._tiers.shared
+
     def cached_prefix(self, req: Request, limit: int, now: float) -> int:
         """Leading blocks of `req` (at most `limit`) that the GPU holds or a tier below holds
         readable at `now` (a router's question, asked between this pool's steps)."""

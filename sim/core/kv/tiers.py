@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+FOREVER_S = float("inf")
 TIER_KINDS = ("dram", "nvme", "remote")  # fastest first; the step log has a column for each
 
 
@@ -131,6 +132,7 @@ class TierStack:
         self.write_through = write == "through"
         self.overlap = load == "overlap"
         self.loaded = dict.fromkeys(kinds, 0)  # blocks this instance loaded from each tier
+        self.shared = "remote" in kinds  # the remote store is every instance's
 
     def found(self, block_hash: int, now: float) -> Tier | None:
         """The fastest tier holding the block readable at `now`."""
@@ -138,6 +140,10 @@ class TierStack:
             if tier.holds(block_hash, now):
                 return tier
         return None
+
+    def may_hold(self, block_hash: int) -> bool:
+        """Whether some tier holds the block, readable now or once its write is done."""
+        return any(tier.holds(block_hash, FOREVER_S) for tier in self.tiers)
 
     def run_length(self, hashes: Sequence[int], now: float) -> int:
         """How many of `hashes`, from the first, some tier holds readable at `now`."""
