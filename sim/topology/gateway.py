@@ -15,10 +15,11 @@ decision (queues and outstanding tokens read without applying the steps in fligh
 `InstanceState.work_load`, unless the router reads KV blocks, which those steps change; prefix
 hits settle only a run whose steps could change them; least-load routers read an index the
 instances keep, `sim.topology.load_index`, and so does `prefix_affinity`, which then reads the
-hits only of the instances that may hold the request's first block and of the least loaded), or as last scraped every `router_options.refresh_s`
-seconds; their prefix caches exact, or as KV events `router_options.kv_event_lag_s` late show
-them (routers `prefix_affinity` and `slo_headroom`); and for `slo_headroom`, each instance's
-predicted TTFT for the request against its tier's TTFT target.
+hits only of the instances that may hold the request's first block and of the least loaded),
+or as last scraped every `router_options.refresh_s` seconds; their prefix caches exact, or as
+KV events `router_options.kv_event_lag_s` late show them (routers `prefix_affinity` and
+`slo_headroom`); and for `slo_headroom`, each instance's predicted TTFT for the request against
+its tier's TTFT target.
 
 Admission (`cluster.admission`): once the router has chosen, a request whose instance has at
 least its tier's limit of requests waiting, as the gateway sees that instance's load (scraped
