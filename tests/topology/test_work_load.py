@@ -104,6 +104,27 @@ def test_routing_on_work_loads_matches_routing_on_settled_loads(
     assert len(fast.steps) < len(slow.steps)
 
 
+def settle_on_read(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
+    """Make each named read of `InstanceState` settle the instance first."""
+    for name in names:
+        unsettled = getattr(InstanceState, name)
+
+        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
+            self.settle()
+            return _unsettled(self, *args)
+
+        monkeypatch.setattr(InstanceState, name, read)
+
+
+def assert_same_routes(fast: Any, slow: Any) -> None:
+    """Every request on the same instance, with prefix hits, at the same times."""
+    a, b = fast.requests, slow.requests
+    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
+    assert a["num_cached_tokens"].sum() > 0
+    for column in ("ttft_s", "finish_s"):
+        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
+
+
 PREFIX_WORKLOAD = {
     "num_requests": 240,
     "arrival": {"process": "poisson", "rate": 30.0},
@@ -126,20 +147,10 @@ def test_prefix_routers_route_as_on_settled_instances(
     raw["policy"] = {**raw["policy"], "prefix_caching": True, "block_size": 16}
     raw["slo"] = {"ttft_s": 0.5}
     fast = run(raw)
-    for name in ("cached_prefix_tokens", "prefill_backlog", "step_end_s", "work_left"):
-        unsettled = getattr(InstanceState, name)
-
-        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
-            self.settle()
-            return _unsettled(self, *args)
-
-        monkeypatch.setattr(InstanceState, name, read)
+    reads = ("cached_prefix_tokens", "prefill_backlog", "step_end_s", "work_left")
+    settle_on_read(monkeypatch, *reads)
     slow = run(raw)
-    a, b = fast.requests, slow.requests
-    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
-    assert a["num_cached_tokens"].sum() > 0
-    for column in ("ttft_s", "finish_s"):
-        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
+    assert_same_routes(fast, slow)
     assert len(fast.steps) < len(slow.steps)
 
 
@@ -184,21 +195,10 @@ def test_prefix_affinity_reads_hits_only_where_one_may_be(
     monkeypatch.setattr(InstanceState, "cached_prefix_tokens", counted)
     fast = run(raw)
     fast_reads, reads["n"] = reads["n"], 0
-    for name in ("cached_prefix_tokens", "work_left"):
-        unsettled = getattr(InstanceState, name)
-
-        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
-            self.settle()
-            return _unsettled(self, *args)
-
-        monkeypatch.setattr(InstanceState, name, read)
+    settle_on_read(monkeypatch, "cached_prefix_tokens", "work_left")
     monkeypatch.setattr(InstanceState, "may_cache_prefix", lambda self, req: True)
     slow = run(raw)
-    a, b = fast.requests, slow.requests
-    assert (a["instance"].to_numpy() == b["instance"].to_numpy()).all()
-    assert a["num_cached_tokens"].sum() > 0
-    for column in ("ttft_s", "finish_s"):
-        np.testing.assert_allclose(a[column], b[column], rtol=1e-12)
-    assert reads["n"] == 3 * len(a)  # every candidate, at every decision
+    assert_same_routes(fast, slow)
+    assert reads["n"] == 3 * len(fast.requests)  # every candidate, at every decision
     if workload == "sessions" and policy != "speculative":  # a speculative run may hit
         assert fast_reads < reads["n"] * 0.6
