@@ -112,8 +112,11 @@ class Gateway:
         if index is not None:
             index.watch(instance)
             instance.on_load = index.changed
-        if self.prefix_index and instance.shares_kv_tier():
+        if self.prefix_index and instance.shares_kv_tier():  # the full scan, and no index
             self.prefix_index = False
+            self.index = None
+            for watched in (*self.instances, instance):
+                watched.on_load = None
 
     def _load(self, i: int) -> Load:
         return self.instances[i].load()
