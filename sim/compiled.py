@@ -32,6 +32,7 @@ MODULES = (
     "sim/core/kv/tiers.py",
     "sim/core/kv_usage.py",
     "sim/core/plan.py",
+    "sim/core/prefill_curve.py",
     "sim/core/recorder.py",
     "sim/core/request.py",
     "sim/core/run.py",
@@ -55,6 +56,7 @@ MODULES = (
     "sim/topology/scaling.py",
     "sim/topology/signals.py",
     "sim/topology/topologies.py",
+    "sim/topology/ttft_index.py",
 )
 ENV = "BATCHSIM_COMPILE"  # =1 at install time: build the compiled core
 

@@ -27,6 +27,7 @@ from sim.core.kv.host import HostMemory
 from sim.core.kv.pool import KVPool
 from sim.core.kv_usage import KVUsage
 from sim.core.plan import Policy, StepFeatures
+from sim.core.prefill_curve import PrefillCurve
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.core.run import Run
@@ -34,10 +35,6 @@ from sim.core.speculative_step import ProposalPricer, Speculator
 
 NO_CARRY = (0, 0.0)
 FOREVER = 1 << 62
-# `prefill_seconds` prices longer prefills as runs of chunks this long (a chunked-prefill token
-# budget), so a backlog of many prompts is not priced as one prompt's quadratic attention
-PREFILL_CHUNK_TOKENS = 2048
-PREFILL_MEMO_SIZE = 1 << 14  # `prefill_seconds` answers kept (routers ask for the same sizes)
 
 
 class StepPricer(Protocol):
@@ -116,6 +113,7 @@ class InstanceState:
         acceptance: AcceptanceSampler | None = None,
         proposer: ProposalPricer | None = None,
         serves_from_s: float = 0.0,
+        prefill: PrefillCurve | None = None,
     ) -> None:
         self.env = env
         self.serves_from_s = serves_from_s  # a cold start: nothing is scheduled before this
@@ -157,7 +155,8 @@ class InstanceState:
         self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
         self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
         self._run: Run | None = None
-        self._prefill_memo: dict[int, float] = {}
+        # what prefilling n tokens costs here (its group's instances share one)
+        self._prefill = prefill if prefill is not None else PrefillCurve(cost)
         self._busy = False
         self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
         self._idle: Event | None = None
@@ -448,24 +447,29 @@ class InstanceState:
         times = run.times.after(done) if done > 0 else run.times
         return max(now, times.end(1))
 
+    def step_grid(self) -> tuple[float, float, float, int]:
+        """The run in flight's step times as `step_end_s` reads them (its start, its first
+        step's seconds, the growth of each next step's) and its number of steps; with no run,
+        (its clock, 0, 0, 0). Valid until it next starts or ends a run or takes a request
+        (`on_load`): settling only re-bases the same times (`sim.topology.ttft_index`)."""
+        run = self._run
+        if run is None:
+            return (self._clock, 0.0, 0.0, 0)
+        times = run.times
+        return (times.start_s, times.first_duration_s, times.increment_s, run.num_steps)
+
+    def caches_prefixes(self) -> bool:
+        """Whether its KV pool keeps a prefix cache (else no request has a prefix cached)."""
+        return self.pool.caching
+
     def prefill_seconds(self, num_tokens: int) -> float:
         """Seconds this instance's cost model gives to prefill `num_tokens` prompt tokens with
-        no cached prefix: one step of them, or beyond `PREFILL_CHUNK_TOKENS` that many tokens
-        at the rate of a step of a full chunk. Priced between steps, never inside one."""
-        if num_tokens <= 0:
-            return 0.0
-        memo = self._prefill_memo  # a pricing is a pure function of its features
-        seconds = memo.get(num_tokens)
-        if seconds is not None:
-            return seconds
-        chunk = min(num_tokens, PREFILL_CHUNK_TOKENS)
-        features = StepFeatures(1, chunk, chunk, 0, chunk, chunk * chunk, 0, 1, 0, ((chunk, 0),))
-        first, _ = self.cost.run_times(features)
-        seconds = first * num_tokens / chunk
-        if len(memo) >= PREFILL_MEMO_SIZE:
-            memo.clear()
-        memo[num_tokens] = seconds
-        return seconds
+        no cached prefix (`sim.core.prefill_curve`). Priced between steps, never inside one."""
+        return self._prefill.seconds(num_tokens)
+
+    def prefill_curve(self) -> PrefillCurve:
+        """Its prefill pricing, shared by the instances of its group (a router's bounds)."""
+        return self._prefill
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""

@@ -28,6 +28,7 @@ ones with `refresh_s > 0`), is rejected with the reason `shed: queue full`.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -41,6 +42,7 @@ from sim.scenario.schema import RouterOptions, SLOSpec
 from sim.topology.load_index import LoadIndex
 from sim.topology.router import Router, WorkView
 from sim.topology.signals import LaggedPrefixes, Scraper, predicted_ttft, read_backlog
+from sim.topology.ttft_index import TtftIndex
 
 SHED = "shed: queue full"
 PREFIX_ROUTERS = ("prefix_affinity", "slo_headroom")
@@ -104,6 +106,12 @@ class Gateway:
         )  # fmt: skip
         if self.prefix_index:
             self.index = LoadIndex("tokens")
+        # slo_headroom on exact loads and caches: the least predicted TTFT from an index of the
+        # steps under way (`sim.topology.ttft_index`), predicting only near it
+        self.ttft_index: TtftIndex | None = None
+        if self.scraper is None and self.prefixes is None and router.name == "slo_headroom":
+            self.ttft_index = TtftIndex()
+        self.caching = False  # some watched instance keeps a prefix cache
 
     def watch(self, instance: Instance) -> None:
         """Route to `instance` (one of the start, or launched later): with a load index, the
@@ -112,9 +120,16 @@ class Gateway:
         if index is not None:
             index.watch(instance)
             instance.on_load = index.changed
-        if self.prefix_index and instance.shares_kv_tier():  # the full scan, and no index
+        ttft_index = self.ttft_index
+        if ttft_index is not None:
+            ttft_index.watch(instance)
+            instance.on_load = ttft_index.changed
+        self.caching = self.caching or instance.caches_prefixes()
+        indexed = self.prefix_index or ttft_index is not None
+        if indexed and instance.shares_kv_tier():  # the full scan, and no index
             self.prefix_index = False
             self.index = None
+            self.ttft_index = None
             for watched in (*self.instances, instance):
                 watched.on_load = None
 
@@ -181,9 +196,13 @@ class Gateway:
                 own = req.num_prompt_tokens - self._cached_tokens(req, i)
                 return predicted_ttft(seen, now, own, instances[i].prefill_seconds)
 
+            def fastest(among: Sequence[int] | None) -> int:
+                return self._fastest(req, among, ttft)
+
             index = self.router.pick(
                 len(instances), loads, candidates, session=req.session, ttft=ttft,
                 target=self.slo.targets(req.tier)[0],
+                fastest=fastest if self.ttft_index is not None else None,
             )  # fmt: skip
         elif self.prefix_index and load_index is not None:
 
@@ -199,6 +218,34 @@ class Gateway:
                 len(instances), loads, candidates, hit=hit, session=req.session, key=key
             )
         self._submit(req, index, loads)
+
+    def _fastest(
+        self, req: Request, candidates: Sequence[int] | None, ttft: Callable[[int], float]
+    ) -> int:
+        """The candidate with the least predicted TTFT (`ttft`), from the TTFT index: the
+        candidates that may have a prefix cached are predicted here, the rest by the index
+        with nothing cached."""
+        index = self.ttft_index
+        assert index is not None
+        instances = self.instances
+        best_s, best_index = math.inf, -1
+        predicted: list[int] = []
+        if self.caching:
+            for i in range(len(instances)) if candidates is None else candidates:
+                if instances[i].may_cache_prefix(req):
+                    predicted.append(i)
+                    value = ttft(i)
+                    if value < best_s or (value == best_s and i < best_index):
+                        best_s, best_index = value, i
+        now = instances[0].env.now
+        prompt = req.num_prompt_tokens
+
+        def uncached(i: int) -> float:
+            instance = instances[i]
+            return predicted_ttft(read_backlog(instance), now, prompt, instance.prefill_seconds)
+
+        floor_s = index.floor(prompt)
+        return index.best(candidates, floor_s, uncached, best_s, best_index, predicted)
 
     def _submit(self, req: Request, index: int, loads: Callable[[int], WorkView]) -> None:
         """Submit `req` to instance `index`, unless admission sheds it there."""

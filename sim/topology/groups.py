@@ -23,6 +23,7 @@ from sim.core.acceptance import AcceptanceSampler
 from sim.core.engine import Instance, KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.kv.tiers import Tier, TierStack
+from sim.core.prefill_curve import PrefillCurve
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec, kv_bytes_per_token_on, kv_capacity_blocks
 from sim.costs.pricer import make_cost_model
@@ -130,6 +131,8 @@ class Builder:
         self.info: list[InstanceInfo] = []
         self.tiers = _Tiers(resolved.spec.kv_tiers)
         self.groups = [self._setup(n, g, requests) for n, g in enumerate(resolved.groups)]
+        # each group's prefill pricing, shared by its instances (`sim.core.prefill_curve`)
+        self.curves: dict[int, PrefillCurve] = {}
 
     def _setup(
         self, number: int, group: ResolvedGroup, requests: RequestArrays | None
@@ -190,6 +193,11 @@ class Builder:
                 pre.host_memory_gb * 1e9 / setup.engines,
             )
         steps, itl = self.records(index) if self.records is not None else (None, None)
+        curve = self.curves.get(number)
+        if curve is None:  # a pricing is a pure function of its features: one per group, on
+            # a cost model of its own (its counters are no instance's)
+            curve = PrefillCurve(make_cost_model(group.profile, spec.engine.pricing))
+            self.curves[number] = curve
         instance = Instance(
             self.env,
             index,
@@ -208,6 +216,7 @@ class Builder:
             proposer=setup.proposer,
             # the instances of the run's start pay the cold start; a launched one its warm-up
             serves_from_s=spec.engine.cold_start_s if self.env.now == 0 else 0.0,
+            prefill=curve,
         )
         self.instances.append(instance)
         self.info.append(self._describe(number, index, pool))

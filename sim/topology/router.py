@@ -115,6 +115,7 @@ class Router:
         key: Callable[[int], float] | None = None,
         least: Callable[[Sequence[int] | None], int] | None = None,
         may_hit: Callable[[int], bool] | None = None,
+        fastest: Callable[[Sequence[int] | None], int] | None = None,
     ) -> int:
         """Index of the chosen instance among `candidates` (default: all `num_instances`);
         `loads(i)` gives instance i's load (load-aware routers), `hit(i)` the fraction of the
@@ -125,7 +126,10 @@ class Router:
         `least(candidates)`, where given, the candidate with the least of that number (ties: the
         lowest index) from an index kept as the loads change (`sim.topology.load_index`);
         `may_hit(i)`, where given with `least` and `key` (prefix affinity), False only where
-        `hit(i)` is 0: then only the instances it admits and the least loaded are scored."""
+        `hit(i)` is 0: then only the instances it admits and the least loaded are scored;
+        `fastest(candidates)`, where given (slo_headroom), the candidate with the least
+        predicted TTFT, ties to the lowest index, from an index kept as the instances step
+        (`sim.topology.ttft_index`)."""
         sticky = self.name == "session_sticky" and session >= 0
         indexed = may_hit is not None and least is not None and key is not None
         if indexed and self.name == "prefix_affinity" and self.load_weight > 0:
@@ -143,6 +147,8 @@ class Router:
         if sticky and self._home.get(session) in pool:
             return self._home[session]
         if self.name == "slo_headroom" and len(pool) > 1:
+            if fastest is not None:
+                return fastest(candidates)
             if ttft is None:
                 raise ValueError("router slo_headroom needs the predicted TTFT of each instance")
             return self._headroom(pool, ttft, target)
@@ -230,10 +236,7 @@ class Router:
     @staticmethod
     def _headroom(pool: Sequence[int], ttft: Callable[[int], float], target: float | None) -> int:
         """The candidate with the most headroom against `target` among those that meet it, else
-        (none meets it, or no target) the least predicted TTFT; ties: the lowest index."""
-        predicted = {i: ttft(i) for i in pool}
-        if target is not None:
-            meeting = [i for i in pool if predicted[i] <= target]
-            if meeting:
-                return max(meeting, key=lambda i: (target - predicted[i], -i))
-        return min(pool, key=lambda i: (predicted[i], i))
+        (none meets it, or no target) the least predicted TTFT; ties: the lowest index. With
+        one target both are the least predicted TTFT (taken as such, so that headroom rounded
+        alike for two predictions does not decide by index)."""
+        return min(pool, key=lambda i: (ttft(i), i))

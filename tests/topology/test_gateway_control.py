@@ -19,7 +19,7 @@ from helpers_cluster import WORKLOAD, arrays_of, check_invariants, run_with_clus
 from scenario_factory import COEFFS, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario
-from sim.core.instance import PREFILL_CHUNK_TOKENS
+from sim.core.prefill_curve import PREFILL_CHUNK_TOKENS
 from sim.topology.router import Router
 from sim.topology.signals import Backlog, predicted_ttft
 from sim.workload import RequestArrays
