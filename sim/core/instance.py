@@ -347,6 +347,25 @@ class InstanceState:
             steps = run.num_steps
         return self.outstanding_tokens() - steps * per_step, until, False
 
+    def kv_fraction(self) -> float:
+        """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight
+        settled, as `load()` does."""
+        self.settle()
+        pool = self.pool
+        return pool.num_used / max(1, pool.num_total)
+
+    def kv_floor(self) -> tuple[float, bool]:
+        """The least `kv_fraction()` can show before this instance next starts or ends a run,
+        takes a request or frees a handed-off prompt's blocks, and whether it is that number
+        itself until then: the blocks in use as applied, without settling. A run's steps only
+        take blocks (requests finish, and are preempted, where runs end and start); a
+        speculative run may give back the blocks of rejected drafts, so it has no bound."""
+        run = self._run
+        if run is not None and run.spec is not None:
+            return 0.0, False
+        pool = self.pool
+        return pool.num_used / max(1, pool.num_total), run is None
+
     def holds_requests(self) -> bool:
         """Whether any request is here now: queued, running, swapped, finished but holding its
         KV, waiting to hand off or to land (an instance that holds none can retire)."""
@@ -515,6 +534,8 @@ class InstanceState:
         self._touch()
         self.handoff.remove(req)
         self._free(req)
+        if self.on_load is not None:  # its KV blocks fell
+            self.on_load(self)
         self.wake()
 
     def take_handoffs(self) -> list[Request]:

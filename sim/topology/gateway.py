@@ -13,8 +13,9 @@ requests are routed then. Their TTFT counts the wait.
 What the router sees of the instances (`sim.topology.signals`): their loads exact at each
 decision (queues and outstanding tokens read without applying the steps in flight,
 `InstanceState.work_load`, unless the router reads KV blocks, which those steps change; prefix
-hits settle only a run whose steps could change them; least-load routers read an index the
-instances keep, `sim.topology.load_index`, and so does `prefix_affinity`, which then reads the
+hits settle only a run whose steps could change them; least-load routers, `least_kv` among
+them, read an index the instances keep, `sim.topology.load_index` (`least_kv` settling only the
+candidates near the least), and so does `prefix_affinity`, which then reads the
 hits only of the instances that may hold the request's first block and of the least loaded),
 or as last scraped every `router_options.refresh_s` seconds; their prefix caches exact, or as
 KV events `router_options.kv_event_lag_s` late show them (routers `prefix_affinity` and

@@ -1,6 +1,6 @@
 """The gateway's index of instance loads: the least-loaded candidate without reading them all.
 
-A least-load router (`least_outstanding_requests`, `least_outstanding_tokens`, and
+A least-load router (`least_outstanding_requests`, `least_outstanding_tokens`, `least_kv`, and
 `session_sticky` placing a session's first turn) wants the candidate with the least of one number
 (`Router.ranks_by`), ties to the lowest index. Reading that number of every candidate at every
 arrival makes each arrival cost as much as the fleet is large. `LoadIndex` keeps instead a heap
@@ -21,6 +21,14 @@ of lower bounds, one per instance, that the instances keep valid:
   Every instance not popped has a bound, hence a number, no better than the choice: the answer
   is the full scan's, exactly (tests/topology/test_load_index.py checks it against the scan at
   every decision).
+
+The fraction of KV blocks in use (`least_kv`) is the other way round: a run's steps only take
+blocks (requests finish, and are preempted, only where a run ends or starts), so the fraction an
+instance showed when last read is a lower bound until it next tells (`Instance.kv_floor`: the
+blocks in use as applied, without applying the run in flight; exact with no run in flight or
+speculating; a speculative run may free the blocks of rejected drafts and has no bound). Reading
+it exactly (`Instance.kv_fraction`) applies the steps that ended, as the full scan does; the
+instance read then counts as told, so that its next bound is that reading.
 
 A decision then costs the few candidates whose bounds are near the least, and the instances that
 told since the last decision, not the fleet. An entry popped for an instance that is not a
@@ -58,19 +66,24 @@ class Indexed(Protocol):
 
     def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]: ...
 
+    def kv_fraction(self) -> float: ...
+
+    def kv_floor(self) -> tuple[float, bool]: ...
+
 
 class LoadIndex:
     """Lower bounds of each instance's load, by (bound, index) (see the module docstring)."""
 
     def __init__(self, rank: str) -> None:
-        if rank not in ("requests", "tokens"):
-            raise ValueError(f"a load index ranks by requests or tokens, not {rank!r}")
+        if rank not in ("requests", "tokens", "kv"):
+            raise ValueError(f"a load index ranks by requests, tokens or kv, not {rank!r}")
         self.tokens = rank == "tokens"
+        self.kv = rank == "kv"
         self.env: Clock | None = None  # the run's clock, the instances' own
         self.instances: list[Indexed | None] = []  # by instance index; None: not watched
         # (bound, index, version): an entry counts while its version is its instance's latest
-        self.heap: list[tuple[int, int, int]] = []
-        self.bound: list[int] = []  # each watched instance's latest bound
+        self.heap: list[tuple[float, int, int]] = []
+        self.bound: list[float] = []  # each watched instance's latest bound
         self.version: list[int] = []
         self.exact: list[bool] = []  # each watched instance's bound is its number now
         self.expiry: list[tuple[float, int, int]] = []  # (until, index, version) of bounds
@@ -82,7 +95,7 @@ class LoadIndex:
         # entries of instances that were not candidates when popped (draining, retired, still
         # provisioning), set aside until the candidates change, so that a fleet's retired
         # instances are not popped again at every decision
-        self.parked: dict[int, tuple[int, int, int]] = {}
+        self.parked: dict[int, tuple[float, int, int]] = {}
 
     def watch(self, instance: Indexed) -> None:
         """Index `instance` (the topology sets its `on_load` to `changed`)."""
@@ -91,7 +104,7 @@ class LoadIndex:
             self.env = instance.env
         while len(self.instances) <= i:
             self.instances.append(None)
-            self.bound.append(0)
+            self.bound.append(0.0)
             self.version.append(-1)
             self.exact.append(False)
             self.is_told.append(False)
@@ -107,12 +120,18 @@ class LoadIndex:
 
     def _refresh(self) -> None:
         instances, bound, version, heap = self.instances, self.bound, self.version, self.heap
-        tokens = self.tokens
+        tokens, kv = self.tokens, self.kv
+        b: float
         for i in self.told:
             instance = instances[i]
             assert instance is not None
             self.is_told[i] = False
-            b, until, self.exact[i] = instance.load_floor(tokens, HORIZON_STEPS)
+            if kv:
+                b, self.exact[i] = instance.kv_floor()
+                until = FOREVER_S
+            else:
+                n, until, self.exact[i] = instance.load_floor(tokens, HORIZON_STEPS)
+                b = float(n)  # exact: loads are far below 2**53
             if b != bound[i] or version[i] < 0 or until < FOREVER_S:  # else its entry stands
                 bound[i] = b
                 version[i] += 1
@@ -162,10 +181,11 @@ class LoadIndex:
         else:
             allowed = self._candidate_set(candidates)
         heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
-        exact = self.exact
-        popped: list[tuple[int, int, int]] = []
-        best_value = 0
+        exact, kv = self.exact, self.kv
+        popped: list[tuple[float, int, int]] = []
+        best_value = 0.0
         best_index = -1
+        value: float
         while heap:
             entry = heap[0]
             b, i, v = entry
@@ -183,7 +203,11 @@ class LoadIndex:
             else:
                 instance = instances[i]
                 assert instance is not None
-                value = instance.work_left() if tokens else instance.num_outstanding()
+                if kv:
+                    value = instance.kv_fraction()
+                    self.changed(instance)  # its next bound: this reading
+                else:
+                    value = float(instance.work_left() if tokens else instance.num_outstanding())
             if best_index < 0 or value < best_value or (value == best_value and i < best_index):
                 best_value, best_index = value, i
         for entry in popped:

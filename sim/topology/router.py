@@ -88,13 +88,15 @@ class Router:
     @property
     def ranks_by(self) -> str | None:
         """What a load-balancing choice of this router ranks the candidates by, where one number
-        of each instance is all it reads: "requests" (waiting + running) or "tokens"
-        (outstanding); None for the others. A caller that reads that number directly passes it
-        to `pick` as `key`, instead of whole loads."""
+        of each instance is all it reads: "requests" (waiting + running), "tokens"
+        (outstanding) or "kv" (the fraction of KV blocks in use); None for the others. A caller
+        that reads that number directly passes it to `pick` as `key`, instead of whole loads."""
         if self.name == "least_outstanding_requests":
             return "requests"
         if self.name in ("least_outstanding_tokens", "session_sticky"):
             return "tokens"
+        if self.name == "least_kv":
+            return "kv"
         return None
 
     @property

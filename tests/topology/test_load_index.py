@@ -29,6 +29,13 @@ WORKLOAD = {
 }
 
 
+def exact(index: LoadIndex, instance: Any) -> float:
+    """The number the index ranks by, read exactly (KV settled, as the full scan reads it)."""
+    if index.kv:
+        return float(instance.kv_fraction())
+    return float(instance.work_left() if index.tokens else instance.num_outstanding())
+
+
 class Checked:
     """Wraps `LoadIndex.best`: each answer is compared with the scan of exact numbers."""
 
@@ -42,10 +49,7 @@ class Checked:
             watched = [i for i, x in enumerate(index.instances) if x is not None]
             pool = watched if candidates is None else sorted(candidates)
             read = index.instances
-            scan = min(
-                pool,
-                key=lambda i: read[i].work_left() if index.tokens else read[i].num_outstanding(),  # type: ignore[union-attr]
-            )
+            scan = min(pool, key=lambda i: exact(index, read[i]))
             chosen = best(index, candidates)
             assert chosen == scan, (index.env.now if index.env else 0, chosen, scan)  # type: ignore[union-attr]
             checker.decisions += 1
@@ -66,7 +70,7 @@ def cluster(policy: str, router: str, count: int = 5) -> dict[str, Any]:
 
 @instruments_engine
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-@pytest.mark.parametrize("router", ROUTERS)
+@pytest.mark.parametrize("router", (*ROUTERS, "least_kv"))
 def test_the_index_chooses_what_the_scan_chooses(
     policy: str, router: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -98,14 +102,16 @@ def test_the_index_follows_an_autoscaled_fleet(monkeypatch: pytest.MonkeyPatch) 
 
 
 @instruments_engine
-def test_the_index_routes_a_prefill_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("router", ["least_outstanding_tokens", "least_kv"])
+def test_the_index_routes_a_prefill_pool(router: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill instance frees a handed-off prompt's blocks when its KV has left: it tells."""
     raw = scenario(
         policy={"name": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 256},
         workload=WORKLOAD,
         model=tiny_model(),
         hardware=tiny_hardware(10_000),
         disaggregation={
-            "prefill": {"count": 3, "router": "least_outstanding_tokens"},
+            "prefill": {"count": 3, "router": router},
             "decode": {"count": 2},
             "link": {"bandwidth_gb_per_s": 1.0, "latency_s": 0.001},
         },
@@ -143,6 +149,12 @@ class Fake:
     def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
         return self.value - self.drop, FOREVER_S, self.drop == 0
 
+    def kv_fraction(self) -> float:
+        return self.value / 8
+
+    def kv_floor(self) -> tuple[float, bool]:
+        return (self.value - self.drop) / 8, self.drop == 0
+
 
 OPS = st.lists(
     st.one_of(
@@ -158,7 +170,7 @@ OPS = st.lists(
 
 @uses_stand_ins
 @settings(max_examples=200, deadline=None)
-@given(ops=OPS, rank=st.sampled_from(["requests", "tokens"]))
+@given(ops=OPS, rank=st.sampled_from(["requests", "tokens", "kv"]))
 def test_the_index_is_the_scan_under_any_rises_and_falls(ops: list[Any], rank: str) -> None:
     env = Clock()
     index = LoadIndex(rank)
@@ -190,8 +202,8 @@ def test_the_index_is_the_scan_under_any_rises_and_falls(ops: list[Any], rank: s
             assert index.best(candidates) == min(pool, key=lambda j: fakes[j].value)
 
 
-def test_an_index_ranks_by_requests_or_tokens() -> None:
-    with pytest.raises(ValueError, match="requests or tokens"):
-        LoadIndex("kv")
+def test_an_index_ranks_by_requests_tokens_or_kv() -> None:
+    with pytest.raises(ValueError, match="requests, tokens or kv"):
+        LoadIndex("bytes")
     with pytest.raises(ValueError, match="no candidate"):
         LoadIndex("tokens").best(None)

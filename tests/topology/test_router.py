@@ -136,6 +136,8 @@ def test_remaining_work(
 
 
 def _ranked(p: FakePolicy, rank: str | None) -> float:
+    if rank == "kv":
+        return load(p).kv_blocks_used / max(1, load(p).kv_blocks_total)
     return p.num_waiting + p.num_running if rank == "requests" else p.tokens
 
 
@@ -145,7 +147,7 @@ def _ranked(p: FakePolicy, rank: str | None) -> float:
         ("least_outstanding_requests", "requests"),
         ("least_outstanding_tokens", "tokens"),
         ("session_sticky", "tokens"),
-        ("least_kv", None),
+        ("least_kv", "kv"),
         ("prefix_affinity", None),
         ("round_robin", None),
     ],
