@@ -255,6 +255,19 @@ def run_variant(
     if log.num_done != total:  # the loop only stops when the queues drain
         missing = total - log.num_done
         raise AssertionError(f"{missing} requests never finished in {resolved.variant}")
+    counters: dict[str, float] = {**workload.notes}
+    if stream is not None:
+        return _streamed_result(resolved, cluster, log, stream, context, counters)
+    return tables_result(
+        resolved, cluster, requests_table(source.window, log, spec.metrics.tpot), counters
+    )
+
+
+def _fleet_tables(
+    resolved: ResolvedScenario, cluster: Cluster, context: SummaryContext
+) -> tuple[pd.DataFrame, pd.DataFrame, SummaryContext]:
+    """The instances table, the fleet's events and the summary's context (an autoscaled
+    fleet's lifetimes in both)."""
     instances = pd.DataFrame([dataclasses.asdict(i) for i in cluster.info])
     events = pd.DataFrame()
     if cluster.fleet is not None:  # the fleet changed during the run: its lifetimes and events
@@ -262,29 +275,58 @@ def run_variant(
         instances = pd.concat([instances, lives], axis=1)
         events = cluster.fleet.events()
         context = _context(resolved, cluster, lives)
-        if stream is not None:
-            stream.use_context(context)
-    scenario_doc = resolved.spec.model_dump(mode="json")
-    counters = {**workload.notes, **_cache_counters(cluster), **_pricing_counters(cluster)}
-    if spec.metrics.tpot == "per_output_token":  # the summary says which TPOT it reports
+    return instances, events, context
+
+
+def _counters(
+    resolved: ResolvedScenario, cluster: Cluster, more: dict[str, float]
+) -> dict[str, float]:
+    counters = {**more, **_cache_counters(cluster), **_pricing_counters(cluster)}
+    if resolved.spec.metrics.tpot == "per_output_token":  # the summary says which TPOT
         counters["tpot_per_output_token"] = 1.0
-    if stream is not None:
-        log.hand_over()
-        for inst in cluster.instances:
-            inst.steps.hand_over(force=True)
-            inst.itl.hand_over(force=True)
-        return VariantResult(
-            name=resolved.variant,
-            requests=pd.DataFrame(),
-            steps=pd.DataFrame(),
-            itl=pd.DataFrame(),
-            context=context,
-            scenario=scenario_doc,
-            instances=instances,
-            streamed=stream,
-            counters=counters,
-            fleet_events=events,
-        )
+    return counters
+
+
+def _streamed_result(
+    resolved: ResolvedScenario,
+    cluster: Cluster,
+    log: RequestLog,
+    stream: StreamSummary,
+    context: SummaryContext,
+    more: dict[str, float],
+) -> VariantResult:
+    """A streamed run's result: the summary folded as it went, no tables."""
+    instances, events, context = _fleet_tables(resolved, cluster, context)
+    if cluster.fleet is not None:
+        stream.use_context(context)
+    log.hand_over()
+    for inst in cluster.instances:
+        inst.steps.hand_over(force=True)
+        inst.itl.hand_over(force=True)
+    return VariantResult(
+        name=resolved.variant,
+        requests=pd.DataFrame(),
+        steps=pd.DataFrame(),
+        itl=pd.DataFrame(),
+        context=context,
+        scenario=resolved.spec.model_dump(mode="json"),
+        instances=instances,
+        streamed=stream,
+        counters=_counters(resolved, cluster, more),
+        fleet_events=events,
+    )
+
+
+def tables_result(
+    resolved: ResolvedScenario,
+    cluster: Cluster,
+    requests: pd.DataFrame,
+    more: dict[str, float],
+) -> VariantResult:
+    """A finished run's result with its tables: the requests table (`requests_table`), and the
+    instances' step and gap records; `more` counters for the summary (a workload's notes)."""
+    instances, events, context = _fleet_tables(resolved, cluster, _context(resolved, cluster))
+    counters = _counters(resolved, cluster, more)
     steps = steps_table([inst.steps for inst in cluster.instances])
     itl_parts = [inst.itl.arrays() for inst in cluster.instances]
     for inst in cluster.instances:
@@ -305,11 +347,11 @@ def run_variant(
     del order
     return VariantResult(
         name=resolved.variant,
-        requests=requests_table(source.window, log, spec.metrics.tpot),
+        requests=requests,
         steps=steps,
         itl=pd.DataFrame({"gap_s": gaps, "count": counts, "tokens": tokens}, copy=False),
         context=context,
-        scenario=scenario_doc,
+        scenario=resolved.spec.model_dump(mode="json"),
         instances=instances,
         counters=counters,
         fleet_events=events,

@@ -381,6 +381,28 @@ def error_bar_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def serve_cases() -> list[Case]:
+    """`batchsim serve`: each bad flag is refused before anything listens."""
+
+    def serve(case_id: str, *args: str, expect: tuple[str, ...], files: dict | None = None) -> Case:
+        return Case(case_id, ("serve", "s.yaml", "-q", *args), expect, {**GOOD, **(files or {})})
+
+    return [
+        serve("serve-speed-zero", "--speed", "0", expect=("--speed", "between")),
+        serve("serve-speed-nan", "--speed", "nan", expect=("--speed", "between")),
+        serve("serve-speed-word", "--speed", "fast", expect=("--speed", "not a number")),
+        serve("serve-port-negative", "--port", "-1", expect=("--port",)),
+        serve("serve-drain-huge", "--drain-s", "1e9", expect=("--drain-s", "between")),
+        serve("serve-variant-missing", "--variant", "nope", expect=("--variant", "no variant")),
+        serve("serve-tokenizer-missing", "--tokenizer", "nowhere",
+              expect=("--tokenizer", "no tokenizer.json")),
+        serve("serve-tokenizer-bad", "--tokenizer", "tok",
+              expect=("--tokenizer", "not a tokenizer"),
+              files={"tok": None, "tok/tokenizer.json": b"{not json"}),
+        serve("serve-bad-set", "--set", "policy.max_num_seqs=-3", expect=("max_num_seqs",)),
+    ]
+
+
 def cli_cases() -> list[Case]:
     return [
         *error_bar_cases(),
@@ -391,4 +413,5 @@ def cli_cases() -> list[Case]:
         *report_cases(),
         *calibration_cases(),
         *other_cases(),
+        *serve_cases(),
     ]

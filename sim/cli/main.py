@@ -152,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     from sim.cli.workload import register as register_workload
 
     register_workload(sub)
+    from sim.cli.serve import register as register_serve
+
+    register_serve(sub)
     for name in PLUGINS:
         _plug_in(name, sub)
     return parser

@@ -44,7 +44,7 @@ from sim.core.arrivals import FOREVER_S
 from sim.core.decode_batch import NO_GROWTH, GrowthIntegrals
 from sim.core.instance import NO_CARRY, InstanceState, KVSpec, Load, StepPricer
 from sim.core.plan import StepFeatures, StepPlan
-from sim.core.request import RUNNING, Request
+from sim.core.request import RUNNING, WAITING, Request
 from sim.core.run import NO_FEATURES, Run
 from sim.core.speculative_step import Prompts, SpecStart
 from sim.core.step_times import StepTimes, steps_before
@@ -70,6 +70,8 @@ class Instance(InstanceState):
         while True:
             if feed is not None:  # arrivals up to now are queued before the schedule at now
                 feed.pull(self._clock, self.submit)
+            if self._aborts:  # requests their clients gave up on leave before the schedule
+                self._drop_aborted()
             self.pool.at(self._clock)  # tier blocks are hits once written: as of now
             plan = self.policy.schedule(self)
             if plan is not None and (plan.preempt or plan.swap_in) and not plan.has_work:
@@ -414,6 +416,46 @@ class Instance(InstanceState):
                     fragment += added
                     fragment_seconds += added * rest
         return GrowthIntegrals(blocks, block_seconds, fragment, fragment_seconds)
+
+    def abort(self, req: Request) -> bool:
+        """Its client gave up on `req`: queued here, it leaves now; running here, it leaves at
+        the next step boundary (a run it is in is cut there, as an arrival cuts one), after the
+        step under way. False when it is in neither state (swapped, or in P/D hand-off)."""
+        self._touch()
+        if req.state == WAITING and req.instance == self.index:
+            self.waiting.remove(req)
+            self._waiting_work -= req.remaining_work
+            req.abort(self.env.now)
+            self.log.record(req)
+        elif req.state == RUNNING and req in self.running:
+            if req not in self._aborts:
+                self._aborts.append(req)
+            if self._idle is not None:
+                self.wake()
+            elif self._run is not None and self._run.interruptible:
+                self._cut()
+            return True
+        else:
+            return False
+        if self.on_load is not None:
+            self.on_load(self)
+        return True
+
+    def _drop_aborted(self) -> None:
+        """The running requests `abort` was asked for leave, at a step boundary, as a finished
+        request does (the token rule's outputs so far are what they got)."""
+        for req in self._aborts:
+            if req.state == RUNNING:  # not finished in the meantime
+                self._leave_running(req)
+                req.abort(self._clock)
+                self.log.record(req)
+                if self.policy.releases_kv_on_finish:
+                    self._free(req)
+                else:
+                    self.held.append(req)
+        self._aborts.clear()
+        if self.on_load is not None:
+            self.on_load(self)
 
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)

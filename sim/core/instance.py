@@ -161,6 +161,7 @@ class InstanceState:
         self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
         self._idle: Event | None = None
         self._cut_to: int | None = None
+        self._aborts: list[Request] = []  # running requests to drop at the next boundary
         self.on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
         self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
         # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends

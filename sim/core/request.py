@@ -56,6 +56,7 @@ NAN = math.nan
 
 # lifecycle states (small ints: compared on hot paths)
 WAITING, RUNNING, SWAPPED, HANDOFF, TRANSFERRING, ARRIVED, FINISHED, REJECTED = range(8)
+ABORTED = "aborted by its client"  # the reject reason of a request its client gave up on
 STATE_NAMES = (
     "waiting",
     "running",
@@ -291,6 +292,13 @@ class Request:
         self._expect(WAITING)
         self.state = REJECTED
         self.reject_reason = reason
+
+    def abort(self, now: float) -> None:
+        """Waiting or running -> rejected, \"aborted\": its client gave up at `now`."""
+        self._expect(WAITING, RUNNING)
+        self.state = REJECTED
+        self.reject_reason = ABORTED
+        self.finish_s = now
 
     def admit(self, now: float, cached_tokens: int = 0) -> None:
         """Waiting -> running: it gets its first tokens in the step starting at `now`, after

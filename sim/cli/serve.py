@@ -1,0 +1,120 @@
+"""`batchsim serve SCENARIO`: the scenario's engine behind a live OpenAI-compatible endpoint.
+
+Requests join the simulated engine when they arrive on the wall clock (times `--speed`) and
+their tokens are sent when the simulation emits them (`sim.serve`). Ctrl-C or SIGTERM stops
+it: requests in flight get `--drain-s` seconds to finish, the rest are aborted, and the results
+folder is written as `run` writes it (`<out>/<name>--serve/`: requests, steps, summary, report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from sim.cli.args import nonnegative_int
+from sim.errors import ScenarioError
+
+LIVE_DEFAULTS = ("metrics.warmup_s=0", "metrics.cooldown_s=0")
+EXAMPLE = "example: batchsim serve scenarios/quickstart.yaml --port 8000 --speed 1"
+
+
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 1e-3 <= value <= 1e3:
+        raise argparse.ArgumentTypeError(f"must be between 0.001 and 1000, not {text}")
+    return value
+
+
+def _drain(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, not {text}")
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a scenario's simulated engine on an OpenAI-compatible endpoint",
+        epilog=EXAMPLE,
+    )  # fmt: skip
+    p.add_argument("scenario", type=Path, help="scenario YAML file")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=nonnegative_int, default=8000,
+                   help="port (default 8000; 0: any free port, printed)")  # fmt: skip
+    p.add_argument("--speed", type=_speed, default=1.0,
+                   help="simulated seconds per wall second (default 1)")  # fmt: skip
+    p.add_argument("--variant", default=None, help="the variant to serve (default: the first)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field, as in run")  # fmt: skip
+    p.add_argument("--out", type=Path, default=Path("results"),
+                   help="parent folder of the results written at the stop (default: results)")
+    p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR",
+                   help="a local tokenizers/transformers folder (tokenizer.json) that counts "
+                   "prompt tokens (default: one token per 4 bytes)")
+    p.add_argument("--model-name", default=None,
+                   help="the model name clients send (default: the scenario's model)")
+    p.add_argument("--per-instance", action="store_true",
+                   help="one port per instance (port, port+1, ...): an external router decides")
+    p.add_argument("--drain-s", type=_drain, default=30.0,
+                   help="wall seconds requests in flight get to finish at a stop (default 30)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.set_defaults(handler=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sim.io.destination import check_destination, results_folder_name
+    from sim.io.output import format_summary, write_results
+    from sim.scenario.load import load_scenario
+    from sim.serve.live import LiveEngine
+    from sim.serve.server import Server
+    from sim.serve.tokens import Tokens
+
+    # a served session's summary counts every request it served, unless --set says otherwise
+    scenario = load_scenario(args.scenario, [*LIVE_DEFAULTS, *args.overrides])
+    names = [v.variant for v in scenario.variants]
+    chosen = args.variant if args.variant is not None else names[0]
+    if chosen not in names:
+        raise ScenarioError(f"no variant {chosen!r}; the scenario has {names}", path="--variant")
+    resolved = scenario.variants[names.index(chosen)]
+    folder = results_folder_name(scenario.name, args.overrides) + "--serve"
+    dest = check_destination(args.out, folder)
+    try:
+        tokens = Tokens(args.tokenizer)
+    except ValueError as exc:
+        raise ScenarioError(str(exc), path="--tokenizer") from None
+    engine = LiveEngine(resolved, speed=args.speed)
+    if args.per_instance and (resolved.spec.disaggregation is not None or any(
+            g.autoscale is not None for g in resolved.groups)):  # fmt: skip
+        raise ScenarioError("needs a fixed fleet of whole-request instances (no P/D pools, no "
+                            "autoscaling)", path="--per-instance")  # fmt: skip
+    model = args.model_name or resolved.spec.model.name
+    server = Server(engine, tokens, model, resolved.spec.model.max_model_len,
+                    drain_s=args.drain_s)  # fmt: skip
+
+    def ready(ports: list[int]) -> None:
+        if not args.quiet:
+            where = ", ".join(f"http://{args.host}:{p}/v1" for p in ports)
+            print(f"serving {scenario.name} ({chosen}, model {model}) at {where}; "
+                  f"speed {args.speed:g}; Ctrl-C stops and writes {dest}/", flush=True)
+
+    try:
+        asyncio.run(server.serve(args.host, args.port, args.per_instance, ready))
+    except OSError as exc:
+        raise ScenarioError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}",
+                            path="--port") from None  # fmt: skip
+    results = engine.close(scenario.name)
+    write_results(results, dest, scenario.dump(), progress=False)
+    if not args.quiet:
+        print(format_summary(results.summary()))
+        print(f"served {len(results.variants[chosen].requests)} requests; results in {dest}/")
+    sys.stdout.flush()
+    return 0

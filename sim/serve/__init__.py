@@ -1,0 +1,1 @@
+"""`batchsim serve`: the simulated engine behind a live OpenAI-compatible endpoint."""

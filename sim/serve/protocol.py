@@ -1,0 +1,209 @@
+"""OpenAI's completions and chat completions, as `batchsim serve` reads and answers them.
+
+`parse` turns a request body into a `Call` or raises `BadRequest`, whose message is one line
+naming the field (the status and OpenAI's error document: `error_body`). Fields the simulation
+has no use for (temperature, top_p, seed, stop, ...) are accepted and ignored, as a stand-in
+must; those that would change what is sent (`n` > 1, `logprobs`, `echo`, tools) are refused.
+
+A request generates exactly `max_tokens` tokens (`max_completion_tokens` in chat): the
+simulated model never stops early, as a real one with `ignore_eos` does. Without it, a
+completion gets 16 (OpenAI's and vLLM's default) and a chat completion the rest of the context.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+COMPLETION_DEFAULT_TOKENS = 16
+MAX_PROMPT_CHARS = 1 << 24  # also bounded by the body size the server reads
+
+
+class BadRequest(Exception):
+    """A request the server refuses: HTTP `status`, OpenAI's error `kind`, the `param`."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400,
+                 kind: str = "invalid_request_error") -> None:  # fmt: skip
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.status = status
+        self.kind = kind
+
+
+def error_body(message: str, kind: str, status: int, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One parsed request."""
+
+    chat: bool
+    prompt: str | None  # text to tokenize, or
+    prompt_ids: list[int] | None  # token ids as given
+    max_tokens: int | None  # None: the default for its kind
+    min_tokens: int
+    stream: bool
+    include_usage: bool
+    model: str
+
+
+def _int(body: dict[str, Any], name: str, low: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer, not {type(value).__name__}", name)
+    if value < low:
+        raise BadRequest(f"{name} must be at least {low}, not {value}", name)
+    return value
+
+
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be true or false, not {value!r:.40}", name)
+    return value
+
+
+def _prompt(value: Any) -> tuple[str | None, list[int] | None]:
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], (str, list)):
+        return _prompt(value[0])  # a batch of one
+    if isinstance(value, list) and value and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value
+    ):
+        return None, list(value)
+    if isinstance(value, list) and len(value) > 1:
+        raise BadRequest("prompt: only one prompt per request is served", "prompt")
+    raise BadRequest("prompt must be a string or a list of token ids", "prompt")
+
+
+def _messages(value: Any) -> str:
+    if not isinstance(value, list) or not value:
+        raise BadRequest("messages must be a non-empty list", "messages")
+    parts: list[str] = []
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise BadRequest(f"{where} must be an object", where)
+        if not isinstance(message.get("role"), str):
+            raise BadRequest(f"{where}.role must be a string", f"{where}.role")
+        content = message.get("content")
+        if content is None:
+            continue
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for j, part in enumerate(content):
+                text = part.get("text") if isinstance(part, dict) else None
+                if not isinstance(text, str) or part.get("type", "text") != "text":
+                    raise BadRequest(f"{where}.content[{j}]: only text parts are served",
+                                     f"{where}.content")  # fmt: skip
+                parts.append(text)
+        else:
+            raise BadRequest(f"{where}.content must be a string or a list of parts",
+                             f"{where}.content")  # fmt: skip
+    return "\n".join(parts)
+
+
+def parse(raw: bytes, *, chat: bool, model: str) -> Call:
+    """The body of a POST to /v1/completions (`chat` False) or /v1/chat/completions."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not JSON ({str(exc).splitlines()[0]:.80})") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    name = body.get("model", model)
+    if not isinstance(name, str):
+        raise BadRequest("model must be a string", "model")
+    if name != model:
+        raise BadRequest(f"the model `{name:.80}` does not exist; this server has `{model}`",
+                         "model", status=404, kind="NotFoundError")  # fmt: skip
+    n = _int(body, "n", 1)
+    if n is not None and n != 1:
+        raise BadRequest("n: only n = 1 is served", "n")
+    for field in ("logprobs", "echo", "tools", "best_of"):
+        if body.get(field) not in (None, False, 0, 1) or (field == "tools" and body.get(field)):
+            raise BadRequest(f"{field} is not served by the simulated engine", field)
+    text: str | None
+    ids: list[int] | None
+    if chat:
+        text, ids = _messages(body.get("messages")), None
+        max_tokens = _int(body, "max_completion_tokens", 1)
+        if max_tokens is None:
+            max_tokens = _int(body, "max_tokens", 1)
+    else:
+        if "prompt" not in body:
+            raise BadRequest("prompt is missing", "prompt")
+        text, ids = _prompt(body["prompt"])
+        max_tokens = _int(body, "max_tokens", 1)
+    if text is not None and len(text) > MAX_PROMPT_CHARS:
+        raise BadRequest(f"the prompt is over {MAX_PROMPT_CHARS} characters", "prompt")
+    min_tokens = _int(body, "min_tokens", 0) or 0
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise BadRequest(f"min_tokens ({min_tokens}) is above max_tokens ({max_tokens})",
+                         "min_tokens")  # fmt: skip
+    _bool(body, "ignore_eos")
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest("stream_options must be an object", "stream_options")
+    include = _bool(options, "include_usage") if options else False
+    return Call(chat, text, ids, max_tokens, min_tokens, stream, include, model)
+
+
+class Answer:
+    """The JSON documents of one response (streamed chunks or a whole one)."""
+
+    def __init__(self, call: Call, rid: str, prompt_tokens: int) -> None:
+        self.call = call
+        self.id = rid
+        self.created = int(time.time())
+        self.prompt_tokens = prompt_tokens
+
+    def _doc(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
+        if self.call.chat:
+            kind = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            kind = "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created,
+                "model": self.call.model, "choices": choices}  # fmt: skip
+
+    def usage(self, completion_tokens: int) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": self.prompt_tokens + completion_tokens}  # fmt: skip
+
+    def chunk(self, text: str, finish: str | None = None, role: bool = False) -> bytes:
+        """A server-sent event of `text` (and the finish reason on the last)."""
+        if self.call.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if role else (
+                {"content": text} if text or finish is None else {})
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
+                                      "finish_reason": finish}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return b"data: " + json.dumps(self._doc([choice], True)).encode() + b"\n\n"
+
+    def usage_chunk(self, completion_tokens: int) -> bytes:
+        doc = self._doc([], True)
+        doc["usage"] = self.usage(completion_tokens)
+        return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+    def whole(self, text: str, completion_tokens: int, finish: str) -> dict[str, Any]:
+        if self.call.chat:
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant",
+                                      "content": text}, "logprobs": None,
+                                      "finish_reason": finish}  # fmt: skip
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        doc = self._doc([choice], False)
+        doc["usage"] = self.usage(completion_tokens)
+        return doc

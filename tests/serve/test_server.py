@@ -1,0 +1,149 @@
+"""`batchsim serve` over HTTP on localhost: OpenAI's stream format, usage, errors as OpenAI's
+error document with the right 4xx, `/metrics` in Prometheus text with vLLM's names, bad
+requests that leave the server serving, and a client that disconnects."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+
+import pytest
+from helpers_serve import serving
+from prometheus_client.parser import text_string_to_metric_families
+from scenario_factory import scenario
+
+
+def post(
+    port: int, path: str, body: bytes | dict, headers: dict | None = None
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    out = response.status, response.read()
+    conn.close()
+    return out
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    out = response.status, response.read()
+    conn.close()
+    return out
+
+
+def events(raw: bytes) -> list[str]:
+    return [line[6:] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    with serving(scenario(profile=None), speed=20.0) as (ports, srv):
+        yield ports[0], srv
+
+
+def test_a_stream_has_one_chunk_per_token_usage_and_done(server) -> None:  # type: ignore[no-untyped-def]
+    port, _ = server
+    status, raw = post(port, "/v1/completions", {"model": "m", "prompt": "a" * 40,
+                       "max_tokens": 5, "stream": True,
+                       "stream_options": {"include_usage": True}})  # fmt: skip
+    assert status == 200
+    chunks = events(raw)
+    assert chunks[-1] == "[DONE]"
+    docs = [json.loads(c) for c in chunks[:-1]]
+    texts = [d["choices"][0]["text"] for d in docs if d["choices"]]
+    assert texts == [" tok"] * 5
+    assert [d["choices"][0]["finish_reason"] for d in docs if d["choices"]][-1] == "length"
+    assert docs[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def test_chat_whole_answer(server) -> None:  # type: ignore[no-untyped-def]
+    port, _ = server
+    status, raw = post(port, "/v1/chat/completions", {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hello there"}]}],
+        "max_completion_tokens": 3})  # fmt: skip
+    doc = json.loads(raw)
+    assert status == 200 and doc["object"] == "chat.completion"
+    assert doc["choices"][0]["message"]["content"] == " tok tok tok"
+    assert doc["usage"]["completion_tokens"] == 3
+
+
+BAD = [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    ({"prompt": 5}, 400, "prompt"),
+    ({"max_tokens": 3}, 400, "prompt"),
+    ({"prompt": "x", "max_tokens": "3"}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 10**12}, 400, "max_tokens"),
+    ({"prompt": "x", "max_tokens": 3, "n": 2}, 400, "n"),
+    ({"prompt": "x", "stream": "yes"}, 400, "stream"),
+    ({"prompt": "x", "stream_options": []}, 400, "stream_options"),
+    ({"prompt": "x", "min_tokens": 9, "max_tokens": 3}, 400, "min_tokens"),
+    ({"prompt": "x", "model": "other"}, 404, "model"),
+    ({"prompt": ["a", "b"]}, 400, "prompt"),
+    ({"prompt": "x" * 400_000}, 400, "prompt"),
+    (b"x" * (9 << 20), 413, None),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), BAD, ids=range(len(BAD)))
+def test_bad_requests_get_a_4xx_and_the_server_serves_on(server, body, status, param) -> None:  # type: ignore[no-untyped-def]
+    port, _ = server
+    got, raw = post(port, "/v1/completions", body)
+    assert got == status
+    error = json.loads(raw)["error"]
+    assert error["code"] == status and "\n" not in error["message"]
+    assert error["param"] == param
+    assert get(port, "/health")[0] == 200
+
+
+def test_a_slow_client_and_a_vanished_one_leave_it_serving(server) -> None:  # type: ignore[no-untyped-def]
+    port, srv = server
+    with socket.create_connection(("127.0.0.1", port)) as slow:  # headers, then nothing
+        slow.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert post(port, "/v1/completions", {"prompt": "y", "max_tokens": 2})[0] == 200
+    with socket.create_connection(("127.0.0.1", port)) as gone:  # a long stream, dropped
+        body = json.dumps({"prompt": "z", "max_tokens": 4000, "stream": True}).encode()
+        gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        gone.recv(100)  # streaming has begun
+    deadline = time.monotonic() + 10
+    while srv.inflight and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not srv.inflight  # its handler ended: the request was aborted in the engine
+    assert post(port, "/v1/completions", {"prompt": "y", "max_tokens": 2})[0] == 200
+
+
+def test_metrics_parse_with_vllm_names(server) -> None:  # type: ignore[no-untyped-def]
+    port, _ = server
+    post(port, "/v1/completions", {"prompt": "abcd" * 8, "max_tokens": 4})
+    status, raw = get(port, "/metrics")
+    assert status == 200
+    families = {f.name: f for f in text_string_to_metric_families(raw.decode())}
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                 "vllm:kv_cache_usage_perc", "vllm:time_to_first_token_seconds",
+                 "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+                 "vllm:prompt_tokens", "vllm:generation_tokens",
+                 "vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):  # fmt: skip
+        assert name in families, name
+    running = families["vllm:num_requests_running"].samples[0]
+    assert running.labels == {"model_name": "m", "engine": "0"}
+    assert running.value == 0.0  # idle at the scrape: nothing in flight
+    generated = families["vllm:generation_tokens"].samples[0].value
+    assert generated >= 4
+
+
+def test_the_stop_writes_every_request() -> None:
+    with serving(scenario(profile=None), speed=20.0) as (ports, _):
+        for k in range(3):
+            assert post(ports[0], "/v1/completions", {"prompt": "q" * (k + 1),
+                        "max_tokens": 3}, {"X-Request-Id": f"r{k}"})[0] == 200  # fmt: skip
+    (result,) = serving.results.variants.values()  # type: ignore[attr-defined]
+    table = result.requests
+    assert table["source_id"].tolist() == ["r0", "r1", "r2"]
+    assert (table["num_output_tokens"] == 3).all() and not table["rejected"].any()
