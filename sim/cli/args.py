@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 
 def _integer(text: str) -> int:
@@ -42,12 +43,28 @@ def seed_count(text: str) -> int:
     return value
 
 
-def band_percent(text: str) -> float:
-    """The half-width of `run --band` in percent: a finite number above 0 and below 100."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def float_between(low: float, high: float, unit: str = "") -> Callable[[str], float]:
+    """A type for a number from `low` to `high` (NaN refused)."""
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} must be between {low:g} and {high:g}{unit}")
+        return value
+
+    return parse
+
+
+def band_percent(text: str) -> float:
+    """The half-width of `run --band` in percent: a finite number above 0 and below 100."""
+    value = _number(text)
     if not (math.isfinite(value) and 0 < value < 100):
         raise argparse.ArgumentTypeError(
             f"{text} must be a percentage above 0 and below 100 (e.g. 10 for ±10 %)"

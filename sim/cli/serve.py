@@ -14,31 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import nonnegative_int
+from sim.cli.args import float_between, nonnegative_int
 from sim.errors import ScenarioError
 
 LIVE_DEFAULTS = ("metrics.warmup_s=0", "metrics.cooldown_s=0")
 EXAMPLE = "example: batchsim serve scenarios/quickstart.yaml --port 8000 --speed 1"
-
-
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 1e-3 <= value <= 1e3:
-        raise argparse.ArgumentTypeError(f"must be between 0.001 and 1000, not {text}")
-    return value
-
-
-def _drain(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 3600 seconds, not {text}")
-    return value
 
 
 def register(sub: Any) -> None:
@@ -50,7 +30,7 @@ def register(sub: Any) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=nonnegative_int, default=8000,
                    help="port (default 8000; 0: any free port, printed)")  # fmt: skip
-    p.add_argument("--speed", type=_speed, default=1.0,
+    p.add_argument("--speed", type=float_between(1e-3, 1e3), default=1.0,
                    help="simulated seconds per wall second (default 1)")  # fmt: skip
     p.add_argument("--variant", default=None, help="the variant to serve (default: the first)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -64,7 +44,7 @@ def register(sub: Any) -> None:
                    help="the model name clients send (default: the scenario's model)")
     p.add_argument("--per-instance", action="store_true",
                    help="one port per instance (port, port+1, ...): an external router decides")
-    p.add_argument("--drain-s", type=_drain, default=30.0,
+    p.add_argument("--drain-s", type=float_between(0, 3600, " seconds"), default=30.0,
                    help="wall seconds requests in flight get to finish at a stop (default 30)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
     p.set_defaults(handler=_serve)
