@@ -85,8 +85,10 @@ class Live:
         return self.req.reject_reason if self.req.state == REJECTED else ""
 
     @property
-    def last_token_s(self) -> float:
-        return self.req.last_token_s
+    def emitted_s(self) -> float:
+        """When the simulation emitted its latest output token."""
+        req = self.req
+        return req.first_token_s if req.num_output_tokens == 1 else req.last_token_s
 
 
 class LiveEngine:
@@ -186,14 +188,20 @@ class LiveEngine:
         content: np.ndarray | None = None,
         instance: int | None = None,
         source_id: str = "",
+        arrived_s: float | None = None,
     ) -> Live:
-        """A request arrives now: it reaches the scheduler `frontend_s` later (the cluster's
-        router decides, or `instance`). `content`: its prompt's token ids (prefix caching)."""
-        self.advance()
+        """A request arrives now, or at simulated time `arrived_s` when the server saw it
+        come in (before reading its body), unless the simulation is already past that: it
+        reaches the scheduler `frontend_s` later (the cluster's router decides, or `instance`).
+        `content`: its prompt's token ids (prefix caching)."""
+        now = self.now_s()
+        target = now if arrived_s is None else min(arrived_s, now)
+        if target > self.env.now:
+            self._run_to(target)
         rid = len(self._arrival)
         if rid >= self.max_requests:
             raise OverflowError(f"the engine has taken its {self.max_requests} requests")
-        at = max(self.env.now, self.now_s())
+        at = self.env.now
         ids = content if content is not None else ()
         req = Request(
             rid, at, num_prompt_tokens, max_output_tokens,

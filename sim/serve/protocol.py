@@ -168,6 +168,7 @@ class Answer:
         self.id = rid
         self.created = int(time.time())
         self.prompt_tokens = prompt_tokens
+        self._chunks: dict[tuple[str, str | None, bool], bytes] = {}  # a stream repeats them
 
     def _doc(self, choices: list[dict[str, Any]], chunk: bool) -> dict[str, Any]:
         if self.call.chat:
@@ -183,6 +184,13 @@ class Answer:
 
     def chunk(self, text: str, finish: str | None = None, role: bool = False) -> bytes:
         """A server-sent event of `text` (and the finish reason on the last)."""
+        key = (text, finish, role)
+        event = self._chunks.get(key)
+        if event is None:
+            event = self._chunks[key] = self._chunk(text, finish, role)
+        return event
+
+    def _chunk(self, text: str, finish: str | None, role: bool) -> bytes:
         if self.call.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if role else (
                 {"content": text} if text or finish is None else {})

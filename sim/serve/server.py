@@ -47,6 +47,9 @@ from sim.serve.tokens import Tokens
 from sim.topology.gateway import SHED
 
 MAX_BODY_BYTES = 8 << 20
+# The event loop's timers fire up to a millisecond late (epoll waits in whole milliseconds), so
+# the driver's timer is set this much early and the loop polls (serving I/O) up to the instant.
+EARLY_S = 0.0015
 MAX_LAGS = 1 << 20  # token send delays kept for the benchmark (the latest)
 
 
@@ -67,11 +70,14 @@ class Driver:
     def __init__(self, engine: LiveEngine) -> None:
         self.engine = engine
         self.loop = asyncio.get_running_loop()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._due = math.inf
         self.lags = Lags()
 
     def tick(self) -> None:
+        if self.loop.time() < self._due:  # woke early on purpose: poll up to the instant
+            self._timer = self.loop.call_soon(self.tick)
+            return
         self._timer = None
         self._due = math.inf
         self.engine.advance()
@@ -87,7 +93,7 @@ class Driver:
         if self._timer is not None:
             self._timer.cancel()
         self._due = due
-        self._timer = self.loop.call_at(due, self.tick)
+        self._timer = self.loop.call_at(due - EARLY_S, self.tick)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -140,6 +146,7 @@ class Endpoint:
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
         server = self.server
+        arrived_s = server.engine.now_s()  # before the body is read, parsed and tokenized
         if server.stopping:
             raise BadRequest("the server is stopping", status=503, kind="ServiceUnavailable")
         call = parse(await request.read(), chat=chat, model=server.model)
@@ -161,7 +168,7 @@ class Endpoint:
         source = request.headers.get("X-Request-Id", "")[:200]
         live = server.engine.submit(
             num_prompt, max_tokens, wake.set, content=ids if len(ids) else None,
-            instance=self.instance, source_id=source,
+            instance=self.instance, source_id=source, arrived_s=arrived_s,
         )  # fmt: skip
         server.driver.schedule()
         server.inflight.add(live)
@@ -214,7 +221,7 @@ class Endpoint:
                                             role=first and call.chat))  # fmt: skip
                     first = False
                 await response.write(b"".join(out))
-                lags.add(time.monotonic() - engine.wall_of(live.last_token_s))
+                lags.add(time.monotonic() - engine.wall_of(live.emitted_s))
             if live.ended:
                 break
             wake.clear()

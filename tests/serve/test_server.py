@@ -147,3 +147,46 @@ def test_the_stop_writes_every_request() -> None:
     table = result.requests
     assert table["source_id"].tolist() == ["r0", "r1", "r2"]
     assert (table["num_output_tokens"] == 3).all() and not table["rejected"].any()
+
+
+def test_gauges_are_the_engine_state_at_the_scrape(server) -> None:  # type: ignore[no-untyped-def]
+    """With requests running and queued, each scrape's gauges are what the requests themselves
+    say at that instant: running and waiting counts, and the KV blocks they hold."""
+    import asyncio
+    import threading
+
+    from sim.core.request import RUNNING, WAITING
+    from sim.serve.metrics import ServeMetrics
+
+    port, srv = server
+    body = {"prompt": "w" * 400, "max_tokens": 1500, "stream": True}
+    threads = [threading.Thread(target=post, args=(port, "/v1/completions", body))
+               for _ in range(6)]  # fmt: skip
+    for t in threads:
+        t.start()
+    loop = srv.driver.loop
+    metrics = ServeMetrics("m", "0", lambda: srv.engine.state())
+
+    async def scrape() -> tuple[dict[str, float], tuple[int, int, int]]:
+        srv.engine.advance()
+        families = text_string_to_metric_families(metrics.render().decode())
+        gauges = {f.name: f.samples[0].value for f in families if f.type == "gauge"}
+        reqs = [live.req for live in srv.inflight]
+        counted = (sum(r.state == RUNNING for r in reqs), sum(r.state == WAITING for r in reqs),
+                   sum(r.kv_blocks for r in reqs if r.state == RUNNING))  # fmt: skip
+        return gauges, counted
+
+    seen_running = 0
+    deadline = time.monotonic() + 20
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        gauges, (running, waiting, blocks) = asyncio.run_coroutine_threadsafe(
+            scrape(), loop).result(10)  # fmt: skip
+        assert gauges["vllm:num_requests_running"] == running
+        assert gauges["vllm:num_requests_waiting"] == waiting
+        pool_blocks = srv.engine.cluster.instances[0].pool.num_total
+        assert gauges["vllm:kv_cache_usage_perc"] == pytest.approx(blocks / pool_blocks)
+        seen_running = max(seen_running, running)
+        time.sleep(0.05)
+    for t in threads:
+        t.join(30)
+    assert seen_running >= 2  # the scrapes saw a batch under way
