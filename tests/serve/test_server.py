@@ -167,26 +167,54 @@ def test_gauges_are_the_engine_state_at_the_scrape(server) -> None:  # type: ign
     loop = srv.driver.loop
     metrics = ServeMetrics("m", "0", lambda: srv.engine.state())
 
-    async def scrape() -> tuple[dict[str, float], tuple[int, int, int]]:
+    async def scrape() -> tuple[dict[str, float], tuple[int, int, int, int]]:
         srv.engine.advance()
         families = text_string_to_metric_families(metrics.render().decode())
         gauges = {f.name: f.samples[0].value for f in families if f.type == "gauge"}
         reqs = [live.req for live in srv.inflight]
-        counted = (sum(r.state == RUNNING for r in reqs), sum(r.state == WAITING for r in reqs),
-                   sum(r.kv_blocks for r in reqs if r.state == RUNNING))  # fmt: skip
+        run = [r for r in reqs if r.state == RUNNING]
+        counted = (len(run), sum(r.state == WAITING for r in reqs),
+                   sum(r.kv_blocks for r in run), len(run) * (100 // 16 + 2))  # fmt: skip
         return gauges, counted
 
     seen_running = 0
     deadline = time.monotonic() + 20
     while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
-        gauges, (running, waiting, blocks) = asyncio.run_coroutine_threadsafe(
+        gauges, (running, waiting, blocks, ahead) = asyncio.run_coroutine_threadsafe(
             scrape(), loop).result(10)  # fmt: skip
         assert gauges["vllm:num_requests_running"] == running
         assert gauges["vllm:num_requests_waiting"] == waiting
-        pool_blocks = srv.engine.cluster.instances[0].pool.num_total
-        assert gauges["vllm:kv_cache_usage_perc"] == pytest.approx(blocks / pool_blocks)
+        # the pool holds the blocks of the computed tokens, and those of a step under way
+        # (at most a prompt of 100 tokens in 16-token blocks, and one more, per request)
+        used = gauges["vllm:kv_cache_usage_perc"] * srv.engine.cluster.instances[0].pool.num_total
+        assert blocks - 1e-6 <= used <= blocks + ahead + 1e-6
         seen_running = max(seen_running, running)
         time.sleep(0.05)
     for t in threads:
         t.join(30)
     assert seen_running >= 2  # the scrapes saw a batch under way
+
+
+def test_per_instance_ports_each_serve_their_own_instance() -> None:
+    """`--per-instance`: a fleet of 3 on 3 ports; what each port takes runs on its instance,
+    and each port's `/metrics` counts only its own."""
+    from helpers_serve import serving as serve_fleet
+
+    fleet = {"router": "least_outstanding_requests", "instances": [{"count": 3}]}
+    with serve_fleet(scenario(profile=None, cluster=fleet), speed=20.0,
+                     per_instance=True) as (ports, _):  # fmt: skip
+        assert len(ports) == 3 and len(set(ports)) == 3
+        sent = {0: 1, 1: 0, 2: 3}  # port index: requests
+        for k, n in sent.items():
+            for i in range(n):
+                status, _ = post(ports[k], "/v1/completions", {"prompt": "p" * 40,
+                                 "max_tokens": 4}, {"X-Request-Id": f"to-{k}-{i}"})  # fmt: skip
+                assert status == 200
+        for k, n in sent.items():
+            families = text_string_to_metric_families(get(ports[k], "/metrics")[1].decode())
+            tokens = {s.name: s for f in families for s in f.samples}
+            assert tokens["vllm:generation_tokens_total"].value == 4 * n
+            assert tokens["vllm:generation_tokens_total"].labels["engine"] == str(k)
+    requests = serving.results.variants[next(iter(serving.results.variants))].requests
+    placed = {row.source_id: row.instance for row in requests.itertuples()}
+    assert placed == {f"to-{k}-{i}": k for k, n in sent.items() for i in range(n)}
