@@ -41,6 +41,7 @@ from sim.simulate import requests_table, tables_result
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload.arrays import RequestArrays
 
+ENDED = (FINISHED, REJECTED)
 # rows of the request log held before they become a block of the requests table
 LOG_BLOCK = 4096
 MAX_REQUESTS = 1 << 27  # requests one engine takes in its life (the log's bit per request)
@@ -65,7 +66,7 @@ class Live:
 
     def __init__(self, req: Request, notify: Callable[[], None], source_id: str) -> None:
         self.req = req
-        self.notify = notify  # called when it has new tokens or has ended
+        self.notify = notify  # called when it is placed, has new tokens, or has ended
         self.sent = 0  # output tokens the server has been told of
         self.aborting = False
         self.source_id = source_id
@@ -77,7 +78,7 @@ class Live:
 
     @property
     def ended(self) -> bool:
-        return self.req.state in (FINISHED, REJECTED)
+        return self.req.state in ENDED
 
     @property
     def rejected(self) -> str:
@@ -151,7 +152,20 @@ class LiveEngine:
             instance.settle()
         if self._aborts:
             self._aborts = [live for live in self._aborts if not self._drop(live)]
-        for rid in [rid for rid, live in self.live.items() if self._tell(live)]:
+        self._tell_all()
+
+    def _tell_all(self) -> None:
+        """Notify every live request whose tokens moved or that ended; forget the ended."""
+        ended = []
+        for rid, live in self.live.items():  # every stream at every step's end: kept lean
+            req = live.req
+            if req.state in ENDED:
+                live.notify()
+                self._ended_preemptions += req.num_preemptions
+                ended.append(rid)
+            elif req.num_output_tokens > live.sent:
+                live.notify()
+        for rid in ended:
             del self.live[rid]
 
     def _run_to(self, target: float) -> None:
@@ -220,6 +234,7 @@ class LiveEngine:
 
         def arrive(_: object) -> None:
             dispatch(req)
+            live.notify()  # placed (or refused): a stream's headers can go out
 
         event.callbacks.append(arrive)
         return live
@@ -241,15 +256,6 @@ class LiveEngine:
             return False  # at the gateway, swapped, or between P/D instances: later
         where = req.decode_instance if req.decode_instance >= 0 else req.instance
         return self.cluster.instances[where].abort(req)
-
-    def _tell(self, live: Live) -> bool:
-        """Notify `live` if its tokens moved or it ended; whether it has ended."""
-        ended = live.ended
-        if ended or live.num_tokens > live.sent:
-            live.notify()
-        if ended:
-            self._ended_preemptions += live.req.num_preemptions
-        return ended
 
     # -- what /metrics reads ----------------------------------------------------------------------
 
@@ -313,8 +319,7 @@ class LiveEngine:
             for instance in self.cluster.instances:
                 instance.settle()
             self._aborts = [live for live in self._aborts if not self._drop(live)]
-            for rid in [rid for rid, live in self.live.items() if self._tell(live)]:
-                del self.live[rid]
+            self._tell_all()
             if not self.live:
                 break
             if env.peek() == math.inf:

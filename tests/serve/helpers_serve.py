@@ -1,9 +1,11 @@
-"""Driving `LiveEngine` on a hand-set clock, and `batchsim serve` on a free localhost port in
-a thread of the test process."""
+"""Driving `LiveEngine` on a hand-set clock, `batchsim serve` on a free localhost port in a
+thread of the test process, and plain HTTP calls to it."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -91,3 +93,28 @@ def serving(raw: dict[str, Any], *, speed: float = 1.0, per_instance: bool = Fal
         box["loop"].call_soon_threadsafe(box["server"].request_stop)
         thread.join(30)
         serving.results = box.get("results")  # type: ignore[attr-defined]
+
+
+def post(
+    port: int, path: str, body: bytes | dict, headers: dict | None = None
+) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    out = response.status, response.read()
+    conn.close()
+    return out
+
+
+def get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", path)
+    response = conn.getresponse()
+    out = response.status, response.read()
+    conn.close()
+    return out
+
+
+def events(raw: bytes) -> list[str]:
+    return [line[6:] for line in raw.decode().split("\n\n") if line.startswith("data: ")]

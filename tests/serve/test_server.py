@@ -4,40 +4,14 @@ requests that leave the server serving, and a client that disconnects."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import time
 
 import pytest
-from helpers_serve import serving
+from helpers_serve import events, get, post, serving
 from prometheus_client.parser import text_string_to_metric_families
 from scenario_factory import scenario
-
-
-def post(
-    port: int, path: str, body: bytes | dict, headers: dict | None = None
-) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
-    response = conn.getresponse()
-    out = response.status, response.read()
-    conn.close()
-    return out
-
-
-def get(port: int, path: str) -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    conn.request("GET", path)
-    response = conn.getresponse()
-    out = response.status, response.read()
-    conn.close()
-    return out
-
-
-def events(raw: bytes) -> list[str]:
-    return [line[6:] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
 
 
 @pytest.fixture(scope="module")
