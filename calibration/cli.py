@@ -19,16 +19,25 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import positive_int
+from sim.cli.args import examples, positive_int
 from sim.errors import ScenarioError
 
+IMPORT_EXAMPLE = "batchsim profile import VIDUR_ROOT --out calibration/profiles/imported/vidur"
+TABLE_EXAMPLE = (
+    "batchsim profile table calibration/profiles/measured/llama-2-7b_h200/raw.csv --out /tmp/table"
+)
 TORCH_MISSING = "torch is not installed: pip install 'batchsim[calibration]'"
 
 
 def register(sub: Any) -> None:
     """Add `calibrate` and `fit` to the `batchsim` subparsers."""
     cal = sub.add_parser(
-        "calibrate", help="benchmark decode/prefill steps with PyTorch and fit a profile"
+        "calibrate",
+        help="benchmark decode/prefill steps with PyTorch and fit a profile",
+        **examples(
+            "batchsim calibrate --model llama-3-8b --device cuda --out calibration/profiles/x",
+            "batchsim calibrate --model llama-56m-example --device cpu --out /tmp/cpu-profile",
+        ),
     )
     cal.add_argument("--model", required=True, help="catalog model, or llama-56m-example")
     cal.add_argument("--device", default="cuda", help="cuda, cuda:1 or cpu (default: cuda)")
@@ -45,7 +54,13 @@ def register(sub: Any) -> None:
     cal.add_argument("--name", help="profile name (default: the output folder's name)")
     cal.set_defaults(handler=_calibrate)
 
-    fit = sub.add_parser("fit", help="fit a profile to step timings in a CSV")
+    fit = sub.add_parser(
+        "fit",
+        help="fit a profile to step timings in a CSV",
+        **examples(
+            "batchsim fit calibration/profiles/measured/llama-2-7b_h200/raw.csv --out /tmp/fitted"
+        ),
+    )
     fit.add_argument("csv", type=Path, help="raw CSV of `calibrate`, or external step timings")
     fit.add_argument("--out", type=Path, required=True, help="output folder of the profile")
     _filters(fit)
@@ -71,10 +86,16 @@ def register(sub: Any) -> None:
     fit.add_argument("--no-plot", action="store_true", help="skip fit.png")
     fit.set_defaults(handler=_fit)
 
-    prof = sub.add_parser("profile", help="make table profiles from published or raw timings")
+    prof = sub.add_parser(
+        "profile",
+        help="make table profiles from published or raw timings",
+        **examples(IMPORT_EXAMPLE, TABLE_EXAMPLE),
+    )
     verbs = prof.add_subparsers(dest="profile_command", required=True)
     imp = verbs.add_parser(
-        "import", help="table profiles from Vidur's per-operation GPU timings (no torch needed)"
+        "import",
+        help="table profiles from Vidur's per-operation GPU timings (no torch needed)",
+        **examples(IMPORT_EXAMPLE),
     )
     imp.add_argument("root", type=Path, help="Vidur profiling tree (holds compute/, network/)")
     imp.add_argument("--out", type=Path, required=True, help="folder of the profile files")
@@ -84,7 +105,11 @@ def register(sub: Any) -> None:
         "--tensor-parallel", type=positive_int, help="degree (default: the smallest that fits)"
     )
     imp.set_defaults(handler=_import)
-    tab = verbs.add_parser("table", help="a table profile straight from a raw timings CSV")
+    tab = verbs.add_parser(
+        "table",
+        help="a table profile straight from a raw timings CSV",
+        **examples(TABLE_EXAMPLE),
+    )
     tab.add_argument("csv", type=Path, help="raw CSV of `calibrate` (or external step timings)")
     tab.add_argument("--out", type=Path, required=True, help="output folder of the profile")
     _filters(tab)

@@ -1,5 +1,6 @@
-"""Every simulation figure quoted in the README and the shipped scenarios' comments, with the
-run that produces it, so that a test can check the text and a script can rewrite it.
+"""Every simulation figure quoted in the README, the pages of docs/ and the shipped scenarios'
+comments, with the run that produces it, so that a test can check the text and a script can
+rewrite it.
 
 A `Quote` is a document, a regular expression that matches exactly one place in it (a space
 also matches a line break inside a YAML or Markdown comment), and one
@@ -14,7 +15,7 @@ Where the file is absent its text is still matched but its values are not comput
     python tests/quoted_figures.py           # list the figures that drifted
     python tests/quoted_figures.py --write   # rewrite them in place (same number of decimals)
 
-Not quoted here, on purpose: wall-clock timings (README "Speed", install and test times), which
+Not quoted here, on purpose: wall-clock timings (docs/speed.md, install and test times), which
 depend on the machine and come from `benchmarks/`; and the roofline-vs-measured ratios, computed
 by `python -m calibration.check_roofline` from reference timings outside this repository.
 """
@@ -320,10 +321,10 @@ QUOTES: list[Quote] = [
            kt_hit("dram-256+remote-unbounded")), MOONCAKE),
     Quote(KT, rf"lifts 256 GiB from {NUM}% to {NUM}%",
           (kt_hit("dram-256"), kt_hit("dram-256-eviction")), MOONCAKE),
-    Quote("README.md", rf"the GPU alone hits {NUM} % of prompt blocks; 256 GiB of DRAM per "
-                       rf"instance {NUM} % \(TTFT p50 -{NUM} % for \+{NUM} % \$ per output "
-                       rf"token\); a 2 TiB shared store {NUM} %; an unbounded store reaches the "
-                       rf"trace's {NUM} % reuse",
+    Quote("docs/scenarios.md",
+          rf"the GPU alone hits {NUM} % of prompt blocks; 256 GiB of DRAM per instance {NUM} % "
+          rf"\(TTFT p50 -{NUM} % for \+{NUM} % \$ per output token\); a 2 TiB shared store "
+          rf"{NUM} %; an unbounded store reaches the trace's {NUM} % reuse",
           (kt_hit("gpu-only"), kt_hit("dram-256"),
            cut(tiers("gpu-only", "ttft_p50_s"), tiers("dram-256", "ttft_p50_s")),
            ratio(tiers("dram-256", "usd_per_million_output_tokens"),
@@ -368,19 +369,22 @@ QUOTES: list[Quote] = [
            quick("continuous", "slot_utilization", PCT))),
     Quote("README.md", rf"\| longest decode stall \| {NUM} ms \| {NUM} ms \|",
           (quick("static", "itl_max_s", MS), quick("continuous", "itl_max_s", MS))),
-    Quote("README.md", rf"cuts the p99 decode stall {NUM}x \({NUM} s to {NUM} ms\) for \+{NUM} %",
+    Quote("docs/scenarios.md",
+          rf"cuts the p99 decode stall {NUM}x \({NUM} s to {NUM} ms\) for \+{NUM} %",
           (ratio(stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s")),
            stall("prefill_first", "stall_p99_s"), stall("chunked-512", "stall_p99_s", MS),
            ratio(stall("chunked-512", "ttft_p50_s"), stall("prefill_first", "ttft_p50_s"), True))),
-    Quote("README.md", rf"strict: P/D {NUM} req/s goodput vs {NUM} chunked vs {NUM} colocated",
+    Quote("docs/scenarios.md",
+          rf"strict: P/D {NUM} req/s goodput vs {NUM} chunked vs {NUM} colocated",
           (disagg("disaggregated-strict", "goodput_rps"), disagg("chunked-strict", "goodput_rps"),
            disagg("colocated-strict", "goodput_rps"))),
-    Quote("README.md", rf"paged reaches a {NUM}x larger mean batch",
+    Quote("docs/scenarios.md", rf"paged reaches a {NUM}x larger mean batch",
           (ratio(paging("paged", "mean_batch_size"), paging("max_length", "mean_batch_size")),)),
-    Quote("README.md", rf"cuts TPOT p50 {NUM} % with k = 2; k = 4 is already {NUM} % slower",
+    Quote("docs/scenarios.md",
+          rf"cuts TPOT p50 {NUM} % with k = 2; k = 4 is already {NUM} % slower",
           (lambda: (1.0 - spec("k2", "tpot_p50_s")() / spec("k0", "tpot_p50_s")()) * 100.0,
            ratio(spec("k4", "tpot_p50_s"), spec("k0", "tpot_p50_s"), True))),
-    Quote("README.md", rf"two-regime fit, R\^2 {NUM}, worst error {NUM} %",
+    Quote("docs/models.md", rf"two-regime fit, R\^2 {NUM}, worst error {NUM} %",
           (fit("r2"), lambda: fit("max_rel_error")() * 100.0)),
     *_rows(SN, "moe_single_node", MOE_ROW, MOE_METRICS,
            ["h100-8x-tp1", "h100-4x-tp2", "h100-1x-tp8", "h100-1x-dp8-ep8", "h200-8x-tp1",
@@ -399,8 +403,9 @@ QUOTES: list[Quote] = [
           (wide("wide-ep-2p1d-mtp", "tpot_p50_s", MS),
            cut(wide("wide-ep-2p1d", "usd_per_million_output_tokens"),
                wide("wide-ep-2p1d-mtp", "usd_per_million_output_tokens")))),
-    Quote("README.md", rf"wide EP decodes {NUM}x faster than tp8 at a lower cost per token; MTP "
-                       rf"\(one token, 80 % accepted\) cuts TPOT to {NUM} ms",
+    Quote("docs/scenarios.md",
+          rf"wide EP decodes {NUM}x faster than tp8 at a lower cost per token; MTP "
+          rf"\(one token, 80 % accepted\) cuts TPOT to {NUM} ms",
           (ratio(wide("tp8-x6", "tpot_p50_s"), wide("wide-ep-2p1d", "tpot_p50_s")),
            wide("wide-ep-2p1d-mtp", "tpot_p50_s", MS))),
 ]

@@ -1,4 +1,4 @@
-"""Determinism (README, "Scenario reference": `seed`): one seed, one outcome; variants share
+"""Determinism (docs/scenarios.md, `seed`): one seed, one outcome; variants share
 their requests; coalescing identical decode steps is exact.
 
 The coalescing checks run on a tiny GPU whose KV pool forces preemptions, with a cost model whose

@@ -1,4 +1,5 @@
-"""The figures the README and the shipped scenarios quote are the figures the code produces.
+"""The figures the README, docs/ and the shipped scenarios quote are the figures the code
+produces.
 
 `tests/quoted_figures.py` lists every quoted simulation figure with the run that produces it;
 here each is checked against fresh runs (within half a unit of its last digit or 1 %). When an
@@ -50,9 +51,10 @@ def test_figures_from_the_repository_match_a_fresh_run() -> None:
 
 
 def _run_group(quote: Quote) -> str:
-    """The shipped scenario whose runs a quote reads: its document, or for the README's one
-    trace-based quote the KV-tier scenario it quotes (so each group's runs happen once)."""
-    return "scenarios/kv_tiers.yaml" if quote.doc == "README.md" else quote.doc
+    """The shipped scenario whose runs a quote reads: its document, or for a Markdown page's
+    trace-based quotes (the shipped-scenario table of docs/scenarios.md has the one) the KV-tier
+    scenario they quote (so each group's runs happen once)."""
+    return "scenarios/kv_tiers.yaml" if quote.doc.endswith(".md") else quote.doc
 
 
 TRACE_GROUPS = sorted({(str(q.needs), _run_group(q)) for q in QUOTES if q.needs is not None})
@@ -100,7 +102,8 @@ def test_the_shipped_documents_are_covered() -> None:
         "profile_comparison",
         "speculative_decoding",
     )
-    assert docs == {"README.md", *(f"scenarios/{name}.yaml" for name in scenarios)}
+    pages = {"README.md", "docs/scenarios.md", "docs/models.md"}
+    assert docs == {*pages, *(f"scenarios/{name}.yaml" for name in scenarios)}
 
 
 def test_a_drifted_figure_is_found_and_rewritten(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""argparse value types that refuse what can never work, before any command runs.
+"""argparse value types that refuse what can never work, before any command runs; and the
+examples each command's `--help` ends with (`examples`).
 
 argparse reports a failed type as one line naming the flag (`--workers: 0 must be at least
 1`), so a bad flag never reaches the code that would misbehave on it (zero workers, a negative
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import Any
 
 
 def _integer(text: str) -> int:
@@ -70,3 +72,12 @@ def band_percent(text: str) -> float:
             f"{text} must be a percentage above 0 and below 100 (e.g. 10 for ±10 %)"
         )
     return value
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """`add_parser` keywords giving a command's `--help` an epilog of example invocations, one
+    per line, kept as written."""
+    return {
+        "epilog": "examples:\n" + "\n".join(f"  {line}" for line in lines),
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cli.args import positive_int
+from sim.cli.args import examples, positive_int
 
 
 def register(sub: Any) -> None:
@@ -23,6 +23,10 @@ def register(sub: Any) -> None:
         "catalog",
         help="list catalog models and GPUs, and the KV capacity of a pair",
         description="List catalog models and GPUs; with --model/--hardware, KV capacity.",
+        **examples(
+            "batchsim catalog",
+            "batchsim catalog --model llama-3-70b --hardware h100-sxm --tensor-parallel 4",
+        ),
     )
     cat.add_argument("--model", help="catalog model: show its KV capacity")
     cat.add_argument("--hardware", help="catalog GPU: show KV capacity on it")

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sim.cli.args import examples
 from sim.errors import ScenarioError
 
 FORMAT_CHOICES: tuple[str, ...] = ("csv", "mooncake", "vllm-custom")
@@ -37,6 +38,10 @@ def register(sub: Any) -> None:
         help="write a scenario's requests as a trace real benchmark clients replay",
         description="Write the requests a scenario simulates: batchsim's trace CSV, a Mooncake "
         "trace for AIPerf, or a custom dataset for vllm bench serve.",
+        **examples(
+            "batchsim export scenarios/quickstart.yaml --format mooncake --out w.jsonl",
+            "batchsim export scenarios/quickstart.yaml --format vllm-custom --out w.jsonl",
+        ),
     )
     export.add_argument("scenario", type=Path, help="scenario YAML file")
     export.add_argument("--format", dest="export_format", required=True, choices=FORMAT_CHOICES)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sim import __version__
-from sim.cli.args import band_percent, nonnegative_int, positive_int, seed_count
+from sim.cli.args import band_percent, examples, nonnegative_int, positive_int, seed_count
 from sim.cli.signals import interrupted, interrupts, raise_if_interrupted, report
 from sim.compiled import build
 from sim.errors import ScenarioError
@@ -54,7 +54,15 @@ def _parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"batchsim {__version__} ({build()} core)"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate a scenario and write results/<name>/")
+    run = sub.add_parser(
+        "run",
+        help="simulate a scenario and write results/<name>/",
+        **examples(
+            "batchsim run scenarios/quickstart.yaml",
+            "batchsim run scenarios/quickstart.yaml --set workload.arrival.rate=4 --seeds 5",
+            "batchsim run scenarios/autoscaling_day.yaml --stream",
+        ),
+    )
     run.add_argument("scenario", type=Path, help="scenario YAML file")
     run.add_argument(
         "--set",
@@ -123,10 +131,18 @@ def _parser() -> argparse.ArgumentParser:
         help="processes for the runs of --seeds and --band (default: every CPU)",
     )
     run.set_defaults(handler=_run)
-    report = sub.add_parser("report", help="rebuild report.html of a results folder")
+    report = sub.add_parser(
+        "report",
+        help="rebuild report.html of a results folder",
+        **examples("batchsim report results/quickstart"),
+    )
     report.add_argument("folder", type=Path, help="results folder, e.g. results/quickstart")
     report.set_defaults(handler=_report)
-    check = sub.add_parser("validate", help="check a scenario and print it fully resolved")
+    check = sub.add_parser(
+        "validate",
+        help="check a scenario and print it fully resolved",
+        **examples("batchsim validate scenarios/quickstart.yaml --set policy.max_num_seqs=128"),
+    )
     check.add_argument("scenario", type=Path)
     check.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     check.set_defaults(handler=_validate)

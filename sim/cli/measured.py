@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import nonnegative_int
+from sim.cli.args import examples, nonnegative_int
 from sim.errors import ScenarioError
 
 _FORMATS = ("vllm_otlp", "vllm_bench", "guidellm", "aiperf", "batchsim")  # sim.measured.FORMATS
@@ -31,6 +31,10 @@ def register(sub: Any) -> None:
         help="describe a measured run of a real engine, or a vLLM startup log",
         description="Read a measured run (vLLM OTLP spans, vllm bench serve, GuideLLM, AIPerf, "
         "batchsim results) and print what it holds; or print a vLLM log's engine config.",
+        **examples(
+            "batchsim measured calibration/measured/vllm-0.11-h100-llama-2-7b/traces.json",
+            "batchsim measured --vllm-log calibration/measured/vllm-0.11-h100-llama-2-7b/vllm.log",
+        ),
     )
     cmd.add_argument("run", type=Path, nargs="?", help="measured run file (or results folder)")
     cmd.add_argument("--format", dest="fmt", choices=_FORMATS, help="default: from the content")

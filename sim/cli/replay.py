@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from sim.cli.args import nonnegative_int, positive_int
+from sim.cli.args import examples, nonnegative_int, positive_int
 from sim.errors import ScenarioError
 from sim.inputs.strict_model import StrictModel
 
@@ -42,6 +42,14 @@ class ReplayOptions(StrictModel):
     vllm_log: str | None = None
     model: str | None = None
     hardware: str | None = None
+
+
+# the committed real run and its replay scenario, as the commands' examples name them
+_RUN = "calibration/measured/vllm-0.11-h100-llama-2-7b"
+COMMITTED_RUN = (
+    f"{_RUN}/traces.json --scenario scenarios/measured/vllm-0.11_h100_llama-2-7b.yaml "
+    f"--vllm-log {_RUN}/vllm.log"
+)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +81,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     replay = sub.add_parser(
-        "replay", help="replay a measured run through a scenario and compare with it"
+        "replay",
+        help="replay a measured run through a scenario and compare with it",
+        **examples(f"batchsim replay {COMMITTED_RUN}"),
     )
     replay.add_argument("run", type=Path, help="measured run: spans, bench JSON, results folder")
     _common(replay)
@@ -84,6 +94,10 @@ def register(sub: Any) -> None:
     fit = sub.add_parser(
         "calibrate-engine",
         help="fit engine overheads to measured runs (no GPU) and write an engine preset",
+        **examples(
+            f"batchsim calibrate-engine {COMMITTED_RUN} --fit-window 0:300 --out my-preset.yaml",
+            "batchsim calibrate-engine --points sweep.csv --scenario base.yaml --out preset.yaml",
+        ),
     )
     fit.add_argument("runs", type=Path, nargs="*", help="measured runs to fit")
     _common(fit)

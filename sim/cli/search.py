@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import band_percent, nonnegative_int, positive_int
+from sim.cli.args import band_percent, examples, nonnegative_int, positive_int
 
 # (column, heading, scale, format) of the printed table
 COLUMNS = (
@@ -47,7 +47,14 @@ BAND_COLUMNS = (
 
 def register(sub: Any) -> None:
     cmd = sub.add_parser(
-        "search", help="cheapest fleet (GPU, TP, layout, policy, count) meeting the SLOs"
+        "search",
+        help="cheapest fleet (GPU, TP, layout, policy, count) meeting the SLOs",
+        **examples(
+            "batchsim search scenarios/search/llama3_70b_azure.yaml --space "
+            "scenarios/search/space_70b.yaml --slo ttft_p99=2 --slo tpot_p99=0.1 --rate 20",
+            "batchsim search scenarios/autoscaling_day.yaml --autoscale "
+            "scenarios/autoscaling_space.yaml --slo ttft_p99=2 --slo tpot_p99=0.1",
+        ),
     )
     cmd.add_argument("scenario", type=Path, help="scenario YAML: workload, model, SLO targets")
     cmd.add_argument("--space", type=Path, default=None, help="search space YAML (fleets)")

@@ -14,17 +14,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import float_between, nonnegative_int
+from sim.cli.args import examples, float_between, nonnegative_int
 from sim.errors import ScenarioError
 
 LIVE_DEFAULTS = ("metrics.warmup_s=0", "metrics.cooldown_s=0")
-EXAMPLE = "example: batchsim serve scenarios/quickstart.yaml --port 8000 --speed 1"
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "serve", help="serve a scenario's simulated engine on an OpenAI-compatible endpoint",
-        epilog=EXAMPLE,
+        **examples("batchsim serve scenarios/quickstart.yaml --port 8000 --speed 1",
+                   "batchsim serve scenarios/quickstart.yaml --port 8000 --per-instance"),
     )  # fmt: skip
     p.add_argument("scenario", type=Path, help="scenario YAML file")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import nonnegative_int, positive_int
+from sim.cli.args import examples, nonnegative_int, positive_int
 
 SWEEP_COLUMNS = ("requests_per_s", "goodput_rps", "ttft_p90_s", "tpot_p99_s", "e2e_p99_s")
 
@@ -31,7 +31,14 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Any) -> None:
-    sweep = sub.add_parser("sweep", help="run a scenario over a grid of parameter values")
+    sweep = sub.add_parser(
+        "sweep",
+        help="run a scenario over a grid of parameter values",
+        **examples(
+            "batchsim sweep scenarios/quickstart.yaml --grid policy.max_num_seqs=16,64,256 "
+            "--grid workload.arrival.rate=1,2,4 --workers 2"
+        ),
+    )
     sweep.add_argument("scenario", type=Path)
     sweep.add_argument(
         "--grid",
@@ -59,7 +66,13 @@ def register(sub: Any) -> None:
     sweep.add_argument("-q", "--quiet", action="store_true", help="no progress, no table")
     sweep.set_defaults(handler=_sweep)
 
-    cap = sub.add_parser("capacity", help="largest arrival rate meeting every SLO, per variant")
+    cap = sub.add_parser(
+        "capacity",
+        help="largest arrival rate meeting every SLO, per variant",
+        **examples(
+            "batchsim capacity scenarios/quickstart.yaml --slo ttft_p90=0.5 --slo tpot_p99=0.1"
+        ),
+    )
     cap.add_argument("scenario", type=Path)
     cap.add_argument(
         "--slo",
@@ -89,7 +102,11 @@ def register(sub: Any) -> None:
     cap.add_argument("-v", "--verbose", action="store_true", help="list every probe")
     cap.set_defaults(handler=_capacity)
 
-    reg = sub.add_parser("regress", help="rerun scenarios/ci and compare with the baselines")
+    reg = sub.add_parser(
+        "regress",
+        help="rerun scenarios/ci and compare with the baselines",
+        **examples("batchsim regress", "batchsim regress --update   # after an intended change"),
+    )
     reg.add_argument("--update", action="store_true", help="rewrite the baselines")
     reg.add_argument("--scenarios", type=Path, default=Path("scenarios/ci"))
     reg.add_argument("--baselines", type=Path, default=Path("results/baselines"))

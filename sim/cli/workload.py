@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from sim.cli.args import examples
 from sim.errors import ScenarioError
 
 TRACE_FORMATS = ("azure", "csv", "mooncake")
@@ -83,17 +84,25 @@ DEFAULT_MEAN_RATE = 50.0
 DEFAULT_PEAK_TO_TROUGH = 3.0
 DEFAULT_PEAK_HOUR = 15.0
 DEFAULT_BIN_S = 60.0
+DAY_PROFILE_EXAMPLE = (
+    "batchsim workload day-profile azure_llm_2023_conv.csv --out day.csv --mean-rate 50"
+)
 
 
 def register(sub: Any) -> None:
     """Add the `workload` command group to the CLI's subparsers."""
-    group = sub.add_parser("workload", help="make workload inputs (rate profiles from traces)")
+    group = sub.add_parser(
+        "workload",
+        help="make workload inputs (rate profiles from traces)",
+        **examples(DAY_PROFILE_EXAMPLE),
+    )
     verbs = group.add_subparsers(dest="workload_command", required=True)
     day = verbs.add_parser(
         "day-profile",
         help="a day-long rate profile (csv) with a trace's minute-to-minute burstiness",
         description="Write a day-long piecewise rate profile: a smooth diurnal curve times the "
         "trace's own burstiness, tiled over the day.",
+        **examples(DAY_PROFILE_EXAMPLE),
     )
     day.add_argument("trace", type=Path, help="Azure LLM csv, batchsim trace csv or Mooncake jsonl")
     day.add_argument("--out", type=Path, required=True, help="the profile csv to write")

@@ -1,6 +1,6 @@
 """One request's state, and every transition of its lifecycle, in one place.
 
-The token rule (README, "Policies"): a request knows `num_prompt_tokens + num_output_tokens`
+The token rule (docs/policies.md): a request knows `num_prompt_tokens + num_output_tokens`
 tokens and has computed the KV of `num_computed_tokens` of them. A step gives it
 `n <= num_remaining` tokens; when the step brings the computed tokens level with the known ones, the
 request emits one output token at the step's end. A fresh request therefore prefills its prompt

@@ -16,12 +16,15 @@ Batch size counts only while a step runs (an idle instance batches nothing); que
 use hold their last recorded value until the instance's next step, as requests keep waiting and
 blocks stay allocated between steps.
 
-With KV tiers below the GPU (`kv_tiers`), a fourth panel shows the blocks each tier holds: the
+A panel is drawn only when it carries something for the run: the queue panel when some request
+waited, a latency's CDF when some request has a value of it (TPOT needs two output tokens).
+
+With KV tiers below the GPU (`kv_tiers`), a last panel shows the blocks each tier holds: the
 step table's `kv_dram_blocks`, `kv_nvme_blocks` and `kv_remote_blocks`, counted at each step
 group's end and held from then until the instance's next count (to the plot's end after its
 last). DRAM and NVMe are per instance and summed; the remote store is one for every instance, so
 each count is the whole store and the latest count of any instance stands. Runs without tiers
-keep three panels.
+have no such panel.
 """
 
 from __future__ import annotations
@@ -66,11 +69,17 @@ def _cdf_points(values: FloatArray) -> tuple[FloatArray, FloatArray]:
     return x, y
 
 
+def _has_values(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame.columns and bool(np.isfinite(frame[column].to_numpy(dtype=float)).any())
+
+
 def latency_cdf_figure(requests: pd.DataFrame) -> Figure:
-    """Three panels (TTFT, TPOT, E2E): the empirical CDF of each variant's finished requests."""
-    fig = Figure(figsize=(15, 4.5), layout="constrained")
-    axes = fig.subplots(1, 3)
-    for ax, (column, label) in zip(axes, LATENCIES, strict=True):
+    """A panel per latency (TTFT, TPOT, E2E) some request has a value of (TTFT when none has):
+    the empirical CDF of each variant's finished requests."""
+    shown = [(c, label) for c, label in LATENCIES if _has_values(requests, c)] or [LATENCIES[0]]
+    fig = Figure(figsize=(5 * len(shown), 4.5), layout="constrained")
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
+    for ax, (column, label) in zip(axes, shown, strict=True):
         lows, highs = [], []
         for i, variant in enumerate(_variants(requests)):
             rows = requests[requests["variant"] == variant]
@@ -141,7 +150,8 @@ def _tier_columns(steps: pd.DataFrame) -> list[str]:
 def timeline_figure(
     steps: pd.DataFrame, kv_blocks_total: Mapping[str, int] | None = None
 ) -> Figure:
-    """Batch size, queue length and KV use over time, one line per variant; with KV tiers, the
+    """Batch size, queue length (when some request waited) and KV use over time, one line per
+    variant; with KV tiers, the
     blocks each tier below the GPU holds (one line per variant and tier).
 
     `kv_blocks_total` maps a variant to its KV capacity in blocks, all its instances together
@@ -149,9 +159,13 @@ def timeline_figure(
     without it the KV panel shows blocks used instead of a percentage.
     """
     tiers = _tier_columns(steps)
-    fig = Figure(figsize=(12, 12 if tiers else 9), layout="constrained")
-    axes = fig.subplots(4 if tiers else 3, 1, sharex=True)
-    ax_batch, ax_queue, ax_kv = axes[:3]
+    # a queue that never held a request has nothing to show
+    queued = "num_waiting" in steps.columns and bool(steps["num_waiting"].to_numpy().any())
+    shown = ["batch", *(["queue"] if queued else []), "kv", *(["tiers"] if tiers else [])]
+    fig = Figure(figsize=(12, 3 * len(shown)), layout="constrained")
+    axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+    panel = dict(zip(shown, axes, strict=True))
+    ax_batch, ax_queue, ax_kv = panel["batch"], panel.get("queue"), panel["kv"]
     as_percent = kv_blocks_total is not None
     for i, variant in enumerate(_variants(steps)):
         groups = steps[steps["variant"] == variant]
@@ -170,12 +184,11 @@ def timeline_figure(
             kv = 100.0 * kv / capacity if capacity > 0 else np.full_like(kv, np.nan)
         series: list[tuple[Axes, FloatArray]] = [
             (ax_batch, binned_mean(start, end, groups["num_seqs"].to_numpy(dtype=float), edges)),
-            (
-                ax_queue,
-                binned_mean(start, held, groups["num_waiting"].to_numpy(dtype=float), edges),
-            ),
             (ax_kv, binned_mean(start, held, kv, edges)),
         ]
+        if ax_queue is not None:
+            waiting = groups["num_waiting"].to_numpy(dtype=float)
+            series.append((ax_queue, binned_mean(start, held, waiting, edges)))
         for ax, y in series:
             ax.plot(
                 edges, np.append(y, y[-1]), drawstyle="steps-post", color=f"C{i}", label=variant
@@ -197,19 +210,20 @@ def timeline_figure(
                 label=f"{variant}: in use + cached",
             )
         if tiers:
-            _plot_tiers(axes[3], groups, tiers, instance, edges, f"C{i}", variant)
+            _plot_tiers(panel["tiers"], groups, tiers, instance, edges, f"C{i}", variant)
     ax_batch.set_title("Batch size over time (sum over instances, time-weighted per bin)")
     ax_batch.set_ylabel("batch size (sequences)")
-    ax_queue.set_title("Waiting requests over time")
-    ax_queue.set_ylabel("queue length (requests)")
+    if ax_queue is not None:
+        ax_queue.set_title("Waiting requests over time")
+        ax_queue.set_ylabel("queue length (requests)")
     ax_kv.set_title("KV cache use over time")
     ax_kv.set_ylabel("KV blocks used (% of capacity)" if as_percent else "KV blocks used (blocks)")
     if tiers:
-        axes[3].set_title(
+        panel["tiers"].set_title(
             "KV blocks held below the GPU (DRAM and NVMe summed over instances, the shared "
             "remote store once)"
         )
-        axes[3].set_ylabel("blocks held")
+        panel["tiers"].set_ylabel("blocks held")
     axes[-1].set_xlabel("simulated time (s)")
     for ax in axes:
         ax.grid(True, alpha=0.3)

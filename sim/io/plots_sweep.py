@@ -6,7 +6,7 @@ token waits longer: `throughput_latency_figure` draws output tokens/s against pe
 (TPOT), one curve per variant, each point labelled with its `B`, next to both quantities against
 `B`. `goodput_figure` draws goodput (requests/s meeting every SLO) against the offered arrival
 rate, one line per policy, with the `goodput = rate` diagonal that a system meeting every SLO
-would follow, and SLO attainment beside it.
+would follow, and SLO attainment beside it when the table has any.
 
 The table's columns are the grid paths (e.g. `policy.max_num_seqs`, `workload.arrival.rate`),
 `variant` and the summary metrics (`output_tokens_per_s`, `tpot_p50_s`, `goodput_rps`,
@@ -76,26 +76,32 @@ def goodput_figure(
     attainment: str = "slo_attainment",
     hue: str = "variant",
 ) -> Figure:
-    """Goodput and SLO attainment against the offered arrival rate, one line per `hue` value."""
-    fig = Figure(figsize=(14, 5), layout="constrained")
-    ax_good, ax_att = fig.subplots(1, 2)
+    """Goodput and SLO attainment against the offered arrival rate, one line per `hue` value;
+    the attainment panel only when the table has attainment values."""
+    judged = attainment in sweep.columns and bool(
+        np.isfinite(pd.to_numeric(sweep[attainment], errors="coerce").to_numpy(dtype=float)).any()
+    )
+    fig = Figure(figsize=(14 if judged else 7, 5), layout="constrained")
+    axes = list(fig.subplots(1, 2 if judged else 1, squeeze=False)[0])
+    ax_good = axes[0]
     for i, (name, rows) in enumerate(_series(sweep, hue, rate_key)):
         rate = rows[rate_key].to_numpy(dtype=float)
         ax_good.plot(rate, rows[goodput].to_numpy(dtype=float), "o-", color=f"C{i}", label=name)
-        if attainment in rows.columns:
+        if judged:
             values = rows[attainment].to_numpy(dtype=float) * 100.0
-            ax_att.plot(rate, values, "o-", color=f"C{i}", label=name)
+            axes[1].plot(rate, values, "o-", color=f"C{i}", label=name)
     if len(sweep):
         top = float(pd.to_numeric(sweep[rate_key]).max())
         ax_good.plot([0, top], [0, top], ":", color="0.5", label="every request meets its SLO")
     ax_good.set_title("Goodput vs offered load")
     ax_good.set_xlabel("arrival rate (requests/s)")
     ax_good.set_ylabel("goodput (requests/s meeting every SLO)")
-    ax_att.set_title("SLO attainment vs offered load")
-    ax_att.set_xlabel("arrival rate (requests/s)")
-    ax_att.set_ylabel("SLO attainment (% of requests)")
-    ax_att.set_ylim(0, 102)
-    for ax in (ax_good, ax_att):
+    if judged:
+        axes[1].set_title("SLO attainment vs offered load")
+        axes[1].set_xlabel("arrival rate (requests/s)")
+        axes[1].set_ylabel("SLO attainment (% of requests)")
+        axes[1].set_ylim(0, 102)
+    for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="best")

@@ -1,6 +1,6 @@
 """The run over time: load, fleet, latency, SLO attainment and rent per window.
 
-One figure, five panels sharing the time axis, drawn from each variant's timeline
+One figure, up to five panels sharing the time axis, drawn from each variant's timeline
 (`sim.metrics.timeline`, the rows of `timeline.csv`) as steps over the windows:
 
 1. arrival rate (requests/s, the same requests for every variant) and each variant's
@@ -13,6 +13,11 @@ One figure, five panels sharing the time axis, drawn from each variant's timelin
 4. SLO attainment of those requests (TTFT and TPOT targets of their tier);
 5. the fleet's rent, dollars per hour.
 
+A panel is drawn only when it carries something for the run (`panels_of`): the fleet panel when
+some variant's instance count changes or the autoscaler acted, the rent panel when some
+variant's rent changes, the TTFT and attainment panels when some window has a value (attainment
+needs SLO targets). A fixed fleet's flat lines are in the summary already.
+
 The time axis is in seconds, in minutes past 10 minutes and in hours past 2 hours, so a day-long
 run reads in hours. Built with the object-oriented matplotlib API, like `sim.io.plots`.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +67,143 @@ def _edges(frame: pd.DataFrame, unit: float) -> np.ndarray:
 
 
 MAX_MARKED_EVENTS = 60  # per variant; more are left to fleet_events.csv
+PANELS = ("rate", "fleet", "ttft", "slo", "usd")
+PANEL_HEIGHT_IN = 2.5
+
+
+def _changes(values: pd.Series) -> bool:
+    finite = values.to_numpy(dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return bool(finite.size) and bool(np.ptp(finite) > 1e-9 * max(1.0, float(np.abs(finite).max())))
+
+
+def panels_of(
+    timelines: Mapping[str, pd.DataFrame],
+    fleet_events: Mapping[str, pd.DataFrame] | None = None,
+) -> tuple[str, ...]:
+    """The panels of `PANELS` that carry something for these timelines: the load always; the
+    fleet when an instance count changes or some variant has scaling events; TTFT and SLO
+    attainment when some window has a value; the rent when it changes."""
+    frames = [t for t in timelines.values() if len(t)]
+
+    def any_finite(column: str) -> bool:
+        return any(np.isfinite(t[column].to_numpy(dtype=float)).any() for t in frames)
+
+    shown = {
+        "rate": True,
+        "fleet": any(
+            _changes(t["instances_serving"]) or _changes(t["instances_billed"]) for t in frames
+        )
+        or any(len(e) for e in (fleet_events or {}).values()),
+        "ttft": any_finite("ttft_p90_s"),
+        "slo": any_finite("slo_attainment"),
+        "usd": any(_changes(t["usd_per_hour"]) for t in frames),
+    }
+    return tuple(name for name in PANELS if shown[name])
+
+
+def _stairs(ax: Axes, values: pd.Series | np.ndarray, edges: np.ndarray, **style: Any) -> None:
+    # no baseline: a line from window to window, not a bar down to zero at either end
+    ax.stairs(np.asarray(values, dtype=float), edges, baseline=None, **style)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every panel draws from: the variants' timelines, their colors and the time unit."""
+
+    drawn: Mapping[str, pd.DataFrame]
+    fleet_events: Mapping[str, pd.DataFrame]
+    slo_ttft_s: Mapping[str, float | None]
+    unit: float
+
+    def color(self, name: str) -> str:
+        return f"C{list(self.drawn).index(name) % 10}"
+
+    def edges(self, frame: pd.DataFrame) -> np.ndarray:
+        return _edges(frame, self.unit)
+
+
+def _rate_panel(ax: Axes, run: _Run) -> None:
+    first = next(iter(run.drawn.values()))
+    _stairs(ax, first["arrival_rate"], run.edges(first), color="black", linewidth=1.4,
+            label="arrivals")  # fmt: skip
+    for name, frame in run.drawn.items():
+        covered = frame["covered_s"].to_numpy(dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            done = np.where(covered > 0, frame["completed"].to_numpy(dtype=float) / covered, np.nan)
+        _stairs(ax, done, run.edges(frame), color=run.color(name), linewidth=1.0,
+                label=f"{name} completed")  # fmt: skip
+    ax.set_ylabel("requests/s")
+    ax.set_title("Arrival rate and completions")
+
+
+def _fleet_panel(ax: Axes, run: _Run) -> None:
+    for name, frame in run.drawn.items():
+        edges, color = run.edges(frame), run.color(name)
+        _stairs(ax, frame["instances_serving"], edges, color=color, linewidth=1.4,
+                label=f"{name} serving")  # fmt: skip
+        _stairs(ax, frame["instances_billed"], edges, color=color, linewidth=1.0,
+                linestyle="--", label=f"{name} billed")  # fmt: skip
+        events = run.fleet_events.get(name)
+        # a day of scaling has hundreds of events: the stairs show them, markers would bury them
+        if events is not None and 0 < len(events) <= MAX_MARKED_EVENTS:
+            for kind, (marker, label) in EVENT_MARKERS.items():
+                rows = events[events["event"] == kind]
+                if len(rows):
+                    ax.scatter(rows["time_s"].to_numpy(dtype=float) / run.unit,
+                               rows["serving"].to_numpy(dtype=float), marker=marker,
+                               color=color, s=28, zorder=3, label=f"{name} {label}")  # fmt: skip
+    ax.set_ylabel("instances")
+    marked = all(len(e) <= MAX_MARKED_EVENTS for e in run.fleet_events.values())
+    ax.set_title(
+        "Instances serving (solid) and billed (dashed)"
+        + ("; scaling events" if marked else " (scaling events: fleet_events.csv)")
+    )
+    ax.margins(y=0.12)
+    ax.set_ylim(bottom=0)
+
+
+def _ttft_panel(ax: Axes, run: _Run) -> None:
+    for name, frame in run.drawn.items():
+        _stairs(ax, frame["ttft_p90_s"], run.edges(frame), color=run.color(name), linewidth=1.2,
+                label=name)  # fmt: skip
+    targets = sorted({t for t in (run.slo_ttft_s.get(n) for n in run.drawn) if t is not None})
+    for target in targets:
+        ax.axhline(target, color="red", linestyle=":", linewidth=1.0,
+                   label=f"TTFT target {target:g} s")  # fmt: skip
+    p90 = np.concatenate([t["ttft_p90_s"].to_numpy(dtype=float) for t in run.drawn.values()])
+    p90 = p90[np.isfinite(p90) & (p90 > 0)]
+    if p90.size and p90.max() > 50 * p90.min():  # variants or windows orders of magnitude apart
+        ax.set_yscale("log")
+    ax.set_ylabel("TTFT p90 (s)")
+    ax.set_title("TTFT p90 of the requests arriving in each window")
+
+
+def _slo_panel(ax: Axes, run: _Run) -> None:
+    for name, frame in run.drawn.items():
+        _stairs(ax, frame["slo_attainment"], run.edges(frame), color=run.color(name),
+                linewidth=1.2, label=name)  # fmt: skip
+    ax.set_ylabel("SLO attainment")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("Share of each window's arrivals within their TTFT and TPOT targets")
+
+
+def _usd_panel(ax: Axes, run: _Run) -> None:
+    for name, frame in run.drawn.items():
+        _stairs(ax, frame["usd_per_hour"], run.edges(frame), color=run.color(name),
+                linewidth=1.2, label=name)  # fmt: skip
+    ax.set_ylabel("$/hour")
+    ax.set_title("Fleet rent")
+    ax.set_ylim(bottom=0)
+
+
+DRAW_PANEL = {
+    "rate": _rate_panel,
+    "fleet": _fleet_panel,
+    "ttft": _ttft_panel,
+    "slo": _slo_panel,
+    "usd": _usd_panel,
+}
 
 
 def over_time_figure(
@@ -68,85 +211,26 @@ def over_time_figure(
     fleet_events: Mapping[str, pd.DataFrame] | None = None,
     slo_ttft_s: Mapping[str, float | None] | None = None,
 ) -> Figure:
-    """The five panels (see the module docstring) for each variant's timeline."""
-    fleet_events = fleet_events or {}
-    slo_ttft_s = slo_ttft_s or {}
+    """The panels of `panels_of` (see the module docstring) for each variant's timeline."""
     drawn = {name: t for name, t in timelines.items() if len(t)}
-    fig = Figure(figsize=(11, 12.5), layout="constrained")
-    axes = fig.subplots(5, 1, sharex=True)
-    rate_ax, fleet_ax, ttft_ax, slo_ax, usd_ax = axes
+    shown = panels_of(drawn, fleet_events) if drawn else ("rate",)
+    fig = Figure(figsize=(11, 1.0 + PANEL_HEIGHT_IN * len(shown)), layout="constrained")
+    axes = list(fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0])
     if not drawn:
-        rate_ax.set_title("no requests")
+        axes[0].set_title("no requests")
         return fig
     start = min(float(t["window_start_s"].iloc[0]) for t in drawn.values())
     end = max(float(t["window_end_s"].iloc[-1]) for t in drawn.values())
     unit, unit_name = time_unit(end - start)
-    colors = {name: f"C{i % 10}" for i, name in enumerate(drawn)}
-
-    def stairs(ax: Axes, values: pd.Series | np.ndarray, edges: np.ndarray, **style: Any) -> None:
-        # no baseline: a line from window to window, not a bar down to zero at either end
-        ax.stairs(np.asarray(values, dtype=float), edges, baseline=None, **style)
-
-    first = next(iter(drawn.values()))
-    stairs(rate_ax, first["arrival_rate"], _edges(first, unit), color="black", linewidth=1.4,
-           label="arrivals")  # fmt: skip
-    for name, frame in drawn.items():
-        edges = _edges(frame, unit)
-        color = colors[name]
-        covered = frame["covered_s"].to_numpy(dtype=float)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            done = np.where(covered > 0, frame["completed"].to_numpy(dtype=float) / covered, np.nan)
-        stairs(rate_ax, done, edges, color=color, linewidth=1.0, label=f"{name} completed")
-        stairs(fleet_ax, frame["instances_serving"], edges, color=color, linewidth=1.4,
-               label=f"{name} serving")  # fmt: skip
-        stairs(fleet_ax, frame["instances_billed"], edges, color=color, linewidth=1.0,
-               linestyle="--", label=f"{name} billed")  # fmt: skip
-        stairs(ttft_ax, frame["ttft_p90_s"], edges, color=color, linewidth=1.2, label=name)
-        stairs(slo_ax, frame["slo_attainment"], edges, color=color, linewidth=1.2, label=name)
-        stairs(usd_ax, frame["usd_per_hour"], edges, color=color, linewidth=1.2, label=name)
-        events = fleet_events.get(name)
-        # a day of scaling has hundreds of events: the stairs show them, markers would bury them
-        if events is not None and 0 < len(events) <= MAX_MARKED_EVENTS:
-            for kind, (marker, label) in EVENT_MARKERS.items():
-                rows = events[events["event"] == kind]
-                if len(rows):
-                    fleet_ax.scatter(rows["time_s"].to_numpy(dtype=float) / unit,
-                                     rows["serving"].to_numpy(dtype=float), marker=marker,
-                                     color=colors[name], s=28, zorder=3,
-                                     label=f"{name} {label}")  # fmt: skip
-    targets = sorted({t for t in (slo_ttft_s.get(n) for n in drawn) if t is not None})
-    for target in targets:
-        ttft_ax.axhline(target, color="red", linestyle=":", linewidth=1.0,
-                        label=f"TTFT target {target:g} s")  # fmt: skip
-    rate_ax.set_ylabel("requests/s")
-    rate_ax.set_title("Arrival rate and completions")
-    fleet_ax.set_ylabel("instances")
-    marked = all(len(e) <= MAX_MARKED_EVENTS for e in fleet_events.values())
-    fleet_ax.set_title(
-        "Instances serving (solid) and billed (dashed)"
-        + ("; scaling events" if marked else " (scaling events: fleet_events.csv)")
-    )
-    fleet_ax.margins(y=0.12)
-    fleet_ax.set_ylim(bottom=0)
-    p90 = np.concatenate([t["ttft_p90_s"].to_numpy(dtype=float) for t in drawn.values()])
-    p90 = p90[np.isfinite(p90) & (p90 > 0)]
-    if p90.size and p90.max() > 50 * p90.min():  # variants or windows orders of magnitude apart
-        ttft_ax.set_yscale("log")
-    ttft_ax.set_ylabel("TTFT p90 (s)")
-    ttft_ax.set_title("TTFT p90 of the requests arriving in each window")
-    slo_ax.set_ylabel("SLO attainment")
-    slo_ax.set_ylim(-0.03, 1.03)
-    slo_ax.set_title("Share of each window's arrivals within their TTFT and TPOT targets")
-    usd_ax.set_ylabel("$/hour")
-    usd_ax.set_title("Fleet rent")
-    usd_ax.set_ylim(bottom=0)
-    usd_ax.set_xlabel(f"time ({unit_name})")
-    usd_ax.set_xlim(start / unit, end / unit)
-    for ax in axes:
+    run = _Run(drawn, fleet_events or {}, slo_ttft_s or {}, unit)
+    for name, ax in zip(shown, axes, strict=True):
+        DRAW_PANEL[name](ax, run)
         ax.grid(True, alpha=0.3)
         handles, _ = ax.get_legend_handles_labels()
         if handles:
             ax.legend(fontsize=7, loc="upper right", ncols=min(4, math.ceil(len(handles) / 3)))
+    axes[-1].set_xlabel(f"time ({unit_name})")
+    axes[-1].set_xlim(start / unit, end / unit)
     return fig
 
 

@@ -10,7 +10,8 @@
   E2E), so the folder holds both sides;
 * `replay_scatter.png`/`.svg`: per request, simulated against measured TTFT, TPOT and E2E on log
   axes with the diagonal (points on it agree); `replay_cdf.png`/`.svg`: the measured CDF (black)
-  over each variant's simulated one.
+  over each variant's simulated one. A latency the run measured for no request (no TPOT when
+  every answer is one token) has no panel.
 
 `report.html` is rebuilt afterwards so that it carries the "Measured vs simulated" section.
 """
@@ -40,12 +41,19 @@ def _simulated(requests: pd.DataFrame, n: int) -> dict[str, np.ndarray]:
     return {m: table[f"{m}_s"].to_numpy(dtype=float) for m in PER_REQUEST}
 
 
+def _panels(measured: dict[str, np.ndarray]) -> list[str]:
+    """The latencies the run measured for some request (TTFT when it measured none)."""
+    shown = [m for m in PER_REQUEST if (np.isfinite(measured[m]) & (measured[m] > 0)).any()]
+    return shown or [PER_REQUEST[0]]
+
+
 def scatter_figure(result: Any) -> Figure:
     run = result.run
     measured = _measured(run)
-    fig = Figure(figsize=(13, 4.2), layout="constrained")
-    axes = fig.subplots(1, 3)
-    for ax, metric in zip(axes, PER_REQUEST, strict=True):
+    shown = _panels(measured)
+    fig = Figure(figsize=(13 * len(shown) / 3, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
+    for ax, metric in zip(axes, shown, strict=True):
         meas = measured[metric]
         low, high = np.inf, 0.0
         for k, (name, variant) in enumerate(result.results.variants.items()):
@@ -72,9 +80,10 @@ def scatter_figure(result: Any) -> Figure:
 def cdf_figure(result: Any) -> Figure:
     run = result.run
     measured = _measured(run)
-    fig = Figure(figsize=(13, 4.2), layout="constrained")
-    axes = fig.subplots(1, 3)
-    for ax, metric in zip(axes, PER_REQUEST, strict=True):
+    shown = _panels(measured)
+    fig = Figure(figsize=(13 * len(shown) / 3, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
+    for ax, metric in zip(axes, shown, strict=True):
         _cdf(ax, measured[metric], "measured", "black", 2.0)
         for k, (name, variant) in enumerate(result.results.variants.items()):
             simv = _simulated(variant.requests, len(run))[metric]

@@ -44,7 +44,8 @@ PLOTS = (
     ("over_time", "Load, fleet, latency and rent per window",
      "Per window of timeline.csv: arrival rate and completions; instances serving (solid) and "
      "billed (dashed) with scaling events; TTFT p90 of each window's arrivals against the "
-     "target; their SLO attainment; the fleet's rent in dollars per hour."),
+     "target; their SLO attainment; the fleet's rent in dollars per hour. A fleet or a rent "
+     "that never changes has no panel."),
 )  # fmt: skip
 # the timeline's caption when a variant has KV tiers (its fourth panel)
 TIERS_CAPTION = (

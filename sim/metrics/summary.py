@@ -1,6 +1,6 @@
 """From the flat requests / steps / itl tables of one variant to a flat dict of summary metrics.
 
-The definitions follow the README ("Metrics"): TTFT = first token - arrival, TPOT = (finish - first
+The definitions follow docs/results.md: TTFT = first token - arrival, TPOT = (finish - first
 token) / (output tokens - 1) for requests with at least two output tokens, E2E = finish - arrival,
 queue delay = first scheduled - arrival. The requests table already carries these as `ttft_s`,
 `tpot_s`, `e2e_s`, `queue_s` (NaN where undefined, e.g. rejected or unfinished requests); this

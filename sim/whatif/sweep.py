@@ -56,7 +56,7 @@ __all__ = ["PointTask", "expand", "parse_grid", "point_id", "run_point", "sweep"
 
 LARGE_SWEEP = 2000
 MAX_POINTS = 100_000
-# simulated requests per second of one core (README "Speed"), for the estimate of a large sweep
+# simulated requests per second of one core (docs/speed.md), for the estimate of a large sweep
 REQUESTS_PER_CORE_S = 7000.0
 
 Source = ScenarioSet | Mapping[str, Any] | str | os.PathLike[str]

@@ -1,4 +1,4 @@
-"""Queueing theory the simulator must reproduce (README, "Tests": theory).
+"""Queueing theory the simulator must reproduce (docs/testing.md: theory).
 
 With batch size 1 a request's service time is deterministic given its lengths
 (`helpers_sim.service_time_batch1`), so an instance is a single FIFO server: M/D/1 with fixed

@@ -16,11 +16,12 @@ from sim.io.plots import MAX_POINTS, timeline_figure
 
 def tier_lines(fig: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The tier panel's lines by label, (x, y); none when the figure has no such panel."""
-    if len(fig.axes) < 4:
+    tiers = [ax for ax in fig.axes if ax.get_ylabel() == "blocks held"]
+    if not tiers:
         return {}
     return {
         str(line.get_label()): (np.asarray(line.get_xdata()), np.asarray(line.get_ydata()))
-        for line in fig.axes[3].get_lines()
+        for line in tiers[0].get_lines()
     }
 
 
@@ -38,8 +39,9 @@ def test_tier_counts_hold_until_the_next_count_shared_store_once() -> None:
          "kv_dram_blocks": [2, 1, 4], "kv_nvme_blocks": 0, "kv_remote_blocks": [3, 4, 5]}
     )  # fmt: skip
     fig = timeline_figure(steps)
-    assert len(fig.axes) == 4 and fig.axes[3].get_ylabel() == "blocks held"
-    assert fig.axes[3].get_xlabel() == "simulated time (s)" and fig.axes[2].get_xlabel() == ""
+    # batch size, KV use and the tiers: no request ever waited, so no queue panel
+    assert len(fig.axes) == 3 and fig.axes[2].get_ylabel() == "blocks held"
+    assert fig.axes[2].get_xlabel() == "simulated time (s)" and fig.axes[1].get_xlabel() == ""
     lines = tier_lines(fig)
     assert list(lines) == ["v: DRAM", "v: remote"]  # NVMe held nothing: no line
     dram, remote = lines["v: DRAM"], lines["v: remote"]
@@ -48,7 +50,7 @@ def test_tier_counts_hold_until_the_next_count_shared_store_once() -> None:
     assert [at(dram, t) for t in (0.5, 1.5, 2.5)] == pytest.approx([0.0, 2.0, 3.0])
     # the remote store: each count is all of it, the latest one stands (3 from 1, 4 from 2)
     assert [at(remote, t) for t in (0.5, 1.5, 2.5)] == pytest.approx([0.0, 3.0, 4.0])
-    assert fig.axes[3].get_lines()[1].get_linestyle() == ":"
+    assert fig.axes[2].get_lines()[1].get_linestyle() == ":"
 
 
 def held_integral(steps: pd.DataFrame, column: str) -> float:

@@ -2,8 +2,8 @@
 
 * `Sketch` (hypothesis, and heavy-tailed samples of several sizes): every percentile is the
   tables' (numpy's linear interpolation) while the sample is kept whole, and within the documented
-  bound of it once sketched (README: 0.5 % relative error; stated here, not read from the module
-  under test, so a coarser sketch fails); the bounds it gives hold the exact value.
+  bound of it once sketched (docs/scenarios.md: 0.5 % relative error; stated here, not read
+  from the module under test, so a coarser sketch fails); the bounds it gives hold the exact value.
 * A streamed run has exactly the tables' summary keys; every count, sum, mean, rate and
   utilization is the same number, and so is every percentile (the samples are small enough to
   keep); the records are handed over in chunks and never held whole.
@@ -29,15 +29,15 @@ from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.metrics.percentiles import QUANTILES
 from sim.metrics.streaming import EXACT_ROWS, Sketch
 
-# the bound the README promises streamed percentiles, stated here: a test that read it from
+# the bound docs/scenarios.md promises streamed percentiles, stated here: a test that read it from
 # `sim.metrics.streaming` would pass a sketch made coarser there
 DOCUMENTED_RELATIVE_ERROR = 0.005
 ALPHA = DOCUMENTED_RELATIVE_ERROR * (1 + 1e-9)
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
 
 
-def test_the_readme_states_the_bound_the_tests_hold_streams_to() -> None:
-    text = " ".join(README.read_text().split())
+def test_the_docs_state_the_bound_the_tests_hold_streams_to() -> None:
+    text = " ".join(DOC.read_text().split())
     stated = re.findall(r"DDSketch sketches, within ([0-9.]+) % relative error", text)
     assert stated == ["0.5"]
     assert float(stated[0]) / 100 == DOCUMENTED_RELATIVE_ERROR

@@ -25,7 +25,8 @@ from sim.metrics.timeline import (
 )
 
 NAN = math.nan
-# the binned percentiles' stated bound (0.5 %, as the summary's sketches: README "Metrics"),
+# the binned percentiles' stated bound (0.5 %, as the summary's sketches: docs/scenarios.md,
+# `--stream`),
 # stated here rather than read from the module under test
 ALPHA = 0.005
 
