@@ -19,7 +19,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from sim.version import __version__ as __version__
 
 # public name -> the module that defines it
 _EXPORTS = {

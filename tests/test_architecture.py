@@ -64,6 +64,13 @@ def test_no_import_cycles() -> None:
     assert not cycles, cycles
 
 
+def test_no_module_imports_the_package_root() -> None:
+    # `sim/__init__.py` re-exports the top layer: a module below that imports it runs upward
+    graph = grimp.build_graph("sim")
+    upward = sorted(m for m in graph.modules if "sim" in graph.find_modules_directly_imported_by(m))
+    assert not upward, upward
+
+
 def _python_files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 

@@ -28,11 +28,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sim import __version__
 from sim.cli.args import band_percent, examples, nonnegative_int, positive_int, seed_count
 from sim.cli.signals import interrupted, interrupts, raise_if_interrupted, report
 from sim.compiled import build
 from sim.errors import ScenarioError
+from sim.version import __version__
 
 
 class _UsageError(Exception):

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from sim import __version__
 from sim.errors import ScenarioError
 from sim.measured import MeasuredRun
 from sim.metrics.compare import Comparison, compare
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
+from sim.version import __version__
 
 # term -> (lower, upper, start: the profile's own answer)
 TERMS: dict[str, tuple[float, float, float]] = {
