@@ -94,8 +94,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "recompute-victim-to-back",
         "sim/core/engine.py",
-        "                self.waiting.push_front(req)\n",
-        "                self.waiting.push(req)\n",
+        "                self._waiting.push_front(req)\n",
+        "                self._waiting.push(req)\n",
         VICTIM,
         "a recomputed victim waits at the back of the queue instead of the front",
     ),

@@ -29,7 +29,7 @@ import pandas as pd
 import simpy
 
 from sim.core.arrivals import ChunkWindow, Source
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
 from sim.costs.catalog import HardwareSpec
 from sim.errors import ScenarioError

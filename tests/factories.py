@@ -12,9 +12,9 @@ from typing import Any
 
 import simpy
 
-from sim.core.engine import Instance, KVSpec
+from sim.core.instance import Instance, KVSpec
 from sim.core.kv.pool import KVPool
-from sim.core.plan import StepFeatures, StepPlan
+from sim.core.plan import InstanceView, StepFeatures, StepPlan
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.core.run import Run
@@ -117,10 +117,10 @@ class Bench:
 
     def plan(self, now: float) -> StepPlan | None:
         """The policy's decision at `now`, without applying it."""
-        return self.policy.schedule(At(self.instance, now))
+        return self.policy.schedule(At(self.instance.view(), now))
 
     def next_wakeup_s(self, now: float) -> float | None:
-        return self.policy.next_wakeup_s(At(self.instance, now))
+        return self.policy.next_wakeup_s(At(self.instance.view(), now))
 
     def step(self, now: float, num_steps: int | None = None) -> Stepped | None:
         """Plan and apply one step (or run, at most `num_steps` steps) at `now`, watching it
@@ -177,8 +177,8 @@ class At:
     """An instance as its policy would see it at `now` (`sim.core.plan.InstanceView`): for
     asking the policy what it would do then without stepping the instance."""
 
-    def __init__(self, instance: Instance, now: float) -> None:
-        self.instance = instance
+    def __init__(self, view: InstanceView, now: float) -> None:
+        self.instance = view
         self.now = now
 
     def __getattr__(self, name: str) -> Any:

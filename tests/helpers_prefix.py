@@ -9,7 +9,7 @@ import numpy as np
 from helpers_sim import observed_steps, run_arrays_with_instance
 from hypothesis import strategies as st
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.workload.arrays import Content
 
 COEFFS = {

@@ -1,167 +1,313 @@
-"""The engine: the step loop that applies an instance's policy's plans.
+"""The engine: what an instance holds, and how a plan changes it.
 
-`Instance` is an instance's state (`sim.core.instance.InstanceState`: queues, KV pool, decode
-batch, records, and the methods routers and the KV link call) with its step loop. Each step it
-asks the policy for a `StepPlan` (`sim.core.plan`: the contract), applies the plan's evictions,
-admissions and allocations at the step's start, prices the step with the cost model, lets SimPy
-advance time, and at the step's end applies the token rule, finishes requests and records the
-step (`sim.core.run.Run` writes the row). Nothing else changes an instance.
-
-Runs. A decode-only plan may repeat: the engine runs as many identical steps as the policy
-allows, stopping before the first finish and before the KV pool would run dry (the decode batch
-knows both in O(1)), as one SimPy timeout. Anything outside that reads or changes the instance
-mid-run first calls `settle()`, which applies the steps that have ended and starts the one under
-way, so the instance looks exactly as it would have stepped one step at a time; an arrival that
-could join cuts the run at the first step boundary at or after it. So coalescing steps never
-changes a schedule (the tests run every policy both ways).
+`Engine` owns an instance's requests by where they are (the waiting queue, `sim.core.waiting`;
+running, prefilling, ready to join the decode batch, swapped out, finished but holding their KV;
+the P/D hand-off state, `sim.core.handoff`), its KV (the pool `sim.core.kv`, the decode batch,
+the usage integrals, host memory for swaps), its pricing (`sim.core.pricing`) and its records.
+It is what the instance's policy sees (`sim.core.plan.InstanceView`): each step the instance
+(`sim.core.instance.Instance`, the step loop and the outside world) asks it for the policy's
+`StepPlan` (`plan`), and it applies the plan: evictions, admissions and allocations at the step's
+start (`start`, which prices the step as a `sim.core.run.Run`), and at the step's end the token
+rule, finishes and the step's record (`apply`). Nothing else changes an instance's requests.
 
 Speculative steps. A plan that names `speculate` (speculative decoding) runs as one step whose
 decoding requests are handled one by one outside the decode batch: each emits its own number of
 tokens (`sim.core.speculative_step`). Its duration is the proposals' seconds plus the target's
 verification step. Plans without it never touch that path, so a run with speculation off is
 exactly the plain run, coalesced runs and all.
-
-Running ahead. When an instance's next step ends before any other scheduled event (the next
-arrival, another instance's step), nothing can observe or interrupt it, so the loop applies it at
-once and plans the next on its own clock, without a SimPy event; it catches SimPy up before it
-waits. Instances whose steps notify a KV link do not run ahead. A lone instance pulls its
-arrivals (`ArrivalFeed`) instead of having them pushed: then it never waits on SimPy while busy.
-
-Same-time order (tested): arrivals carry SimPy's URGENT priority and step ends NORMAL, so requests
-arriving at time t are queued before any instance plans the step that starts at t: an arrival at
-t is visible to a schedule at t. Arrivals with equal timestamps are queued in id order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Sequence
 
-import simpy
-from simpy.events import Event
-
-from sim.core.arrivals import FOREVER_S
-from sim.core.decode_batch import NO_GROWTH, GrowthIntegrals
-from sim.core.instance import NO_CARRY, InstanceState, KVSpec, Load, StepPricer
-from sim.core.plan import StepFeatures, StepPlan
-from sim.core.request import RUNNING, WAITING, Request
+from sim.core.acceptance import AcceptanceSampler
+from sim.core.decode_batch import NO_GROWTH, DecodeBatch, GrowthIntegrals
+from sim.core.handoff import HandOff
+from sim.core.kv.host import HostMemory
+from sim.core.kv.pool import KVPool
+from sim.core.kv_usage import KVUsage
+from sim.core.plan import Policy, QueueView, StepPlan
+from sim.core.prefill_curve import PrefillCurve
+from sim.core.pricing import Pricing, StepPricer, chunk_growth
+from sim.core.recorder import ItlLog, RequestLog, StepLog
+from sim.core.request import RUNNING, Request
 from sim.core.run import NO_FEATURES, Run
-from sim.core.speculative_step import Prompts, SpecStart
-from sim.core.step_times import StepTimes, steps_before
+from sim.core.speculative_step import Prompts, ProposalPricer, Speculator
+from sim.core.step_times import StepTimes
+from sim.core.waiting import Waiting, WaitQueue
 
-__all__ = ["Instance", "KVSpec", "Load", "StepPricer"]
-
+NO_CARRY = (0, 0.0)
 NO_PROMPTS: Prompts = (0, 0, 0, 0, ())
 
 
-class Instance(InstanceState):
-    """One serving instance: its state (`InstanceState`) and the step loop (see the module
-    docstring)."""
+class Engine:
+    """An instance's requests, KV and records, and how its policy's plans change them (see the
+    module docstring)."""
 
-    # -- the step loop ---------------------------------------------------------------------------
+    def __init__(
+        self,
+        policy: Policy,
+        queue: WaitQueue,
+        pool: KVPool,
+        cost: StepPricer,
+        log: RequestLog,
+        steps: StepLog,
+        itl: ItlLog,
+        *,
+        bytes_per_token: float,
+        swap_bandwidth_bytes_per_s: float,
+        host_memory_bytes: float,
+        coalesce: bool = True,
+        hands_off: bool = False,
+        receives: bool = False,
+        acceptance: AcceptanceSampler | None = None,
+        proposer: ProposalPricer | None = None,
+        prefill: PrefillCurve | None = None,
+    ) -> None:
+        self.policy = policy
+        self.pool = pool
+        self._bytes_per_token = bytes_per_token
+        self._swap_bandwidth = swap_bandwidth_bytes_per_s
+        self.log = log
+        self.steps = steps
+        self.itl = itl
+        self._streamed = steps.on_full is not None or itl.on_full is not None
+        self._waiting = Waiting(queue, pool.block_size if pool.caching else 0)
+        self.running: list[Request] = []  # admission order
+        self.prefilling: list[Request] = []  # running, prompt (or recompute) not done
+        self.ready: list[Request] = []  # running, decode next, not yet in the batch
+        self.swapped: deque[Request] = deque()
+        self.held: list[Request] = []  # finished, KV kept until the batch ends (static)
+        self.pd = HandOff(hands_off, receives)
+        self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
+        self.usage = KVUsage(pool.block_size)
+        self.host = HostMemory(host_memory_bytes)  # swapped-out KV: its one account
+        # speculative decoding: applies the steps of plans that name `speculate`
+        self.speculator: Speculator | None = None
+        if acceptance is not None:
+            if proposer is None:
+                raise ValueError("speculative decoding needs a proposal pricer")
+            self.speculator = Speculator(acceptance, proposer, pool, self.usage, policy.paged_kv)
+        self.pricing = Pricing(cost, pool, self.batch, self.speculator, coalesce, prefill)
+        self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
+        self._busy = False  # a step has started and its run is not finished
+        self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
+        # told when planning freed blocks (the P/D link), and of each finished request
+        self.on_change: Callable[[], None] | None = None
+        self.on_finish: Callable[[Request], None] | None = None
 
-    def _loop(self) -> Generator[Event, Any, None]:
-        env = self.env
-        run_ahead = self.on_change is None
-        feed = self.feed
-        if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
-            yield env.timeout(self.serves_from_s - env.now)
-            self._clock = env.now
-        while True:
-            if feed is not None:  # arrivals up to now are queued before the schedule at now
-                feed.pull(self._clock, self.submit)
-            if self._aborts:  # requests their clients gave up on leave before the schedule
-                self._drop_aborted()
-            self.pool.at(self._clock)  # tier blocks are hits once written: as of now
-            plan = self.policy.schedule(self)
-            if plan is not None and (plan.preempt or plan.swap_in) and not plan.has_work:
-                # evictions with nothing to run: they happened; the next step records them
-                self._begin(plan)
-                plan = None
-            if plan is None:
-                if self._clock > env.now:  # catch SimPy up before waiting for anything
-                    queued = self.num_waiting
-                    yield env.timeout(self._clock - env.now)
-                    if self.num_waiting != queued:
-                        # sent at the very end of the run (a closed loop's next request with
-                        # no delay) while SimPy caught up: plan for it instead of idling
-                        continue
-                self._idle = env.event()
-                wake = self.policy.next_wakeup_s(self)
-                if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival
-                    wake = feed.next_s if wake is None else min(wake, feed.next_s)
-                if wake is None:
-                    yield self._idle
-                else:
-                    yield self._idle | env.timeout(max(0.0, wake - env.now))
-                self._idle = None
-                self._clock = env.now
-                continue
-            run = self._begin(plan)
-            if feed is not None and run.interruptible and feed.next_s < FOREVER_S:
-                # the next arrival could join: the run ends at the step boundary at or after it,
-                # where an arrival pushed by SimPy would have cut it
-                run.num_steps = steps_before(run.times, run.num_steps, feed.next_s)
-            end = run.times.end(run.num_steps)
-            if run_ahead and self.on_change is None and end < env.peek():
-                if feed is not None:  # what arrived while it ran is queued when it ends
-                    feed.pull(end, self.submit)
-                self._finish(run)  # nothing can happen before it ends: no event needed
-                continue
-            self._run = run
-            wait: Event = env.timeout(end - env.now)
-            while True:
-                try:
-                    yield wait
-                    break
-                except simpy.Interrupt:
-                    if self._cut_to is not None:
-                        self._cut_to = None
-                    end = run.times.end(run.num_steps)
-                    wait = env.timeout(max(0.0, end - env.now))
-            self._run = None
-            if feed is not None:
-                feed.pull(env.now, self.submit)
-            self._finish(run)
+    # -- the view a policy reads (sim.core.plan.InstanceView) ----------------------------------
 
-    def step_by_hand(self, now: float, max_steps: int | None = None) -> Run | None:
-        """Plan and apply one step (or run of up to `max_steps` steps) starting at `now`, with
-        no SimPy: for tests and tools that drive an instance directly. Returns what ran (None
-        when the policy had nothing to run)."""
+    @property
+    def now(self) -> float:
+        return self._clock
+
+    @property
+    def waiting(self) -> QueueView:
+        return self._waiting.queue
+
+    @property
+    def kv(self) -> KVPool:
+        return self.pool
+
+    @property
+    def arrived(self) -> Sequence[Request]:
+        return self.pd.arrived()
+
+    @property
+    def num_decoding(self) -> int:
+        return self.batch.size + len(self.ready)
+
+    @property
+    def host_bytes_free(self) -> float:
+        return self.host.free_bytes
+
+    @property
+    def receives_transfers(self) -> bool:
+        return self.pd.receives
+
+    def decode_block_demand(self) -> int:
+        demand = self.batch.demand_at(self.batch.clock)
+        bs = self.pool.block_size
+        for req in self.ready:
+            if req.kv_blocks * bs <= req.num_computed_tokens:
+                demand += 1
+        return demand
+
+    def needs_block(self, req: Request) -> bool:
+        return req.kv_blocks * self.pool.block_size <= req.num_computed_tokens
+
+    def swap_bytes(self, req: Request) -> int:
+        tokens = self.pool.blocks_for(req.num_computed_tokens) * self.pool.block_size
+        return int(tokens * self._bytes_per_token)
+
+    # -- what the instance asks ------------------------------------------------------------------
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting) + len(self.swapped) + self.pd.num_arrived()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running) + len(self.held)
+
+    def num_outstanding(self) -> int:
+        """Requests queued, swapped, landed, running or holding their KV."""
+        return (
+            len(self._waiting) + len(self.swapped) + self.pd.num_arrived() + len(self.running)
+            + len(self.held)
+        )  # fmt: skip
+
+    def outstanding_tokens(self) -> int:
+        """Tokens still to compute for every request here (what token-aware routers balance)."""
+        total = self._waiting.work() + self.batch.outstanding_tokens
+        for queue in (self.prefilling, self.ready, self.swapped, self.pd.arrived()):
+            if queue:  # mostly empty but the prompts in flight: no generator for those
+                for req in queue:
+                    total += req.remaining_work
+        return total
+
+    def tokens_per_step(self, plan: StepPlan, first_tokens: bool) -> int:
+        """Tokens a step of `plan` computes at most (with `first_tokens`, a prompt chunk's
+        token too): one from every decoding member, and its prompt chunks."""
+        per_step = self.batch.size if plan.decode else 0
+        extra = 1 if first_tokens else 0
+        for chunk in plan.prefill.values():
+            per_step += chunk + extra
+        return per_step
+
+    def caching_during(self, run: Run) -> bool:
+        """Whether applying steps of `run` could change what the prefix cache holds before its
+        last step: prompt chunks cache their blocks, a speculative step's may, and a decode
+        batch that grows into cached free blocks evicts them."""
+        if run.num_steps <= 1 or not self.pool.caching:
+            return False
+        pool = self.pool
+        growth = self.batch.size * (run.num_steps // pool.block_size + 1) if run.plan.decode else 0
+        return bool(run.plan.prefill) or run.spec is not None or not pool.takes_uncached(growth)
+
+    def late_first(self) -> bool:
+        """Whether a request with no full prompt block whose known content fills one came."""
+        return self._waiting.late_first()
+
+    def prompt_backlog(self) -> int:
+        """Prompt tokens not yet prefilled of the requests waiting or prefilling here."""
+        total = self._waiting.prompt_backlog()
+        for req in self.prefilling:
+            total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
+        return total
+
+    def holds_requests(self) -> bool:
+        """Whether any request is queued, running, swapped, holding KV or in P/D hand-off."""
+        return bool(
+            len(self._waiting) or self.running or self.swapped or self.held
+            or self.pd.holds_requests()
+        )  # fmt: skip
+
+    def is_running(self, req: Request) -> bool:
+        return req in self.running
+
+    def at(self, now: float) -> None:
+        """The instance's clock moves to `now` (no step is under way)."""
         self._clock = now
-        self.pool.at(now)
-        plan = self.policy.schedule(self)
-        if plan is None:
-            return None
-        run = self._begin(plan)
-        if not plan.has_work:
-            return run
-        if max_steps is not None:
-            run.num_steps = min(run.num_steps, max_steps)
-        self._finish(run)
-        return run
 
-    def _finish(self, run: Run) -> None:
-        # the end of the run as applied (settled pieces may move it by a rounding error)
-        self._clock = self._apply(run, run.num_steps)
-        self._busy = False
-        if self.on_load is not None:
-            self.on_load(self)
-        if self.on_change is not None:
-            self.on_change(self)
+    def plan(self) -> StepPlan | None:
+        """The policy's plan for the step starting at the instance's clock."""
+        self.pool.at(self._clock)  # tier blocks are hits once written: as of now
+        return self.policy.schedule(self)
+
+    def next_wakeup_s(self) -> float | None:
+        return self.policy.next_wakeup_s(self)
+
+    # -- arrivals and the outside world --------------------------------------------------------
+
+    def queue(self, req: Request) -> bool:
+        """Queue an arrived request; False (and recorded) when it can never be served here."""
+        reason = self.policy.rejection(req, self.pool)
+        if reason:
+            req.reject(reason)
+            self.log.record(req)
+            return False
+        self._waiting.push(req)
+        return True
+
+    def abort_waiting(self, req: Request, now: float) -> None:
+        """A queued request's client gave up: it leaves now."""
+        self._waiting.remove(req)
+        req.abort(now)
+        self.log.record(req)
+
+    def drop_aborted(self, aborts: list[Request]) -> None:
+        """The running requests in `aborts` leave at a step boundary, as a finished request
+        does (the token rule's outputs so far are what they got)."""
+        for req in aborts:
+            if req.state == RUNNING:  # not finished in the meantime
+                self._leave_running(req)
+                req.abort(self._clock)
+                self.log.record(req)
+                if self.policy.releases_kv_on_finish:
+                    self._free(req)
+                else:
+                    self.held.append(req)
+
+    def touch(self, now: float) -> None:
+        """Before an outside change at `now` (the run in flight settled): integrate KV use up
+        to now."""
+        self.pool.at(now)
+        if self._busy:
+            self.usage.accrue_to(now, self.pool.num_used)
+
+    def reserve(self, num_blocks: int) -> None:
+        """P/D decode side: set blocks aside for a KV transfer that starts now."""
+        self.pool.take(num_blocks)
+        self.pd.reserve(num_blocks)
+
+    def land(self, req: Request, num_blocks: int, now: float) -> None:
+        """P/D decode side: a transferred request lands, holding `num_blocks` reserved blocks."""
+        self.pd.land(req, num_blocks, now)
+        self.usage.stored_tokens += req.num_computed_tokens
+        self.usage.fragment_tokens += self.usage.over(req, num_blocks)
+
+    def release(self, req: Request) -> None:
+        """P/D prefill side: a handed-off request's KV has left; free its blocks here."""
+        self.pd.release(req)
+        self._free(req)
+
+    def take_handoffs(self) -> list[Request]:
+        """P/D prefill side: the prompts handed off since the last call, in order."""
+        return self.pd.take_new()
+
+    # -- a request's KV: its pool blocks and the usage tallies -----------------------------------
+
+    def _grow(self, req: Request, num_tokens: int) -> None:
+        """Grow a (non-member) request's holding; the blocks past its sequence are fragment."""
+        added = self.pool.grow(req, num_tokens)
+        if added:
+            bs = self.pool.block_size
+            final = req.num_prompt_tokens + req.max_output_tokens
+            held = req._kv_blocks
+            was = (held - added) * bs - final
+            now = held * bs - final
+            if now > 0:
+                self.usage.fragment_tokens += now - (was if was > 0 else 0)
+
+    def _free(self, req: Request) -> None:
+        """Return a (non-member) request's KV to the pool and take it out of the tallies."""
+        usage = self.usage
+        usage.stored_tokens -= req.num_computed_tokens
+        usage.fragment_tokens -= usage.over(req, req.kv_blocks)
+        pool = self.pool
+        # its full blocks stay cached; those others still hold stay stored, once
+        pool.register(req, req.num_computed_tokens)
+        usage.stored_tokens += pool.release(req)
 
     # -- the start of a step: evictions, admissions, allocations, price ------------------------
 
-    def _begin(self, plan: StepPlan) -> Run:
-        run = self._start(plan)
-        if self.on_load is not None:
-            self.on_load(self)
-        if self.on_step is not None:
-            self.on_step(self, run, False)
-        return run
-
-    def _start(self, plan: StepPlan) -> Run:
-        """A step's start: the plan's moves, its requests' blocks, then its price."""
+    def start(self, plan: StepPlan) -> Run:
+        """A step's start at the instance's clock: the plan's moves, its requests' blocks,
+        then its price."""
         now = self._clock  # the pool is at it already (set before the plan was made)
         self.usage.step_started(now)
         num_preempted, swap_s = self._carried
@@ -171,7 +317,7 @@ class Instance(InstanceState):
         if not plan.has_work:
             self._carried = (num_preempted, swap_s)
             if freed and self.on_change is not None:
-                self.on_change(self)
+                self.on_change()
             return Run(plan, NO_FEATURES, StepTimes(now, 0.0), 0, False, 0, 0.0)
         if num_preempted or swap_s:
             self._carried = NO_CARRY
@@ -189,8 +335,8 @@ class Instance(InstanceState):
         if freed and self.on_change is not None:
             # planning freed blocks (preemption): tell the cluster now, as a step-by-step loop
             # would, not at the end of a run
-            self.on_change(self)
-        run = self._price(plan, now, prompts, decodes, spec, swap_s)
+            self.on_change()
+        run = self.pricing.price(plan, now, prompts, decodes, spec, swap_s)
         run.num_preempted = num_preempted
         self._busy = True
         return run
@@ -230,92 +376,18 @@ class Instance(InstanceState):
         usage.stored_tokens += num
         return num, num, batch.sum_computed + num
 
-    def _price(
-        self,
-        plan: StepPlan,
-        now: float,
-        prompts: Prompts,
-        decodes: tuple[int, int, int],
-        spec: SpecStart | None,
-        swap_s: float,
-    ) -> Run:
-        """The step's features and seconds (with swaps, tier loads and a draft's prefill), and
-        how many times it repeats."""
-        num_prefills, prefill_tokens, prefill_context, attention, chunks = prompts
-        num_decodes, decode_tokens, decode_context = decodes
-        load_s, self._load_s = self._load_s, 0.0
-        repeats = (
-            plan.repeat > 1 and self.coalesce and not swap_s and not load_s and num_prefills <= 1
-        )
-        draft_s = 0.0
-        if spec is None and prefill_tokens and self.speculator is not None:
-            # a draft model computes the prompt chunks too: a single step, that much longer
-            drafted = self.speculator.draft_prefill_s(prompts)
-            if drafted is not None:
-                draft_s, repeats = drafted, False
-        pad = plan.padding
-        features = StepFeatures(
-            num_prefills + num_decodes + pad.num_seqs,
-            prefill_tokens + decode_tokens + pad.num_seqs + pad.prefill_tokens,
-            prefill_tokens + pad.prefill_tokens,
-            decode_tokens,
-            prefill_context + decode_context + pad.context_tokens,
-            attention + pad.attention_term,
-            num_decodes + pad.num_seqs + (prefill_tokens if repeats else 0),
-            num_prefills + num_decodes,
-            prefill_tokens * prefill_tokens if repeats else 0,
-            chunks,
-        )
-        cost = self.cost
-        first_s, increment_s = cost.run_times(features)
-        extrapolated = cost.last_extrapolated
-        if load_s:  # loads from KV tiers: before the step, or hidden behind its compute
-            load_s = max(0.0, load_s - first_s) if self.pool.loads_overlap else load_s
-            self.pool.load_wait_s += load_s
-        extra_s = swap_s + load_s + (spec.proposal_s if spec is not None else draft_s)
-        num_steps = 1
-        if repeats and not plan.preempt and not plan.swap_in:
-            num_steps = min(plan.repeat, self.batch.steps_to_finish())
-            num_steps = min(num_steps, cost.linear_steps(features))
-            if prefill_tokens:
-                num_steps = self._chunk_run_steps(plan, num_steps)
-            else:
-                num_steps = self.batch.steps_until_dry(self.pool.num_free, num_steps)
-        run = Run(
-            plan,
-            features,
-            StepTimes(now, first_s + extra_s, increment_s if spec is None else 0.0),
-            num_steps,
-            plan.interruptible and num_steps > 1,
-            0,
-            swap_s,
-            cost.cpu_overhead_s(features),
-            extrapolated,
-        )
-        run.load_s = load_s
-        if spec is not None:  # one step: the target verifies after the proposals
-            run.spec = spec
-            run.verify_s = first_s
-            run.proposal_s = spec.proposal_s
-        else:
-            run.proposal_s = draft_s
-        return run
-
     def _move(
         self, plan: StepPlan, now: float, num_preempted: int, swap_s: float
     ) -> tuple[int, float, bool]:
         """A plan's seats, evictions, swap-ins and admissions, in that order (sim.core.plan);
         the swapped-in requests' blocks are taken last."""
         usage = self.usage
-        bandwidth = self.kv_spec.swap_bandwidth_bytes_per_s
+        bandwidth = self._swap_bandwidth
         freed = False
         if plan.preempt:  # the victims' tier writes wait for the admissions' tier loads
             self.pool.hold_tier_writes()
         for req in plan.seat:
-            if not self.arrived or self.arrived[0] is not req:
-                raise AssertionError(f"seat for request {req.id} out of order")
-            self.arrived.popleft()
-            req.seat()
+            self.pd.seat(req)
             self.running.append(req)
             self.ready.append(req)
         for p in plan.preempt:
@@ -331,8 +403,7 @@ class Instance(InstanceState):
             else:
                 self._free(req)
                 req.preempt_recompute()
-                self.waiting.push_front(req)
-                self._waiting_work += req.remaining_work
+                self._waiting.push_front(req)
             num_preempted += 1
             freed = True
         for req in plan.swap_in:
@@ -345,17 +416,15 @@ class Instance(InstanceState):
             self.running.append(req)
             usage.stored_tokens += req.num_computed_tokens
             (self.ready if req.is_decoding else self.prefilling).append(req)
-        cached, loaded, pool = plan.cached, plan.loaded, self.pool
+        cached, loaded, pool, waiting = plan.cached, plan.loaded, self.pool, self._waiting
         for req in plan.admit:
-            if self.waiting.pop(now) is not req:
-                raise AssertionError(f"admission of request {req.id} out of queue order")
-            self._waiting_work -= req.remaining_work
+            waiting.pop(now, req)
             hits = cached.get(req, 0) if cached else 0
             pool.lookup(req, hits)
             shared = pool.acquire(req, hits) if hits else 0
             lower = loaded.get(req, 0) if loaded else 0
             if lower:  # the blocks after them come from a tier below: their blocks with growth
-                self._load_s += pool.load(req, hits, lower)
+                self.pricing.wait_on_load(pool.load(req, hits, lower))
             if hits or lower:  # it starts from its cached prefix; shared blocks stored once
                 bs = pool.block_size
                 usage.stored_tokens += (hits + lower - shared) * bs
@@ -372,91 +441,6 @@ class Instance(InstanceState):
             self._grow(req, plan.hold.get(req, req.num_computed_tokens))
         return num_preempted, swap_s, freed
 
-    def _chunk_run_steps(self, plan: StepPlan, limit: int) -> int:
-        """How many steps of a repeated prompt chunk (with the decodes) find their blocks."""
-        ((req, chunk),) = plan.prefill.items()
-        pool, batch = self.pool, self.batch
-        free = pool.num_free
-        computed = req.num_computed_tokens + chunk  # after the first step
-        for j in range(2, limit + 1):
-            grown = computed + chunk
-            need = (
-                pool.blocks_for(grown)
-                - pool.blocks_for(computed)
-                + batch.demand_at(batch.clock + j - 1)
-            )
-            if need > free:
-                return j - 1
-            free -= need
-            computed = grown
-        return limit
-
-    def _chunk_growth(self, req: Request, chunk: int, num_steps: int, times: StepTimes) -> Any:
-        """What a prompt chunk repeated for steps 2..k allocates and adds to the KV integrals
-        (like `DecodeBatch.growth` for the decodes); the blocks are not taken here."""
-        bs = self.pool.block_size
-        final = req.sequence_tokens
-        total = times.elapsed(num_steps)
-        computed = req.num_computed_tokens + chunk
-        held = req._kv_blocks
-        blocks = 0
-        block_seconds = fragment_seconds = 0.0
-        fragment = 0
-        for a in range(2, num_steps + 1):
-            computed += chunk
-            need = -(-computed // bs) - held
-            if need > 0:
-                held += need
-                blocks += need
-                rest = total - times.elapsed(a - 1)
-                block_seconds += need * rest
-                over = held * bs - final
-                if over > 0:  # the block past its sequence's end (only its last)
-                    added = over - max(0, (held - need) * bs - final)
-                    fragment += added
-                    fragment_seconds += added * rest
-        return GrowthIntegrals(blocks, block_seconds, fragment, fragment_seconds)
-
-    def abort(self, req: Request) -> bool:
-        """Its client gave up on `req`: queued here, it leaves now; running here, it leaves at
-        the next step boundary (a run it is in is cut there, as an arrival cuts one), after the
-        step under way. False when it is in neither state (swapped, or in P/D hand-off)."""
-        self._touch()
-        if req.state == WAITING and req.instance == self.index:
-            self.waiting.remove(req)
-            self._waiting_work -= req.remaining_work
-            req.abort(self.env.now)
-            self.log.record(req)
-        elif req.state == RUNNING and req in self.running:
-            if req not in self._aborts:
-                self._aborts.append(req)
-            if self._idle is not None:
-                self.wake()
-            elif self._run is not None and self._run.interruptible:
-                self._cut()
-            return True
-        else:
-            return False
-        if self.on_load is not None:
-            self.on_load(self)
-        return True
-
-    def _drop_aborted(self) -> None:
-        """The running requests `abort` was asked for leave, at a step boundary, as a finished
-        request does (the token rule's outputs so far are what they got)."""
-        for req in self._aborts:
-            if req.state == RUNNING:  # not finished in the meantime
-                self._leave_running(req)
-                req.abort(self._clock)
-                self.log.record(req)
-                if self.policy.releases_kv_on_finish:
-                    self._free(req)
-                else:
-                    self.held.append(req)
-        self._aborts.clear()
-        if self.on_load is not None:
-            self.on_load(self)
-
     def _leave_running(self, req: Request) -> None:
         self.running.remove(req)
         if req._batch is not None:
@@ -468,20 +452,18 @@ class Instance(InstanceState):
 
     # -- the end of a step: the token rule, finishes, records ----------------------------------
 
-    def _apply(self, run: Run, num_steps: int) -> float:
+    def apply(self, run: Run, num_steps: int) -> float:
         """Apply the first `num_steps` unapplied steps of `run` (all of it, or those that ended
         before an outside look); returns when they ended."""
         plan, times, batch, pool = run.plan, run.times, self.batch, self.pool
-        if run.extrapolated:
-            self.num_extrapolated_steps += num_steps
-        if run.cpu_s:
-            self.cpu_overhead_s += run.cpu_s * num_steps
+        if run.extrapolated or run.cpu_s:
+            self.pricing.tally(run, num_steps)
         growth = batch.growth(num_steps, times) if plan.decode else NO_GROWTH
         stored_growth = batch.size if plan.decode else 0
         chunk_run = num_steps > 1 and plan.prefill
         if chunk_run:  # a repeated prompt chunk grows its holding too
             ((grower, chunk),) = plan.prefill.items()
-            own = self._chunk_growth(grower, chunk, num_steps, times)
+            own = chunk_growth(grower, chunk, num_steps, times, pool.block_size)
             growth = GrowthIntegrals(
                 growth.blocks + own.blocks,
                 growth.block_seconds + own.block_seconds,
@@ -495,7 +477,7 @@ class Instance(InstanceState):
         cached = pool.num_cached_free
         piece = self.usage.integrate(times, num_steps, used, stored_growth, growth)
         end = times.end(num_steps)
-        self.pool.at(end)  # blocks computed by now are cached (and written down) from now
+        pool.at(end)  # blocks computed by now are cached (and written down) from now
         spec = run.spec
         accepted = 0
         if spec is not None:
@@ -517,14 +499,17 @@ class Instance(InstanceState):
             self.held.clear()
         run.record(
             self.steps, num_steps, end, piece, cached, accepted,
-            self.num_waiting, self.num_running, self.pool.occupancy(),
+            self.num_waiting, self.num_running, pool.occupancy(),
         )  # fmt: skip
         if self._streamed:  # hand full chunks of records over: a streamed run keeps no tables
             self.steps.hand_over()
             self.itl.hand_over()
-        if self.on_step is not None:
-            self.on_step(self, run, True)
         return end
+
+    def finish_run(self, end: float) -> None:
+        """The run in flight was applied to its end at `end`: the instance is idle there."""
+        self._clock = end
+        self._busy = False
 
     def _end_prefills(
         self,
@@ -539,7 +524,7 @@ class Instance(InstanceState):
         blocks for a repeated chunk), caches its full blocks, and emits a token once its
         prompt is done; then it decodes, leaves for the KV link, or (finished) joins
         `finished`."""
-        pool, itl = self.pool, self.itl
+        pool, itl, pd = self.pool, self.itl, self.pd
         for req in plan.prefill:
             if req.state != RUNNING:  # a chunk's request cannot have left mid-step
                 raise AssertionError(f"request {req.id} left during its own step")
@@ -557,11 +542,9 @@ class Instance(InstanceState):
             self.prefilling.remove(req)
             if req.is_finished:
                 finished.append(req)
-            elif self.hands_off and req.num_output_tokens == 1:
+            elif pd.hands_off and req.num_output_tokens == 1:
                 self.running.remove(req)
-                req.hand_off(end)
-                self.handoff.append(req)
-                self._new_handoffs.append(req)
+                pd.hand_off(req, end)
             else:
                 self.ready.append(req)
 
@@ -580,7 +563,7 @@ class Instance(InstanceState):
         else:
             self.held.append(req)
 
-    def _continue(self, run: Run) -> None:
+    def continue_run(self, run: Run) -> None:
         """After applying some steps of a run mid-flight: start the next one, under way now."""
         if run.plan.decode:
             blocks, tails = self.batch.start_step()
@@ -590,5 +573,3 @@ class Instance(InstanceState):
         for req, chunk in run.plan.prefill.items():  # a repeated chunk's next step
             self._grow(req, req.num_computed_tokens + chunk)
             self.usage.stored_tokens += chunk
-
-

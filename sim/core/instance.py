@@ -1,82 +1,60 @@
-"""One serving instance's state, what its policy sees of it, and what the outside world may do.
+"""One serving instance: its step loop, the run in flight, and what the outside world may do.
 
-`InstanceState` owns everything that changes while an instance serves: its queues (waiting,
-running, swapped, and in P/D serving the hand-off and arrived lists), its KV pool (`sim.core.kv`)
-and usage integrals, its host swap space, its decode batch and its records. A policy reads it
-through `sim.core.plan.InstanceView` (the properties below); routers and the KV link call its
-methods (`submit`, `load`, `reserve`, `receive`, `release`). Each of those first calls `settle()`:
-a run of coalesced steps in flight is applied up to now, so the instance looks exactly as it
-would have stepped one step at a time. The step loop that applies plans is the subclass
-`sim.core.engine.Instance`.
+An instance is a composition of parts that own their state: the engine (`sim.core.engine.Engine`:
+its requests by where they are, with the waiting queue `sim.core.waiting.Waiting` and the P/D
+hand-off state `sim.core.handoff.HandOff`; its KV pool, decode batch, usage integrals and host
+memory; its pricing `sim.core.pricing.Pricing`; its records), which is what its policy sees and
+the one thing that changes its requests, and `Instance` below: the SimPy process that steps it,
+the run in flight and the outside world's questions. Each step the loop asks the engine for the
+policy's `StepPlan` (`sim.core.plan`: the contract), has the engine start it (evictions,
+admissions, allocations, the price: a `sim.core.run.Run`), lets SimPy advance time, and has the
+engine apply it at its end (the token rule, finishes, the step's record).
+
+Runs. A decode-only plan may repeat: the engine runs as many identical steps as the policy
+allows, stopping before the first finish and before the KV pool would run dry (the decode batch
+knows both in O(1)), as one SimPy timeout. Anything outside that reads or changes the instance
+mid-run (routers and the KV link call `submit`, `load`, `reserve`, `receive`, `release`) first
+calls `settle()`, which applies the steps that have ended and starts the one under way, so the
+instance looks exactly as it would have stepped one step at a time; an arrival that could join
+cuts the run at the first step boundary at or after it. So coalescing steps never changes a
+schedule (the tests run every policy both ways).
+
+Running ahead. When an instance's next step ends before any other scheduled event (the next
+arrival, another instance's step), nothing can observe or interrupt it, so the loop applies it at
+once and plans the next on its own clock, without a SimPy event; it catches SimPy up before it
+waits. Instances whose steps notify a KV link do not run ahead. A lone instance pulls its
+arrivals (`ArrivalFeed`) instead of having them pushed: then it never waits on SimPy while busy.
+
+Same-time order (tested): arrivals carry SimPy's URGENT priority and step ends NORMAL, so requests
+arriving at time t are queued before any instance plans the step that starts at t: an arrival at
+t is visible to a schedule at t. Arrivals with equal timestamps are queued in id order.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import simpy
 from simpy.events import Event
 
 from sim.core.acceptance import AcceptanceSampler
 from sim.core.arrivals import FOREVER_S, ArrivalFeed
-from sim.core.decode_batch import DecodeBatch
-from sim.core.kv.host import HostMemory
+from sim.core.engine import Engine
 from sim.core.kv.pool import KVPool
-from sim.core.kv_usage import KVUsage
-from sim.core.plan import Policy, StepFeatures
+from sim.core.load import Load, WorkLoad
+from sim.core.plan import InstanceView, Policy, QueueView, StepPlan
 from sim.core.prefill_curve import PrefillCurve
+from sim.core.pricing import StepPricer
 from sim.core.recorder import ItlLog, RequestLog, StepLog
-from sim.core.request import Request
+from sim.core.request import RUNNING, WAITING, Request
 from sim.core.run import Run
-from sim.core.speculative_step import ProposalPricer, Speculator
+from sim.core.speculative_step import ProposalPricer
+from sim.core.step_times import steps_before
+from sim.core.waiting import WaitQueue
 
-NO_CARRY = (0, 0.0)
-FOREVER = 1 << 62
-
-
-class StepPricer(Protocol):
-    """Prices a step from its features (`sim.costs.cost_model.CostModel`)."""
-
-    def run_times(self, features: StepFeatures) -> tuple[float, float]:
-        """The first step's seconds, and how much longer each repeated step is."""
-        ...
-
-    def linear_steps(self, features: StepFeatures) -> int:
-        """How many repeated steps grow by that same increment."""
-        ...
-
-    def cpu_overhead_s(self, features: StepFeatures) -> float:
-        """Host seconds per step of the run (scheduling, input preparation, sampling)."""
-        ...
-
-    @property
-    def last_extrapolated(self) -> bool:
-        """Whether the run just priced fell outside the profile's measured tables."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Load:
-    """An instance's load at one instant, for routing decisions."""
-
-    num_waiting: int
-    num_running: int
-    outstanding_tokens: int  # prompt tokens not yet prefilled + output tokens not yet generated
-    kv_blocks_used: int
-    kv_blocks_total: int
-
-
-@dataclass(frozen=True, slots=True)
-class WorkLoad:
-    """An instance's queues and outstanding work at one instant (`Load` less its KV blocks):
-    what most routers read, known without applying the run in flight (`work_load`)."""
-
-    num_waiting: int
-    num_running: int
-    outstanding_tokens: int
+__all__ = ["Instance", "KVSpec", "Load", "StepPricer", "WorkLoad"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,16 +67,16 @@ class KVSpec:
     host_memory_bytes: float = 64e9
 
 
-class InstanceState:
-    """One serving instance's state, its policy's view of it and its outside world (see the
-    module docstring); the step loop that applies plans is `sim.core.engine.Instance`."""
+class Instance:
+    """One serving instance: its engine, its step loop and the run in flight (see the module
+    docstring)."""
 
     def __init__(
         self,
         env: simpy.Environment,
         index: int,
         policy: Policy,
-        queue: Any,
+        queue: WaitQueue,
         pool: KVPool,
         cost: StepPricer,
         log: RequestLog,
@@ -119,57 +97,27 @@ class InstanceState:
         self.serves_from_s = serves_from_s  # a cold start: nothing is scheduled before this
         self.index = index
         self.policy = policy
-        self.cost = cost
         self.pool = pool
         self.kv_spec = kv
-        self.log = log
-        self.coalesce = coalesce
-        self.hands_off = hands_off  # P/D prefill instance: finished prompts leave for the link
-        self.receives = receives  # P/D decode instance: requests land with their KV
-        self.waiting = queue
-        self.running: list[Request] = []  # admission order
-        self.prefilling: list[Request] = []  # running, prompt (or recompute) not done
-        self.ready: list[Request] = []  # running, decode next, not yet in the batch
-        self.swapped: deque[Request] = deque()
-        self.held: list[Request] = []  # finished, KV kept until the batch ends (static)
-        self.handoff: list[Request] = []  # P/D prefill: prompt done, KV waiting for the link
-        self._new_handoffs: list[Request] = []  # handed off, not yet taken by the link
-        self.arrived: deque[Request] = deque()  # P/D decode: KV landed, waiting for a seat
-        self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
-        self.usage = KVUsage(pool.block_size)
-        # speculative decoding: applies the steps of plans that name `speculate`
-        self.speculator: Speculator | None = None
-        if acceptance is not None:
-            if proposer is None:
-                raise ValueError("speculative decoding needs a proposal pricer")
-            self.speculator = Speculator(acceptance, proposer, pool, self.usage, policy.paged_kv)
-        self.steps = steps if steps is not None else StepLog(index)
-        self.itl = itl if itl is not None else ItlLog()
-        self._streamed = self.steps.on_full is not None or self.itl.on_full is not None
-        self.host = HostMemory(kv.host_memory_bytes)  # swapped-out KV: its one account
-        self.reserved_blocks = 0  # P/D decode: set aside for transfers in flight
-        self._waiting_work = 0  # remaining work of the waiting requests
-        # pricing: steps priced outside the profile's tables, host seconds of CPU overhead
-        self.num_extrapolated_steps = 0
-        self.cpu_overhead_s = 0.0
-        self._carried = NO_CARRY  # preemptions (and swap seconds) of a plan with no step
-        self._load_s = 0.0  # seconds the step being started waits on loads from KV tiers
+        self.engine = Engine(
+            policy, queue, pool, cost, log,
+            steps if steps is not None else StepLog(index),
+            itl if itl is not None else ItlLog(),
+            bytes_per_token=kv.bytes_per_token,
+            swap_bandwidth_bytes_per_s=kv.swap_bandwidth_bytes_per_s,
+            host_memory_bytes=kv.host_memory_bytes,
+            coalesce=coalesce, hands_off=hands_off, receives=receives,
+            acceptance=acceptance, proposer=proposer, prefill=prefill,
+        )  # fmt: skip
+        # the run in flight: started, not yet applied to its end (None between runs)
         self._run: Run | None = None
-        # what prefilling n tokens costs here (its group's instances share one)
-        self._prefill = prefill if prefill is not None else PrefillCurve(cost)
-        self._busy = False
-        self._clock = 0.0  # the instance's own time: SimPy's, or ahead of it (running ahead)
-        self._idle: Event | None = None
+        self._idle: Event | None = None  # what an idle loop waits on (`wake` triggers it)
         self._cut_to: int | None = None
         self._aborts: list[Request] = []  # running requests to drop at the next boundary
-        self.on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
-        self.on_finish: Callable[[Request], None] | None = None  # closed-loop sessions
+        self._on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
         # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends
         # and when a request is queued or lands, the only moments `load_floor` can change
         self.on_load: Callable[[Any], None] | None = None
-        # a request with no full prompt block whose known content fills one came here: its
-        # decode steps can cache a first block (`may_cache_prefix`)
-        self._late_first = False
         # observers (tests, tools): called with the run once its start is applied (False) and
         # again after each piece of it is applied (True). An attribute, not a method to wrap:
         # the compiled build calls its own methods directly, past any wrapper
@@ -179,66 +127,84 @@ class InstanceState:
         # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
         self.process = env.process(self._loop()) if start else None
 
-    # -- the view a policy reads (sim.core.plan.InstanceView) ----------------------------------
+    # -- hooks and what the engine holds, for the outside world ---------------------------------
+
+    @property
+    def on_change(self) -> Callable[[Any], None] | None:
+        """Called with the instance when planning freed blocks or a run ended (the P/D link)."""
+        return self._on_change
+
+    @on_change.setter
+    def on_change(self, hook: Callable[[Any], None] | None) -> None:
+        self._on_change = hook
+        self.engine.on_change = None if hook is None else lambda: hook(self)
+
+    @property
+    def on_finish(self) -> Callable[[Request], None] | None:
+        """Called with each request that finishes here (closed-loop sessions)."""
+        return self.engine.on_finish
+
+    @on_finish.setter
+    def on_finish(self, hook: Callable[[Request], None] | None) -> None:
+        self.engine.on_finish = hook
+
+    def view(self) -> InstanceView:
+        """What its policy sees (the engine, at the instance's clock)."""
+        return self.engine
 
     @property
     def now(self) -> float:
-        return self._clock
+        return self.engine.now
 
     @property
-    def kv(self) -> KVPool:
-        return self.pool
+    def waiting(self) -> QueueView:
+        return self.engine.waiting
 
     @property
-    def num_decoding(self) -> int:
-        return self.batch.size + len(self.ready)
+    def running(self) -> Sequence[Request]:
+        return self.engine.running
 
     @property
-    def host_bytes_free(self) -> float:
-        return self.host.free_bytes
+    def swapped(self) -> Sequence[Request]:
+        return self.engine.swapped
 
     @property
-    def receives_transfers(self) -> bool:
-        return self.receives
+    def steps(self) -> StepLog:
+        return self.engine.steps
 
-    def decode_block_demand(self) -> int:
-        demand = self.batch.demand_at(self.batch.clock)
-        bs = self.pool.block_size
-        for req in self.ready:
-            if req.kv_blocks * bs <= req.num_computed_tokens:
-                demand += 1
-        return demand
+    @property
+    def itl(self) -> ItlLog:
+        return self.engine.itl
 
-    def needs_block(self, req: Request) -> bool:
-        return req.kv_blocks * self.pool.block_size <= req.num_computed_tokens
+    @property
+    def cost(self) -> StepPricer:
+        return self.engine.pricing.cost
 
-    def swap_bytes(self, req: Request) -> int:
-        tokens = self.pool.blocks_for(req.num_computed_tokens) * self.pool.block_size
-        return int(tokens * self.kv_spec.bytes_per_token)
+    @property
+    def num_extrapolated_steps(self) -> int:
+        """Steps priced outside the profile's tables."""
+        return self.engine.pricing.num_extrapolated_steps
+
+    @property
+    def cpu_overhead_s(self) -> float:
+        """Host seconds of CPU overhead of its steps."""
+        return self.engine.pricing.cpu_overhead_s
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting) + len(self.swapped) + len(self.arrived)
+        return self.engine.num_waiting
 
     @property
     def num_running(self) -> int:
-        return len(self.running) + len(self.held)
+        return self.engine.num_running
 
     # -- arrivals and the outside world --------------------------------------------------------
 
     def submit(self, req: Request) -> bool:
         """Queue an arriving request; False (and recorded) when it can never be served here."""
         req.arrive(self.index)
-        reason = self.policy.rejection(req, self.pool)
-        if reason:
-            req.reject(reason)
-            self.log.record(req)
+        if not self.engine.queue(req):
             return False
-        self.waiting.push(req)
-        self._waiting_work += req.remaining_work
-        if not self._late_first and self.pool.caching:  # see `may_cache_prefix`
-            bs = self.pool.block_size
-            self._late_first = req.num_prompt_tokens < bs and bool(req.block_hashes(bs))
         if self.on_load is not None:
             self.on_load(self)
         self.wake()
@@ -270,15 +236,16 @@ class InstanceState:
         if done > 0:
             self._apply(run, done)
             run.advance(done)
-            self._continue(run)
+            self.engine.continue_run(run)
 
     def load(self) -> Load:
         """What routers see now."""
         self.settle()
+        engine = self.engine
         return Load(
-            self.num_waiting,
-            self.num_running,
-            self.outstanding_tokens(),
+            engine.num_waiting,
+            engine.num_running,
+            engine.outstanding_tokens(),
             self.pool.num_used,
             self.pool.num_total,
         )
@@ -293,31 +260,26 @@ class InstanceState:
         then stays one record, as with a lone instance. A speculative step, whose accepted
         tokens are drawn when it is applied, is settled."""
         left = self.work_left()  # first: it may settle a speculative run
-        return WorkLoad(self.num_waiting, self.num_running, left)
+        return WorkLoad(self.engine.num_waiting, self.engine.num_running, left)
 
     def work_left(self) -> int:
         """`work_load().outstanding_tokens` alone (what token-balancing routers rank by)."""
         run = self._run
+        engine = self.engine
         if run is not None and run.num_steps > 1:
             done = run.settled_by(self.env.now)
             if done > 0:
                 if run.spec is not None:
                     self.settle()
-                    return self.outstanding_tokens()
-                plan = run.plan
-                per_step = self.batch.size if plan.decode else 0
-                for chunk in plan.prefill.values():
-                    per_step += chunk
-                return self.outstanding_tokens() - done * per_step
-        return self.outstanding_tokens()
+                    return engine.outstanding_tokens()
+                per_step = engine.tokens_per_step(run.plan, False)
+                return engine.outstanding_tokens() - done * per_step
+        return engine.outstanding_tokens()
 
     def num_outstanding(self) -> int:
         """`num_waiting + num_running` of `work_load()` (what request-balancing routers rank
         by), read without building the whole load."""
-        return (
-            len(self.waiting) + len(self.swapped) + len(self.arrived) + len(self.running)
-            + len(self.held)
-        )  # fmt: skip
+        return self.engine.num_outstanding()
 
     def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
         """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
@@ -329,24 +291,22 @@ class InstanceState:
         (then the time is the end of the last of them), each step taking at most one token
         from every decoding member and its prompt chunks and a first token from each prompt;
         no bound inside a speculative run (whose tokens are drawn)."""
+        engine = self.engine
         if not tokens:
             return self.num_outstanding(), FOREVER_S, True
         run = self._run
         if run is None:
-            return self.outstanding_tokens(), FOREVER_S, True
+            return engine.outstanding_tokens(), FOREVER_S, True
         if run.spec is not None:
             return 0, FOREVER_S, False
-        plan = run.plan
-        per_step = self.batch.size if plan.decode else 0
-        for chunk in plan.prefill.values():
-            per_step += chunk + 1
+        per_step = engine.tokens_per_step(run.plan, True)
         steps = run.settled_by(self.env.now) + 1 + horizon_steps
         until = FOREVER_S
         if steps < run.num_steps:
             until = run.times.end(steps)
         else:
             steps = run.num_steps
-        return self.outstanding_tokens() - steps * per_step, until, False
+        return engine.outstanding_tokens() - steps * per_step, until, False
 
     def kv_fraction(self) -> float:
         """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight
@@ -371,10 +331,7 @@ class InstanceState:
         """Whether any request is here now: queued, running, swapped, finished but holding its
         KV, waiting to hand off or to land (an instance that holds none can retire)."""
         self.settle()
-        return bool(
-            len(self.waiting) or self.running or self.swapped or self.held or self.handoff
-            or self.arrived or self.reserved_blocks or self._run is not None
-        )  # fmt: skip
+        return self.engine.holds_requests() or self._run is not None
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Tokens of `req`'s prompt this instance's prefix cache holds now, on the GPU or in a
@@ -384,19 +341,11 @@ class InstanceState:
         (evicting them); a decode run that fits in never-cached blocks changes no cached block
         before its last step, which is applied when the run ends."""
         pool = self.pool
-        if self._settles_for_prefix():
+        run = self._run
+        if run is not None and self.engine.caching_during(run):
             self.settle()
         limit = (req.num_known_tokens - 1) // pool.block_size
         return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
-
-    def _settles_for_prefix(self) -> bool:
-        """Whether `cached_prefix_tokens` settles the run in flight first (its docstring)."""
-        run = self._run
-        pool = self.pool
-        if run is None or run.num_steps <= 1 or not pool.caching:
-            return False
-        growth = self.batch.size * (run.num_steps // pool.block_size + 1) if run.plan.decode else 0
-        return bool(run.plan.prefill) or run.spec is not None or not pool.takes_uncached(growth)
 
     def may_cache_prefix(self, req: Request) -> bool:
         """Whether `cached_prefix_tokens(req)` could be above 0 now: False only where it is 0
@@ -422,13 +371,13 @@ class InstanceState:
             return False
         if run.spec is not None:
             return True
-        if not self._settles_for_prefix():
+        if not self.engine.caching_during(run):
             return False
         for other in run.plan.prefill:
             own = other.block_hashes(bs)
             if own and own[0] == first:
                 return True
-        return self._late_first and run.plan.decode
+        return self.engine.late_first() and run.plan.decode
 
     def shares_kv_tier(self) -> bool:
         """Whether a KV tier below the GPU is shared with other instances (the remote store):
@@ -443,11 +392,7 @@ class InstanceState:
         run = self._run
         if run is not None and (run.plan.prefill or run.spec is not None):
             self.settle()
-        total = 0
-        for req in self.waiting:
-            total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
-        for req in self.prefilling:
-            total += max(0, req.num_prompt_tokens - req.num_computed_tokens)
+        total = self.engine.prompt_backlog()
         run = self._run
         if run is not None:
             total -= run.features.num_prefill_tokens
@@ -459,7 +404,7 @@ class InstanceState:
         run = self._run
         now = self.env.now
         if run is None:
-            return max(now, self._clock)
+            return max(now, self.engine.now)
         if run.spec is not None:
             self.settle()
             return max(now, run.times.end(1))
@@ -474,7 +419,7 @@ class InstanceState:
         (`on_load`): settling only re-bases the same times (`sim.topology.ttft_index`)."""
         run = self._run
         if run is None:
-            return (self._clock, 0.0, 0.0, 0)
+            return (self.engine.now, 0.0, 0.0, 0)
         times = run.times
         return (times.start_s, times.first_duration_s, times.increment_s, run.num_steps)
 
@@ -485,20 +430,15 @@ class InstanceState:
     def prefill_seconds(self, num_tokens: int) -> float:
         """Seconds this instance's cost model gives to prefill `num_tokens` prompt tokens with
         no cached prefix (`sim.core.prefill_curve`). Priced between steps, never inside one."""
-        return self._prefill.seconds(num_tokens)
+        return self.engine.pricing.prefill_curve().seconds(num_tokens)
 
     def prefill_curve(self) -> PrefillCurve:
         """Its prefill pricing, shared by the instances of its group (a router's bounds)."""
-        return self._prefill
+        return self.engine.pricing.prefill_curve()
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
-        total = self._waiting_work + self.batch.outstanding_tokens
-        for queue in (self.prefilling, self.ready, self.swapped, self.arrived):
-            if queue:  # mostly empty but the prompts in flight: no generator for those
-                for req in queue:
-                    total += req.remaining_work
-        return total
+        return self.engine.outstanding_tokens()
 
     def transfer_blocks(self, req: Request) -> int:
         """P/D decode side: blocks this instance would reserve for `req`'s KV (its policy's
@@ -512,8 +452,7 @@ class InstanceState:
     def reserve(self, num_blocks: int) -> None:
         """P/D decode side: set blocks aside for a KV transfer that starts now."""
         self._touch()
-        self.pool.take(num_blocks)
-        self.reserved_blocks += num_blocks
+        self.engine.reserve(num_blocks)
         run = self._run
         if run is not None and run.num_steps > 1:  # its horizon counted these blocks as free
             self._cut()
@@ -521,11 +460,7 @@ class InstanceState:
     def receive(self, req: Request, num_blocks: int) -> None:
         """P/D decode side: a transferred request lands, holding `num_blocks` reserved blocks."""
         self._touch()
-        self.reserved_blocks -= num_blocks
-        req.land(self.env.now, num_blocks)
-        self.usage.stored_tokens += req.num_computed_tokens
-        self.usage.fragment_tokens += self.usage.over(req, num_blocks)
-        self.arrived.append(req)
+        self.engine.land(req, num_blocks, self.env.now)
         if self.on_load is not None:
             self.on_load(self)
         self.wake()
@@ -533,56 +468,146 @@ class InstanceState:
     def release(self, req: Request) -> None:
         """P/D prefill side: a handed-off request's KV has left; free its blocks here."""
         self._touch()
-        self.handoff.remove(req)
-        self._free(req)
+        self.engine.release(req)
         if self.on_load is not None:  # its KV blocks fell
             self.on_load(self)
         self.wake()
 
     def take_handoffs(self) -> list[Request]:
         """P/D prefill side: the prompts handed off since the last call, in order."""
-        new, self._new_handoffs = self._new_handoffs, []
-        return new
+        return self.engine.take_handoffs()
 
     def _touch(self) -> None:
         """Before an outside change at now: settle, and integrate KV use up to now."""
         self.settle()
-        self.pool.at(self.env.now)
-        if self._busy:
-            self.usage.accrue_to(self.env.now, self.pool.num_used)
+        self.engine.touch(self.env.now)
 
-    # -- a request's KV: its pool blocks and the usage tallies -----------------------------------
+    def abort(self, req: Request) -> bool:
+        """Its client gave up on `req`: queued here, it leaves now; running here, it leaves at
+        the next step boundary (a run it is in is cut there, as an arrival cuts one), after the
+        step under way. False when it is in neither state (swapped, or in P/D hand-off)."""
+        self._touch()
+        if req.state == WAITING and req.instance == self.index:
+            self.engine.abort_waiting(req, self.env.now)
+        elif req.state == RUNNING and self.engine.is_running(req):
+            if req not in self._aborts:
+                self._aborts.append(req)
+            if self._idle is not None:
+                self.wake()
+            elif self._run is not None and self._run.interruptible:
+                self._cut()
+            return True
+        else:
+            return False
+        if self.on_load is not None:
+            self.on_load(self)
+        return True
 
-    def _grow(self, req: Request, num_tokens: int) -> None:
-        """Grow a (non-member) request's holding; the blocks past its sequence are fragment."""
-        added = self.pool.grow(req, num_tokens)
-        if added:
-            bs = self.pool.block_size
-            final = req.num_prompt_tokens + req.max_output_tokens
-            held = req._kv_blocks
-            was = (held - added) * bs - final
-            now = held * bs - final
-            if now > 0:
-                self.usage.fragment_tokens += now - (was if was > 0 else 0)
-
-    def _free(self, req: Request) -> None:
-        """Return a (non-member) request's KV to the pool and take it out of the tallies."""
-        usage = self.usage
-        usage.stored_tokens -= req.num_computed_tokens
-        usage.fragment_tokens -= usage.over(req, req.kv_blocks)
-        pool = self.pool
-        # its full blocks stay cached; those others still hold stay stored, once
-        pool.register(req, req.num_computed_tokens)
-        usage.stored_tokens += pool.release(req)
-
-    # -- what the step loop (`sim.core.engine.Instance`) defines --------------------------------
+    # -- the step loop ---------------------------------------------------------------------------
 
     def _loop(self) -> Generator[Event, Any, None]:
-        raise NotImplementedError
+        env = self.env
+        engine = self.engine
+        run_ahead = self._on_change is None
+        feed = self.feed
+        if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
+            yield env.timeout(self.serves_from_s - env.now)
+            engine.at(env.now)
+        while True:
+            if feed is not None:  # arrivals up to now are queued before the schedule at now
+                feed.pull(engine.now, self.submit)
+            if self._aborts:  # requests their clients gave up on leave before the schedule
+                engine.drop_aborted(self._aborts)
+                self._aborts.clear()
+                if self.on_load is not None:
+                    self.on_load(self)
+            plan = engine.plan()
+            if plan is not None and (plan.preempt or plan.swap_in) and not plan.has_work:
+                # evictions with nothing to run: they happened; the next step records them
+                self._begin(plan)
+                plan = None
+            if plan is None:
+                clock = engine.now
+                if clock > env.now:  # catch SimPy up before waiting for anything
+                    queued = engine.num_waiting
+                    yield env.timeout(clock - env.now)
+                    if engine.num_waiting != queued:
+                        # sent at the very end of the run (a closed loop's next request with
+                        # no delay) while SimPy caught up: plan for it instead of idling
+                        continue
+                self._idle = env.event()
+                wake = engine.next_wakeup_s()
+                if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival
+                    wake = feed.next_s if wake is None else min(wake, feed.next_s)
+                if wake is None:
+                    yield self._idle
+                else:
+                    yield self._idle | env.timeout(max(0.0, wake - env.now))
+                self._idle = None
+                engine.at(env.now)
+                continue
+            run = self._begin(plan)
+            if feed is not None and run.interruptible and feed.next_s < FOREVER_S:
+                # the next arrival could join: the run ends at the step boundary at or after it,
+                # where an arrival pushed by SimPy would have cut it
+                run.num_steps = steps_before(run.times, run.num_steps, feed.next_s)
+            end = run.times.end(run.num_steps)
+            if run_ahead and self._on_change is None and end < env.peek():
+                if feed is not None:  # what arrived while it ran is queued when it ends
+                    feed.pull(end, self.submit)
+                self._finish(run)  # nothing can happen before it ends: no event needed
+                continue
+            self._run = run
+            wait: Event = env.timeout(end - env.now)
+            while True:
+                try:
+                    yield wait
+                    break
+                except simpy.Interrupt:
+                    if self._cut_to is not None:
+                        self._cut_to = None
+                    end = run.times.end(run.num_steps)
+                    wait = env.timeout(max(0.0, end - env.now))
+            self._run = None
+            if feed is not None:
+                feed.pull(env.now, self.submit)
+            self._finish(run)
+
+    def step_by_hand(self, now: float, max_steps: int | None = None) -> Run | None:
+        """Plan and apply one step (or run of up to `max_steps` steps) starting at `now`, with
+        no SimPy: for tests and tools that drive an instance directly. Returns what ran (None
+        when the policy had nothing to run)."""
+        engine = self.engine
+        engine.at(now)
+        plan = engine.plan()
+        if plan is None:
+            return None
+        run = self._begin(plan)
+        if not plan.has_work:
+            return run
+        if max_steps is not None:
+            run.num_steps = min(run.num_steps, max_steps)
+        self._finish(run)
+        return run
+
+    def _begin(self, plan: StepPlan) -> Run:
+        run = self.engine.start(plan)
+        if self.on_load is not None:
+            self.on_load(self)
+        if self.on_step is not None:
+            self.on_step(self, run, False)
+        return run
 
     def _apply(self, run: Run, num_steps: int) -> float:
-        raise NotImplementedError
+        end = self.engine.apply(run, num_steps)
+        if self.on_step is not None:
+            self.on_step(self, run, True)
+        return end
 
-    def _continue(self, run: Run) -> None:
-        raise NotImplementedError
-
+    def _finish(self, run: Run) -> None:
+        # the end of the run as applied (settled pieces may move it by a rounding error)
+        self.engine.finish_run(self._apply(run, run.num_steps))
+        if self.on_load is not None:
+            self.on_load(self)
+        if self._on_change is not None:
+            self._on_change(self)

@@ -102,13 +102,56 @@ class _SparseColumn:
         del self.values[:]
 
 
+class DenseRow:
+    """The writers of a step row's dense columns, one attribute per column, named as it."""
+
+    def __init__(self, by_name: dict[str, Callable[[Any], None]]) -> None:
+        self.start_s = by_name["start_s"]
+        self.end_s = by_name["end_s"]
+        self.num_steps = by_name["num_steps"]
+        self.duration_s = by_name["duration_s"]
+        self.duration_increment_s = by_name["duration_increment_s"]
+        self.num_seqs = by_name["num_seqs"]
+        self.num_active_seqs = by_name["num_active_seqs"]
+        self.num_tokens = by_name["num_tokens"]
+        self.num_prefill_tokens = by_name["num_prefill_tokens"]
+        self.num_decode_tokens = by_name["num_decode_tokens"]
+        self.sum_context_tokens = by_name["sum_context_tokens"]
+        self.context_growth_per_step = by_name["context_growth_per_step"]
+        self.kv_blocks_used = by_name["kv_blocks_used"]
+        self.kv_block_seconds = by_name["kv_block_seconds"]
+        self.num_waiting = by_name["num_waiting"]
+        self.num_running = by_name["num_running"]
+        self.kv_stored_token_seconds = by_name["kv_stored_token_seconds"]
+        self.kv_fragment_token_seconds = by_name["kv_fragment_token_seconds"]
+
+
+class SparseRow:
+    """The writers of a step row's sparse columns (`SPARSE_COLUMNS`), named as they are."""
+
+    def __init__(self, by_name: dict[str, Callable[[Any], None]]) -> None:
+        self.num_preempted = by_name["num_preempted"]
+        self.swap_s = by_name["swap_s"]
+        self.kv_blocks_cached = by_name["kv_blocks_cached"]
+        self.num_spec_seqs = by_name["num_spec_seqs"]
+        self.num_spec_proposed = by_name["num_spec_proposed"]
+        self.num_spec_accepted = by_name["num_spec_accepted"]
+        self.spec_proposal_s = by_name["spec_proposal_s"]
+        self.spec_verify_s = by_name["spec_verify_s"]
+        self.kv_load_s = by_name["kv_load_s"]
+        self.kv_dram_blocks = by_name["kv_dram_blocks"]
+        self.kv_nvme_blocks = by_name["kv_nvme_blocks"]
+        self.kv_remote_blocks = by_name["kv_remote_blocks"]
+
+
 class StepLog:
     """Step-group rows of one instance. With `on_full`, the rows are handed over (`columns()`)
     and dropped whenever `capacity` have gathered: a streamed run keeps no table.
 
-    The engine writes a row through one attribute per column, named as the column (`start_s`,
-    `end_s`, ...: each takes the row's value), in schema order; `append` holds the same functions
-    as a tuple in schema order."""
+    The engine writes a row through one writer per column, named as the column (`start_s`,
+    `end_s`, ...: each takes the row's value), in schema order: the dense columns' are `row`'s
+    attributes, the sparse ones' `sparse`'s (`writer(name)` finds either); `append` holds the
+    same functions as a tuple in schema order."""
 
     def __init__(
         self,
@@ -134,38 +177,18 @@ class StepLog:
         self.append: tuple[Callable[[Any], None], ...] = tuple(appends)
         # each column's append by the column's name: the engine writes a row through these, one
         # per column in schema order (`sim.core.run.Run.record`; tests/core/test_recorder.py
-        # checks that every column has one)
+        # checks that every column has one): the dense columns' in `row`, the sparse ones' in
+        # `sparse`
         by_name = dict(zip((name for name, _ in STEP_SCHEMA), appends, strict=True))
-        self.start_s = by_name["start_s"]
-        self.end_s = by_name["end_s"]
-        self.num_steps = by_name["num_steps"]
-        self.duration_s = by_name["duration_s"]
-        self.duration_increment_s = by_name["duration_increment_s"]
-        self.num_seqs = by_name["num_seqs"]
-        self.num_active_seqs = by_name["num_active_seqs"]
-        self.num_tokens = by_name["num_tokens"]
-        self.num_prefill_tokens = by_name["num_prefill_tokens"]
-        self.num_decode_tokens = by_name["num_decode_tokens"]
-        self.sum_context_tokens = by_name["sum_context_tokens"]
-        self.context_growth_per_step = by_name["context_growth_per_step"]
-        self.kv_blocks_used = by_name["kv_blocks_used"]
-        self.kv_block_seconds = by_name["kv_block_seconds"]
-        self.num_waiting = by_name["num_waiting"]
-        self.num_running = by_name["num_running"]
-        self.num_preempted = by_name["num_preempted"]
-        self.kv_stored_token_seconds = by_name["kv_stored_token_seconds"]
-        self.kv_fragment_token_seconds = by_name["kv_fragment_token_seconds"]
-        self.swap_s = by_name["swap_s"]
-        self.kv_blocks_cached = by_name["kv_blocks_cached"]
-        self.num_spec_seqs = by_name["num_spec_seqs"]
-        self.num_spec_proposed = by_name["num_spec_proposed"]
-        self.num_spec_accepted = by_name["num_spec_accepted"]
-        self.spec_proposal_s = by_name["spec_proposal_s"]
-        self.spec_verify_s = by_name["spec_verify_s"]
-        self.kv_load_s = by_name["kv_load_s"]
-        self.kv_dram_blocks = by_name["kv_dram_blocks"]
-        self.kv_nvme_blocks = by_name["kv_nvme_blocks"]
-        self.kv_remote_blocks = by_name["kv_remote_blocks"]
+        self.row = DenseRow(by_name)
+        self.sparse = SparseRow(by_name)
+
+    def writer(self, name: str) -> Callable[[Any], None]:
+        """The writer of the column `name`."""
+        found: Callable[[Any], None] = getattr(
+            self.sparse if name in SPARSE_COLUMNS else self.row, name
+        )
+        return found
 
     def __len__(self) -> int:
         return len(self._first)

@@ -114,7 +114,7 @@ class Run:
         their KV integrals `piece`, the cached free blocks, the accepted speculative tokens,
         the queues after them and the blocks in the DRAM, NVMe and remote tiers."""
         f, times, spec = self.features, self.times, self.spec
-        s = steps
+        s, x = steps.row, steps.sparse
         s.start_s(times.start_s)
         s.end_s(end)
         s.num_steps(num_steps)
@@ -134,24 +134,24 @@ class Run:
         # sparse columns (`sim.core.recorder.SPARSE_COLUMNS`) keep only their nonzero rows, so
         # a zero is not written (tests/core/test_recorder.py checks these are sparse)
         if self.num_preempted:
-            s.num_preempted(self.num_preempted)
+            x.num_preempted(self.num_preempted)
         s.kv_stored_token_seconds(piece.stored_token_seconds)
         s.kv_fragment_token_seconds(piece.fragment_token_seconds)
         if self.swap_s:
-            s.swap_s(self.swap_s)
+            x.swap_s(self.swap_s)
         if cached:
-            s.kv_blocks_cached(cached)
+            x.kv_blocks_cached(cached)
         if spec is not None:
-            s.num_spec_seqs(spec.num_spec_seqs)
-            s.num_spec_proposed(spec.num_proposed)
-            s.num_spec_accepted(accepted)
+            x.num_spec_seqs(spec.num_spec_seqs)
+            x.num_spec_proposed(spec.num_proposed)
+            x.num_spec_accepted(accepted)
         if self.proposal_s:
-            s.spec_proposal_s(self.proposal_s)
+            x.spec_proposal_s(self.proposal_s)
         if self.verify_s:
-            s.spec_verify_s(self.verify_s)
+            x.spec_verify_s(self.verify_s)
         if self.load_s:
-            s.kv_load_s(self.load_s)
+            x.kv_load_s(self.load_s)
         if tiers != NO_TIERS:
-            s.kv_dram_blocks(tiers[0])
-            s.kv_nvme_blocks(tiers[1])
-            s.kv_remote_blocks(tiers[2])
+            x.kv_dram_blocks(tiers[0])
+            x.kv_nvme_blocks(tiers[1])
+            x.kv_remote_blocks(tiers[2])

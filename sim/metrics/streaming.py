@@ -185,6 +185,50 @@ class _Tier:
         self.oldest_wait = math.nan
 
 
+class _Measured:
+    """The measured window's tallies: its requests, those offered, done and good, their span,
+    tokens and longest queue wait."""
+
+    def __init__(self) -> None:
+        self.num = self.offered = self.good = self.done = 0
+        self.first_arrival = math.inf
+        self.last_finish = -math.inf
+        self.output_tokens = self.prompt_tokens = 0.0
+        self.oldest_wait = math.nan
+
+    def add_rejected(self, num: int) -> None:
+        """Requests of the window rejected: offered, never served."""
+        self.offered += num
+
+    def add(self, measured: pd.DataFrame, finish: np.ndarray, met: np.ndarray) -> None:
+        """Served requests of the window, their finish times and which met their SLOs."""
+        done = ~np.isnan(finish)
+        self.num += len(measured)
+        self.offered += len(measured)
+        self.done += int(done.sum())
+        self.first_arrival = min(self.first_arrival, float(measured["arrival_s"].min()))
+        if done.any():
+            self.last_finish = max(self.last_finish, float(finish[done].max()))
+        self.output_tokens += float(measured["num_output_tokens"].to_numpy()[done].sum())
+        self.prompt_tokens += float(measured["num_prompt_tokens"].to_numpy()[done].sum())
+        self.good += int(met.sum())
+        waits = measured["queue_s"].to_numpy(dtype=float)
+        self.oldest_wait = _max(self.oldest_wait, longest(waits))
+
+    def rates(self) -> dict[str, float]:
+        out = rates(
+            self.first_arrival,
+            self.last_finish,
+            num_done=self.done,
+            num_good=self.good,
+            num_offered=self.offered,
+            output_tokens=self.output_tokens,
+            prompt_tokens=self.prompt_tokens,
+        )
+        out["oldest_wait_s"] = self.oldest_wait
+        return out
+
+
 class StreamSummary:
     """One variant's summary, built from chunks of its requests, steps and gaps."""
 
@@ -232,11 +276,7 @@ class StreamSummary:
         self.itl = Sketch()
         self.emission_gaps = Sketch()  # speculative decoding: whole gaps between emissions
         self.itl_max = math.nan
-        self.measured = self.offered = self.good = self.done = 0
-        self.measured_first_arrival = math.inf
-        self.measured_last_finish = -math.inf
-        self.output_tokens = self.prompt_tokens = 0.0
-        self.oldest_wait = math.nan
+        self.measured = _Measured()
         self.served_waits = 0.0
         self.served_wait_count = 0
         self.served_last_finish = -math.inf
@@ -284,7 +324,7 @@ class StreamSummary:
         # the stall percentiles cover the measured set, like the latencies
         self.latency["stall"].add(stalls(chunk, served & window))
         self.itl_max = _max(self.itl_max, longest(chunk["max_itl_s"].to_numpy(dtype=float)[served]))
-        self.offered += int((window & rejected).sum())
+        self.measured.add_rejected(int((window & rejected).sum()))
         measured = chunk[window & served]
         self._add_measured(measured)
         if self.num_links and "transfer_s" in chunk.columns:
@@ -300,21 +340,9 @@ class StreamSummary:
         for metric in LATENCIES:
             self.latency[metric].add(measured[f"{metric}_s"].to_numpy(dtype=float))
         finish = measured["finish_s"].to_numpy(dtype=float)
-        done = ~np.isnan(finish)
-        self.measured += len(measured)
-        self.offered += len(measured)
-        self.done += int(done.sum())
-        self.measured_first_arrival = min(
-            self.measured_first_arrival, float(measured["arrival_s"].min())
-        )
-        if done.any():
-            self.measured_last_finish = max(self.measured_last_finish, float(finish[done].max()))
-        self.output_tokens += float(measured["num_output_tokens"].to_numpy()[done].sum())
-        self.prompt_tokens += float(measured["num_prompt_tokens"].to_numpy()[done].sum())
         met = good(measured, self.ctx)
-        self.good += int(met.sum())
+        self.measured.add(measured, finish, met)
         waits = measured["queue_s"].to_numpy(dtype=float)
-        self.oldest_wait = _max(self.oldest_wait, longest(waits))
         if "tier" in measured.columns:
             tiers = measured["tier"].to_numpy()
             for name in dict.fromkeys(tiers.tolist()):
@@ -401,18 +429,7 @@ class StreamSummary:
         out: dict[str, float] = {k: v for k, v in self.counts.items() if k != "num_kv_transfers"}
         for metric in LATENCIES:
             out.update(self.latency[metric].stats(metric))
-        out.update(
-            rates(
-                self.measured_first_arrival,
-                self.measured_last_finish,
-                num_done=self.done,
-                num_good=self.good,
-                num_offered=self.offered,
-                output_tokens=self.output_tokens,
-                prompt_tokens=self.prompt_tokens,
-            )
-        )
-        out["oldest_wait_s"] = self.oldest_wait
+        out.update(self.measured.rates())
         if list(self.tiers) != ["default"]:
             for name, tier in self.tiers.items():
                 ttft, e2e = tier.ttft.quantile, tier.e2e.quantile

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
 from sim.scenario.load import ResolvedScenario

@@ -12,7 +12,7 @@ requests are routed then. Their TTFT counts the wait.
 
 What the router sees of the instances (`sim.topology.signals`): their loads exact at each
 decision (queues and outstanding tokens read without applying the steps in flight,
-`InstanceState.work_load`, unless the router reads KV blocks, which those steps change; prefix
+`Instance.work_load`, unless the router reads KV blocks, which those steps change; prefix
 hits settle only a run whose steps could change them; least-load routers, `least_kv` among
 them, read an index the instances keep, `sim.topology.load_index` (`least_kv` settling only the
 candidates near the least), and so does `prefix_affinity`, which then reads the
@@ -34,8 +34,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from sim.core.engine import Instance, Load
-from sim.core.instance import WorkLoad
+from sim.core.instance import Instance, Load, WorkLoad
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.scenario.control_plane import AdmissionSpec
@@ -162,7 +161,7 @@ class Gateway:
     def _route(self, req: Request, candidates: Sequence[int] | None) -> None:
         instances = self.instances
         # KV blocks in use are read settled; prefix hits settle a run only where its steps
-        # could change them (`InstanceState.cached_prefix_tokens`)
+        # could change them (`Instance.cached_prefix_tokens`)
         settled = self.router.needs_kv
         loads: Callable[[int], WorkView] = self._load if settled else self._work_load
         scraper = self.scraper

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.core.acceptance import AcceptanceSampler
-from sim.core.engine import Instance, KVSpec
+from sim.core.instance import Instance, KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.kv.tiers import Tier, TierStack
 from sim.core.prefill_curve import PrefillCurve

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.request import Request
 from sim.scenario.load import LinkSpec
 from sim.topology.router import Router

@@ -52,7 +52,7 @@ class Clock(Protocol):
 
 
 class Indexed(Protocol):
-    """What the index reads of an instance (`sim.core.instance.InstanceState`)."""
+    """What the index reads of an instance (`sim.core.instance.Instance`)."""
 
     @property
     def index(self) -> int: ...

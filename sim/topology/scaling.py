@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import pandas as pd
 import simpy
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.scenario.control_plane import AutoscaleSpec
@@ -209,7 +209,7 @@ class Fleet:
                 return NAN
             loads = [self.instances[i].load() for i in serving]
             return sum(x.kv_blocks_used / max(1, x.kv_blocks_total) for x in loads) / len(loads)
-        # queues: read without applying the steps in flight (`InstanceState.work_load`), so a
+        # queues: read without applying the steps in flight (`Instance.work_load`), so a
         # fleet the controller never changes runs the very records of a fixed one
         work = [self.instances[i].work_load() for i in serving]
         if spec.signal == "queue_length":

@@ -21,7 +21,7 @@ Three views, each exact when its option is at its default:
 * `predicted_ttft` (router `slo_headroom`): an arrival's TTFT on an instance is predicted as the
   rest of the step under way plus the prefill of every prompt token ahead of it (waiting or
   prefilling there) and of its own prompt past its cached prefix, at that instance's prefill
-  rate (`InstanceState.prefill_seconds`). Decode steps interleaved with that prefill are left
+  rate (`Instance.prefill_seconds`). Decode steps interleaved with that prefill are left
   out, so the prediction is a lower bound on a busy instance; with `refresh_s > 0` it is made
   from the last scrape (a step under way then that has ended since counts as over).
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from sim.core.engine import Instance, Load
+from sim.core.instance import Instance, Load
 from sim.core.request import REJECTED, Request
 
 
@@ -148,7 +148,7 @@ class LaggedPrefixes:
         if not pending:
             return known
         lag = self.lag_s
-        bs = self.instances[i].kv.block_size
+        bs = self.instances[i].pool.block_size
         left: list[tuple[Request, int]] = []
         for req, entered in pending:
             if req.state == REJECTED:
@@ -172,7 +172,7 @@ class LaggedPrefixes:
         if exact == 0:
             return 0
         known = self._catch_up(i, instance.env.now)
-        bs = instance.kv.block_size
+        bs = instance.pool.block_size
         run = 0
         for block_hash in req.block_hashes(bs)[: exact // bs]:
             if block_hash not in known:

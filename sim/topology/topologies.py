@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import simpy
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
 from sim.scenario.kv_tiers import TierGeometry

@@ -14,7 +14,7 @@ keeps instead, per instance, a time its step under way cannot end before:
   the idle set, by index;
 * any other is in the busy heap at the end of its step under way, less `MARGIN_S` (and at
   least the decision's time). The index reads the run's step times once
-  (`InstanceState.step_grid`) and walks its step ends as time passes: a bound time has passed
+  (`Instance.step_grid`) and walks its step ends as time passes: a bound time has passed
   moves to the first step end not clearly (by `MARGIN_S`) before the decision. The step under way
   only ends later as time passes, so a bound holds until the instance starts or ends a run or
   takes a request, when it tells the index (`Instance.on_load`), which reads its run again at
@@ -24,7 +24,7 @@ keeps instead, per instance, a time its step under way cannot end before:
   the wait it bounds.
 
 The gateway predicts, with their cached prefix, the candidates that may have one
-(`InstanceState.may_cache_prefix`), and passes the best. Every other candidate has nothing
+(`Instance.may_cache_prefix`), and passes the best. Every other candidate has nothing
 cached and a backlog of 0 tokens or more, so it predicts at least
 
     max(0, bound - now) + floor(prompt)
@@ -64,7 +64,7 @@ class Curve(Protocol):
 
 
 class Timed(Protocol):
-    """What the index reads of an instance (`sim.core.instance.InstanceState`)."""
+    """What the index reads of an instance (`sim.core.instance.Instance`)."""
 
     @property
     def index(self) -> int: ...

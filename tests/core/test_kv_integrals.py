@@ -22,7 +22,7 @@ from helpers_cluster import run_with_cluster
 from helpers_sim import instruments_engine
 from scenario_factory import scenario, tiny_hardware, tiny_model
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 
 pytestmark = instruments_engine
 
@@ -34,12 +34,13 @@ def _state(inst: Instance) -> tuple[float, float, float]:
     plan = run.plan
     bs = inst.pool.block_size
     stored = fragment = 0
-    for req in [*inst.running, *inst.held, *inst.handoff, *inst.arrived]:
-        member = req._batch is inst.batch
+    engine = inst.engine
+    for req in [*engine.running, *engine.held, *engine.pd.handed_off(), *engine.arrived]:
+        member = req._batch is engine.batch
         tokens = plan.prefill.get(req, 0) or (1 if member and plan.decode else 0)
         computed = req.num_computed_tokens + tokens
         stored += computed
-        blocks = -(-computed // bs) if member and inst.batch.paged else req.kv_blocks
+        blocks = -(-computed // bs) if member and engine.batch.paged else req.kv_blocks
         fragment += max(0, blocks * bs - req.sequence_tokens)
     return float(inst.pool.num_used), float(stored), float(fragment)
 
@@ -72,7 +73,7 @@ def tally(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[Snapshot | None]]:
 
         def wrapped(self: Instance, *args: Any, _original: Any = original) -> None:
             _original(self, *args)
-            if self._busy:
+            if self.engine._busy:
                 snap(self, self.env.now)
 
         monkeypatch.setattr(Instance, name, wrapped)

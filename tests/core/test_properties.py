@@ -80,7 +80,7 @@ def check_run(res, pol, policy, prompt, output, kv_tokens, max_model_len):
     the run used, `policy` its scenario mapping."""
     req, steps, ctx = res.requests, res.steps, res.context
     # the pool is whole again and nothing is left queued or running
-    assert pol.kv.num_free == pol.kv.num_total == ctx.kv_blocks_total
+    assert pol.pool.num_free == pol.pool.num_total == ctx.kv_blocks_total
     assert pol.num_waiting == 0 and pol.num_running == 0
     prompt, output = np.asarray(prompt), np.asarray(output)
     n = len(prompt)

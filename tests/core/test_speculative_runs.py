@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from scenario_factory import scenario, tiny_hardware, tiny_model
 
-from sim.core.engine import Instance
+from sim.core.instance import Instance
 from sim.core.run import Run
 
 COEFFS = {
@@ -40,7 +40,7 @@ COEFFS = {
 
 def check_pool(instance: Instance) -> None:
     """The pool and the KV tallies at a step boundary (see the module docstring)."""
-    pool, usage = instance.pool, instance.usage
+    pool, usage = instance.pool, instance.engine.usage
     running = instance.running
     assert pool.num_used == sum(r.kv_blocks for r in running)
     paged = instance.policy.paged_kv

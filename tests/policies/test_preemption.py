@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from scenario_factory import TINY_KV_BYTES_PER_TOKEN, tiny_scenario
 
-from sim.core.engine import KVSpec
+from sim.core.instance import KVSpec
 from sim.core.kv.pool import KVPool
 from sim.errors import ScenarioError
 from sim.policies.preemption import Preemptor
@@ -52,12 +52,12 @@ def test_swap_copies_the_victims_kv_out_and_back_at_the_bandwidth():
     assert plan.preempted == (r1,) and plan.swap_s == pytest.approx(0.4)
     assert (r1.num_swaps, r1.swapped_bytes, r1.num_computed_tokens) == (1, 40, 4)
     assert (r1.num_preemptions, r1.num_recomputed_tokens) == (1, 0)
-    assert policy.instance.host.swapped_bytes == 40 and list(policy.swapped) == [r1]
+    assert policy.instance.engine.host.swapped_bytes == 40 and list(policy.swapped) == [r1]
     assert tokens(step(policy, 3.0)) == {0: 1}  # 1 block free, r1 needs 3: it stays out
     assert r0.is_finished and policy.kv.num_free == 4
     plan = step(policy, 4.0)  # blocks free again: r1 comes back before anything new
     assert tokens(plan) == {1: 1} and plan.swap_s == pytest.approx(0.4)
-    assert policy.instance.host.swapped_bytes == 0 and r1.num_output_tokens == 3
+    assert policy.instance.engine.host.swapped_bytes == 0 and r1.num_output_tokens == 3
     assert r1.kv_blocks == 3  # 5 tokens stored
 
 
@@ -179,7 +179,7 @@ def test_host_memory_running_out_mid_step_swaps_the_first_victim_and_recomputes_
     s = step(bench, 1.0)
     assert [(p.request.id, p.swap) for p in s.plan.preempt] == [(3, True), (2, False)]
     assert s.swap_s == pytest.approx(20 / 100)  # only the swapped victim's bytes are copied
-    assert list(bench.swapped) == [reqs[3]] and bench.instance.host.swapped_bytes == 20
+    assert list(bench.swapped) == [reqs[3]] and bench.instance.engine.host.swapped_bytes == 20
     assert (reqs[3].num_swaps, reqs[3].num_computed_tokens) == (1, 2)
     assert (reqs[2].num_swaps, reqs[2].num_recomputed_tokens) == (0, 2)
     assert [r.id for r in bench.waiting][:1] == [2]
@@ -376,9 +376,9 @@ def _conserved_under_swap_and_recompute(case):
     stepwise = run_arrays_with_instance(raw, arrival, prompt, output, **columns)[0]
     req, steps = res.requests, res.steps
     # the pool and host memory are whole again (a double free raises in KVPool.free)
-    assert pol.kv.num_free == pol.kv.num_total and pol.host.swapped_bytes == 0
+    assert pol.pool.num_free == pol.pool.num_total and pol.engine.host.swapped_bytes == 0
     assert not pol.running and not len(pol.waiting) and not pol.swapped
-    assert (steps["kv_blocks_used"] <= pol.kv.num_total).all()
+    assert (steps["kv_blocks_used"] <= pol.pool.num_total).all()
     served = req[~req["rejected"]]
     assert (served["num_output_tokens"] == served["max_output_tokens"]).all()
     recomputes = int((served["num_preemptions"] - served["num_swaps"]).sum())

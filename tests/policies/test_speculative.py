@@ -103,7 +103,7 @@ def test_lookahead_blocks_are_held_for_the_step_and_the_rejected_ones_freed() ->
     # none accepted: it emitted its own token only; the block holding only rejected slots is free
     assert a.num_output_tokens == 2 and a.num_computed_tokens == 12
     assert a.kv_blocks == 3 and bench.kv.num_used == 3
-    assert inst.usage.stored_tokens == 12
+    assert inst.engine.usage.stored_tokens == 12
     assert list(inst.steps.columns()["num_spec_accepted"]) == [0, 0]
     assert list(inst.steps.columns()["num_spec_proposed"]) == [0, 3]
 

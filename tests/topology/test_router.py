@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from sim.core.engine import Load
+from sim.core.instance import Load
 from sim.core.kv.pool import KVPool
 from sim.core.request import Request
 from sim.topology.router import Router

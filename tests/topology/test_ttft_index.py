@@ -226,7 +226,7 @@ class Fake:
     def prefill_curve(self) -> Flat:
         return self.curve
 
-    def step_end_s(self) -> float:  # as `InstanceState.step_end_s` reads it
+    def step_end_s(self) -> float:  # as `Instance.step_end_s` reads it
         now = self.env.now
         if self.run is None:
             return max(now, self.clock)

@@ -1,5 +1,5 @@
 """Routers read an instance's queues and outstanding tokens without applying the run in flight
-(`InstanceState.work_load`): the figures equal what settling that run would show, and a cluster
+(`Instance.work_load`): the figures equal what settling that run would show, and a cluster
 routes every request where settled loads would send it. Routers that rank by one number read
 only it (`work_left`, `num_outstanding`), held to the same."""
 
@@ -14,7 +14,7 @@ from helpers_cluster import LOAD_POLICIES as POLICIES
 from helpers_sim import instruments_engine
 from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
-from sim.core.instance import InstanceState, WorkLoad
+from sim.core.instance import Instance, WorkLoad
 from sim.topology.gateway import Gateway
 from sim.topology.load_index import LoadIndex
 
@@ -37,7 +37,7 @@ def cluster(policy: str, router: str) -> dict[str, Any]:
     )
 
 
-def settled(instance: InstanceState) -> WorkLoad:
+def settled(instance: Instance) -> WorkLoad:
     load = instance.load()  # applies the steps that ended by now
     return WorkLoad(load.num_waiting, load.num_running, load.outstanding_tokens)
 
@@ -58,9 +58,9 @@ def test_work_load_equals_the_settled_load(
     }
 
     def checked(name: str) -> Any:
-        unsettled = getattr(InstanceState, name)
+        unsettled = getattr(Instance, name)
 
-        def read(self: InstanceState) -> Any:
+        def read(self: Instance) -> Any:
             seen = unsettled(self)
             before = len(self.steps)
             assert seen == reads[name](settled(self)), name
@@ -70,7 +70,7 @@ def test_work_load_equals_the_settled_load(
         return read
 
     for name in reads:
-        monkeypatch.setattr(InstanceState, name, checked(name))
+        monkeypatch.setattr(Instance, name, checked(name))
     res = run(cluster(policy, router))
     assert res.summary()["num_requests"] == WORKLOAD["num_requests"]
     if policy != "speculative":  # speculative steps run one at a time
@@ -105,15 +105,15 @@ def test_routing_on_work_loads_matches_routing_on_settled_loads(
 
 
 def settle_on_read(monkeypatch: pytest.MonkeyPatch, *names: str) -> None:
-    """Make each named read of `InstanceState` settle the instance first."""
+    """Make each named read of `Instance` settle the instance first."""
     for name in names:
-        unsettled = getattr(InstanceState, name)
+        unsettled = getattr(Instance, name)
 
-        def read(self: InstanceState, *args: Any, _unsettled: Any = unsettled) -> Any:
+        def read(self: Instance, *args: Any, _unsettled: Any = unsettled) -> Any:
             self.settle()
             return _unsettled(self, *args)
 
-        monkeypatch.setattr(InstanceState, name, read)
+        monkeypatch.setattr(Instance, name, read)
 
 
 def assert_same_routes(fast: Any, slow: Any) -> None:
@@ -175,7 +175,7 @@ def test_prefix_affinity_reads_hits_only_where_one_may_be(
     policy: str, tiers: Any, workload: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Prefix affinity on exact loads scores only the instances that may hold the request's
-    first block (`InstanceState.may_cache_prefix`) and the least loaded one: every request goes
+    first block (`Instance.may_cache_prefix`) and the least loaded one: every request goes
     where scoring every candidate on settled instances sends it, under KV pressure, preemption,
     speculation, a DRAM tier, shared prefixes and sessions whose short first prompts cache
     their first block as they decode; and where requests share no prefix across sessions, it
@@ -186,17 +186,17 @@ def test_prefix_affinity_reads_hits_only_where_one_may_be(
     if tiers is not None:
         raw["kv_tiers"] = tiers
     reads = {"n": 0}
-    exact = InstanceState.cached_prefix_tokens
+    exact = Instance.cached_prefix_tokens
 
-    def counted(self: InstanceState, req: Any) -> int:
+    def counted(self: Instance, req: Any) -> int:
         reads["n"] += 1
         return exact(self, req)
 
-    monkeypatch.setattr(InstanceState, "cached_prefix_tokens", counted)
+    monkeypatch.setattr(Instance, "cached_prefix_tokens", counted)
     fast = run(raw)
     fast_reads, reads["n"] = reads["n"], 0
     settle_on_read(monkeypatch, "cached_prefix_tokens", "work_left")
-    monkeypatch.setattr(InstanceState, "may_cache_prefix", lambda self, req: True)
+    monkeypatch.setattr(Instance, "may_cache_prefix", lambda self, req: True)
     slow = run(raw)
     assert_same_routes(fast, slow)
     assert reads["n"] == 3 * len(fast.requests)  # every candidate, at every decision
