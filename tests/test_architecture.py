@@ -4,6 +4,8 @@
   package imports only from its own layer or below; `sim` never imports `calibration` or torch;
   policies see only the contract in `sim.core.plan`, never the engine or its state.
 * No import cycles between `sim` modules.
+* Small parts: no class in `sim` has more than 25 attributes (its own and those of its bases in
+  `sim`), so that state is split among parts that each own theirs.
 * One owner for request state: outside `sim.core`, no code assigns a request's fields, and its
   lifecycle transitions are called only by the engine and the topology (which refuses requests
   no instance could serve and moves them between instances over the KV link).
@@ -127,3 +129,96 @@ def test_lifecycle_transitions_are_called_by_the_engine_and_the_topology_only() 
             ):
                 offenders.append(f"{rel}:{node.lineno}: .{node.func.attr}(...)")
     assert not offenders, offenders
+
+
+MAX_ATTRIBUTES = 25
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    for deco in node.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name == "dataclass":
+            return True
+    return False
+
+
+def _own_attributes(node: ast.ClassDef) -> set[str]:
+    """Slots, dataclass and named-tuple fields, and `self.x` assigned in its methods."""
+    names: set[str] = set()
+    fields = _is_dataclass(node) or any(
+        getattr(base, "id", "") in ("NamedTuple", "TypedDict") for base in node.bases
+    )
+    for item in node.body:
+        if isinstance(item, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in item.targets
+        ):
+            names.update(ast.literal_eval(item.value))
+        elif (
+            fields
+            and isinstance(item, ast.AnnAssign)
+            and isinstance(item.target, ast.Name)
+            and "ClassVar" not in ast.unparse(item.annotation)
+        ):
+            names.add(item.target.id)
+    for method in node.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for stmt in ast.walk(method):
+            targets: list[ast.expr] = []
+            if isinstance(stmt, ast.Assign):
+                targets = list(stmt.targets)
+            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+                targets = [stmt.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, (ast.Tuple, ast.List)):
+                    targets.extend(target.elts)
+                elif isinstance(target, ast.Starred):
+                    targets.append(target.value)
+                elif (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    names.add(target.attr)
+    return names
+
+
+def class_attributes() -> dict[str, set[str]]:
+    """Every class in `sim` ("path:Name") with its attributes and those of its bases in `sim`
+    (found by name)."""
+    classes: dict[str, tuple[str, ast.ClassDef]] = {}
+    for path in _python_files("sim"):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes[f"{rel}:{node.name}"] = (rel, node)
+    by_name: dict[str, list[ast.ClassDef]] = {}
+    for _, node in classes.values():
+        by_name.setdefault(node.name, []).append(node)
+
+    def collect(node: ast.ClassDef, seen: set[int]) -> set[str]:
+        names = _own_attributes(node)
+        for base in node.bases:
+            base_name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+            for parent in by_name.get(base_name, []):
+                if id(parent) not in seen:
+                    names |= collect(parent, seen | {id(parent)})
+        return names
+
+    return {key: collect(node, {id(node)}) for key, (_, node) in classes.items()}
+
+
+def test_the_attribute_count_sees_slots_fields_and_assignments() -> None:
+    attributes = class_attributes()
+    assert {"state", "_batch", "arrival_s"} <= attributes["sim/core/request.py:Request"]
+    assert "kv_blocks_used" in attributes["sim/core/load.py:Load"]  # a dataclass field
+    assert {"engine", "_run"} <= attributes["sim/core/instance.py:Instance"]
+
+
+def test_no_class_has_more_than_25_attributes() -> None:
+    over = {
+        key: len(names) for key, names in class_attributes().items() if len(names) > MAX_ATTRIBUTES
+    }
+    assert not over, over

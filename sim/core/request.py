@@ -69,52 +69,104 @@ STATE_NAMES = (
 )
 
 
+class Prefix:
+    """What a request's tokens are and what of them the prefix cache holds: a content id per
+    `unit` tokens (equal ids meaning equal tokens) for its first `tokens` tokens, the chained
+    hashes of its full blocks (for one block size at a time), the hashes of the cached blocks it
+    holds, the leading full blocks the cache has looked at, and the prompt tokens it found
+    cached."""
+
+    __slots__ = ("cached_blocks", "cached_tokens", "content", "hash_bs", "hashes", "scanned",
+                 "tokens", "unit")  # fmt: skip
+
+    def __init__(self, content: Sequence[int] | np.ndarray, unit: int, tokens: int) -> None:
+        self.content: Sequence[int] | np.ndarray = content
+        self.unit = unit
+        self.tokens = tokens
+        self.hashes: tuple[int, ...] = ()
+        self.hash_bs = 0
+        self.cached_blocks: list[int] = []
+        self.scanned = 0
+        self.cached_tokens = 0
+
+    def block_hashes(self, block_size: int) -> tuple[int, ...]:
+        if self.hash_bs == block_size:
+            return self.hashes
+        unit = self.unit
+        covered = min(len(self.content) * unit, self.tokens) if unit else 0
+        self.hashes = block_hashes(self.content, unit, covered, block_size)
+        self.hash_bs = block_size
+        return self.hashes
+
+
+class Evictions:
+    """A preempted request's tallies: preemptions, recomputed tokens, swaps, the bytes they
+    copied out and those on the host now."""
+
+    __slots__ = ("host_bytes", "preemptions", "recomputed_tokens", "swapped_bytes", "swaps")
+
+    def __init__(self) -> None:
+        self.preemptions = 0
+        self.recomputed_tokens = 0
+        self.swaps = 0
+        self.swapped_bytes = 0
+        self.host_bytes = 0
+
+
+class SpecTally:
+    """A request's speculative verify steps, the tokens proposed and accepted in them, and the
+    (proposed, accepted) of its last verify steps when the engine measures a window."""
+
+    __slots__ = ("accepted", "proposed", "recent", "steps")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.proposed = 0
+        self.accepted = 0
+        self.recent: deque[tuple[int, int]] | None = None
+
+
+class Transfer:
+    """P/D: when a request was handed off, its KV transfer's start and end, and where to."""
+
+    __slots__ = ("decode_instance", "end_s", "handoff_s", "start_s")
+
+    def __init__(self, handoff_s: float) -> None:
+        self.handoff_s = handoff_s
+        self.start_s = NAN
+        self.end_s = NAN
+        self.decode_instance = -1
+
+
 class Request:
     """A request: its inputs (read-only), its progress and its lifecycle timestamps."""
 
     __slots__ = (
         "_batch",
         "_computed",
-        "_hash_bs",
-        "_hashes",
+        "_evictions",
         "_kv_blocks",
         "_last_token_s",
         "_max_itl_s",
         "_output",
+        "_prefix",
         "_serial",
-        "_spec_recent",
+        "_spec_tally",
         "_sync",
+        "_transfer",
         "arrival_s",
-        "cached_blocks",
-        "content",
-        "content_tokens",
-        "content_unit",
-        "decode_instance",
         "finish_s",
         "first_scheduled_s",
         "first_token_s",
-        "handoff_s",
-        "host_bytes",
         "id",
         "instance",
-        "kv_scanned",
         "max_output_tokens",
-        "num_cached_tokens",
-        "num_preemptions",
         "num_prompt_tokens",
-        "num_recomputed_tokens",
-        "num_spec_accepted",
-        "num_spec_proposed",
-        "num_spec_steps",
-        "num_swaps",
         "predicted_output_tokens",
         "reject_reason",
         "session",
         "state",
-        "swapped_bytes",
         "tier",
-        "transfer_end_s",
-        "transfer_start_s",
     )
 
     def __init__(
@@ -149,35 +201,16 @@ class Request:
         self.first_scheduled_s = NAN
         self.first_token_s = NAN
         self.finish_s = NAN
-        self.num_preemptions = 0
-        self.num_recomputed_tokens = 0  # tokens prefilled again after recompute preemptions
-        self.num_swaps = 0
-        self.swapped_bytes = 0  # KV bytes copied to host memory over all its swaps
-        self.host_bytes = 0  # KV bytes it holds in host memory now
         self.instance = -1  # the instance that took it (the prefill instance in P/D serving)
-        self.decode_instance = -1  # P/D: the decode instance its KV moved to
-        self.handoff_s = NAN  # P/D: prompt done, KV waiting for the link
-        self.transfer_start_s = NAN
-        self.transfer_end_s = NAN
         self.reject_reason = ""
         self.session = session  # the multi-turn session it belongs to (-1: none)
-        # prefix caching: what the tokens are (a content id per `content_unit` tokens, equal ids
-        # meaning equal tokens), the chained hashes of its full blocks (per block size), the
-        # hashes of the cached blocks it holds, and the prompt tokens it found cached
-        self.content: Sequence[int] | np.ndarray = content
-        self.content_unit = content_unit
-        self.content_tokens = content_tokens  # how many of its tokens the content describes
-        self._hashes: tuple[int, ...] = ()
-        self._hash_bs = 0
-        self.cached_blocks: list[int] = []  # hashes of the cached blocks it holds
-        self.kv_scanned = 0  # leading full blocks the prefix cache has looked at for caching
-        self.num_cached_tokens = 0
-        # speculative decoding: verify steps, tokens proposed and accepted in them, and the
-        # (proposed, accepted) of its last verify steps when the engine measures a window
-        self.num_spec_steps = 0
-        self.num_spec_proposed = 0
-        self.num_spec_accepted = 0
-        self._spec_recent: deque[tuple[int, int]] | None = None
+        # prefix caching: what its tokens are and what of them the prefix cache holds
+        self._prefix = Prefix(content, content_unit, content_tokens)
+        # parts made on the first need (most requests never need them): its preemptions and
+        # swaps, its speculative verify steps, its P/D hand-off and transfer
+        self._evictions: Evictions | None = None
+        self._spec_tally: SpecTally | None = None
+        self._transfer: Transfer | None = None
 
     def __repr__(self) -> str:
         return (
@@ -225,7 +258,8 @@ class Request:
     def spec_recent_acceptance(self) -> float:
         """Accepted / proposed tokens over its last verify steps (the engine's window), NaN
         until the window is full."""
-        recent = self._spec_recent
+        spec = self._spec_tally
+        recent = spec.recent if spec is not None else None
         if recent is None or len(recent) < (recent.maxlen or 0):
             return NAN
         proposed = accepted = 0
@@ -268,13 +302,110 @@ class Request:
         """Chained hashes of its full blocks whose content is known (prompt, and outputs where
         the workload knows them): block b's hash covers the content of blocks 0..b, so equal
         hashes mean equal prefixes, as in vLLM's automatic prefix caching."""
-        if self._hash_bs == block_size:
-            return self._hashes
-        unit = self.content_unit
-        covered = min(len(self.content) * unit, self.content_tokens) if unit else 0
-        self._hashes = block_hashes(self.content, unit, covered, block_size)
-        self._hash_bs = block_size
-        return self._hashes
+        return self._prefix.block_hashes(block_size)
+
+    # -- what its parts hold ---------------------------------------------------------------------
+
+    @property
+    def content(self) -> Sequence[int] | np.ndarray:
+        """A content id per `content_unit` tokens (equal ids: equal tokens)."""
+        return self._prefix.content
+
+    @property
+    def content_unit(self) -> int:
+        return self._prefix.unit
+
+    @property
+    def content_tokens(self) -> int:
+        """How many of its tokens the content describes."""
+        return self._prefix.tokens
+
+    @property
+    def cached_blocks(self) -> list[int]:
+        """Hashes of the cached blocks it holds (the KV pool's to change)."""
+        return self._prefix.cached_blocks
+
+    @property
+    def kv_scanned(self) -> int:
+        """Leading full blocks the prefix cache has looked at for caching."""
+        return self._prefix.scanned
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens it found cached at its admissions."""
+        return self._prefix.cached_tokens
+
+    @property
+    def num_preemptions(self) -> int:
+        evictions = self._evictions
+        return 0 if evictions is None else evictions.preemptions
+
+    @property
+    def num_recomputed_tokens(self) -> int:
+        """Tokens prefilled again after recompute preemptions."""
+        evictions = self._evictions
+        return 0 if evictions is None else evictions.recomputed_tokens
+
+    @property
+    def num_swaps(self) -> int:
+        evictions = self._evictions
+        return 0 if evictions is None else evictions.swaps
+
+    @property
+    def swapped_bytes(self) -> int:
+        """KV bytes copied to host memory over all its swaps."""
+        evictions = self._evictions
+        return 0 if evictions is None else evictions.swapped_bytes
+
+    @property
+    def host_bytes(self) -> int:
+        """KV bytes it holds in host memory now."""
+        evictions = self._evictions
+        return 0 if evictions is None else evictions.host_bytes
+
+    def _evicted(self) -> Evictions:
+        evictions = self._evictions
+        if evictions is None:
+            evictions = self._evictions = Evictions()
+        return evictions
+
+    @property
+    def num_spec_steps(self) -> int:
+        """Speculative verify steps."""
+        spec = self._spec_tally
+        return 0 if spec is None else spec.steps
+
+    @property
+    def num_spec_proposed(self) -> int:
+        spec = self._spec_tally
+        return 0 if spec is None else spec.proposed
+
+    @property
+    def num_spec_accepted(self) -> int:
+        spec = self._spec_tally
+        return 0 if spec is None else spec.accepted
+
+    @property
+    def decode_instance(self) -> int:
+        """P/D: the decode instance its KV moved to (-1: none)."""
+        transfer = self._transfer
+        return -1 if transfer is None else transfer.decode_instance
+
+    @property
+    def handoff_s(self) -> float:
+        """P/D: its prompt was done and its KV waited for the link from then."""
+        transfer = self._transfer
+        return NAN if transfer is None else transfer.handoff_s
+
+    @property
+    def transfer_start_s(self) -> float:
+        transfer = self._transfer
+        return NAN if transfer is None else transfer.start_s
+
+    @property
+    def transfer_end_s(self) -> float:
+        transfer = self._transfer
+        return NAN if transfer is None else transfer.end_s
 
     # -- transitions (engine only) --------------------------------------------------------------
 
@@ -309,7 +440,7 @@ class Request:
             self.first_scheduled_s = now
         if cached_tokens:
             self._computed = cached_tokens
-            self.num_cached_tokens += cached_tokens
+            self._prefix.cached_tokens += cached_tokens
 
     def compute(self, n: int, start_s: float, end_s: float) -> float | None:
         """Compute `n` tokens in a single step [start_s, end_s] (not as a batch member).
@@ -365,13 +496,16 @@ class Request:
             self._max_itl_s = gap
         self._last_token_s = end_s
         if proposed:
-            self.num_spec_steps += 1
-            self.num_spec_proposed += proposed
-            self.num_spec_accepted += accepted
+            spec = self._spec_tally
+            if spec is None:
+                spec = self._spec_tally = SpecTally()
+            spec.steps += 1
+            spec.proposed += proposed
+            spec.accepted += accepted
             if window:
-                if self._spec_recent is None:
-                    self._spec_recent = deque(maxlen=window)
-                self._spec_recent.append((proposed, accepted))
+                if spec.recent is None:
+                    spec.recent = deque(maxlen=window)
+                spec.recent.append((proposed, accepted))
         return gap
 
     def finish(self, end_s: float) -> None:
@@ -384,8 +518,9 @@ class Request:
         prefill its prompt and its outputs so far again."""
         self._expect(RUNNING)
         self.state = WAITING
-        self.num_preemptions += 1
-        self.num_recomputed_tokens += self._computed
+        evictions = self._evicted()
+        evictions.preemptions += 1
+        evictions.recomputed_tokens += self._computed
         self._computed = 0
         self._kv_blocks = 0
 
@@ -393,35 +528,40 @@ class Request:
         """Running -> swapped: its KV (`nbytes`) is copied to host memory."""
         self._expect(RUNNING)
         self.state = SWAPPED
-        self.num_preemptions += 1
-        self.num_swaps += 1
-        self.swapped_bytes += nbytes
-        self.host_bytes = nbytes
+        evictions = self._evicted()
+        evictions.preemptions += 1
+        evictions.swaps += 1
+        evictions.swapped_bytes += nbytes
+        evictions.host_bytes = nbytes
         self._kv_blocks = 0
 
     def swap_in(self) -> None:
         """Swapped -> running: its KV is copied back (the engine allocated the blocks)."""
         self._expect(SWAPPED)
         self.state = RUNNING
-        self.host_bytes = 0
+        self._evicted().host_bytes = 0
 
     def hand_off(self, now: float) -> None:
         """P/D: its prompt is done on a prefill instance; its KV waits there for the link."""
         self._expect(RUNNING)
         self.state = HANDOFF
-        self.handoff_s = now
+        self._transfer = Transfer(now)
 
     def start_transfer(self, now: float, decode_instance: int) -> None:
         self._expect(HANDOFF)
         self.state = TRANSFERRING
-        self.transfer_start_s = now
-        self.decode_instance = decode_instance
+        transfer = self._transfer
+        assert transfer is not None
+        transfer.start_s = now
+        transfer.decode_instance = decode_instance
 
     def land(self, now: float, num_blocks: int) -> None:
         """P/D: its KV has reached the decode instance, where it holds `num_blocks` blocks."""
         self._expect(TRANSFERRING)
         self.state = ARRIVED
-        self.transfer_end_s = now
+        transfer = self._transfer
+        assert transfer is not None
+        transfer.end_s = now
         self._kv_blocks = num_blocks
 
     def seat(self) -> None:
@@ -435,7 +575,7 @@ class Request:
 
     def set_kv_scanned(self, num_blocks: int) -> None:
         """The prefix cache's record of how many leading full blocks it has looked at."""
-        self.kv_scanned = num_blocks
+        self._prefix.scanned = num_blocks
 
     def drop_kv(self) -> None:
         """Its blocks went back to the pool (finished, or left the prefill instance)."""

@@ -23,10 +23,9 @@ def state(pool: KVPool, block_hash: int) -> int:
 def with_content(req: Request, ids: list[int], unit: int = 4, tokens: int = 0) -> Request:
     """Give a request content: one id per `unit` tokens (equal ids, equal tokens), describing
     its prompt (or its first `tokens` tokens)."""
-    req.content = ids
-    req.content_unit = unit
-    req.content_tokens = tokens or req.num_prompt_tokens
-    return req
+    n = req.num_prompt_tokens
+    return Request(req.id, req.arrival_s, n, req.max_output_tokens, content=ids,
+                   content_unit=unit, content_tokens=tokens or n)  # fmt: skip
 
 
 def test_a_shared_prefix_is_computed_once_and_the_last_token_always_computed() -> None:

@@ -309,8 +309,8 @@ def test_the_stand_in_view_of_an_engine_state_gets_the_engine_plan(mode: str) ->
 
 
 def with_content(req: Request, ids: list[int]) -> Request:
-    req.content, req.content_unit, req.content_tokens = ids, 4, req.num_prompt_tokens
-    return req
+    n, out = req.num_prompt_tokens, req.max_output_tokens
+    return Request(req.id, req.arrival_s, n, out, content=ids, content_unit=4, content_tokens=n)
 
 
 def test_an_admission_starts_from_gpu_hits_then_loads_the_tier_run_after_them() -> None:
