@@ -1,7 +1,7 @@
 """Small factories for driving a policy on an instance by hand, step by step, without SimPy.
 
 `make_continuous(...)` / `make_chunked(...)` / `make_static(...)` return a `Bench`: one instance
-(`sim.core.engine.Instance`, not started) whose steps each last `duration` seconds (no growth),
+(`sim.core.instance.Instance`, not started) whose steps each last `duration` seconds (no growth),
 so that schedules can be asserted token by token.
 """
 

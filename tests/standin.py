@@ -8,7 +8,7 @@ Requests reach their states through their own lifecycle transitions, as the engi
 them: `prefilling(req, computed)` after `computed` prompt tokens, `decoding(req, emitted)` after
 `emitted` output tokens, `swapped(req, emitted)` evicted to host memory. Each holds the blocks its
 computed tokens fill unless `blocks` says otherwise. The view's answers follow the engine's
-definitions (`sim.core.engine.Instance`): a request needs a block for its next token when its
+definitions (`sim.core.engine.Engine`): a request needs a block for its next token when its
 blocks are full, and a swap copies the KV of its computed tokens' whole blocks.
 
 The pool is counts only (`caching` False). A pool with more to say (prefix caching) is a subclass
