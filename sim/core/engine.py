@@ -68,22 +68,23 @@ class Engine:
     ) -> None:
         self.policy = policy
         self.pool = pool
-        self._bytes_per_token = bytes_per_token
-        self._swap_bandwidth = swap_bandwidth_bytes_per_s
         self.log = log
         self.steps = steps
         self.itl = itl
         self._streamed = steps.on_full is not None or itl.on_full is not None
         self._waiting = Waiting(queue, pool.block_size if pool.caching else 0)
+        self.waiting: QueueView = queue  # the same queue, as the policy reads it
         self.running: list[Request] = []  # admission order
         self.prefilling: list[Request] = []  # running, prompt (or recompute) not done
         self.ready: list[Request] = []  # running, decode next, not yet in the batch
         self.swapped: deque[Request] = deque()
         self.held: list[Request] = []  # finished, KV kept until the batch ends (static)
         self.pd = HandOff(hands_off, receives)
+        self.arrived: Sequence[Request] = self.pd.arrived()  # its landed requests, read only
         self.batch = DecodeBatch(pool.block_size, paged=policy.paged_kv)
         self.usage = KVUsage(pool.block_size)
-        self.host = HostMemory(host_memory_bytes)  # swapped-out KV: its one account
+        # swapped-out KV: its one account
+        self.host = HostMemory(host_memory_bytes, bytes_per_token, swap_bandwidth_bytes_per_s)
         # speculative decoding: applies the steps of plans that name `speculate`
         self.speculator: Speculator | None = None
         if acceptance is not None:
@@ -105,16 +106,8 @@ class Engine:
         return self._clock
 
     @property
-    def waiting(self) -> QueueView:
-        return self._waiting.queue
-
-    @property
     def kv(self) -> KVPool:
         return self.pool
-
-    @property
-    def arrived(self) -> Sequence[Request]:
-        return self.pd.arrived()
 
     @property
     def num_decoding(self) -> int:
@@ -141,13 +134,13 @@ class Engine:
 
     def swap_bytes(self, req: Request) -> int:
         tokens = self.pool.blocks_for(req.num_computed_tokens) * self.pool.block_size
-        return int(tokens * self._bytes_per_token)
+        return self.host.bytes_for(tokens)
 
     # -- what the instance asks ------------------------------------------------------------------
 
     @property
     def num_waiting(self) -> int:
-        return len(self._waiting) + len(self.swapped) + self.pd.num_arrived()
+        return len(self.waiting) + len(self.swapped) + len(self.arrived)
 
     @property
     def num_running(self) -> int:
@@ -156,14 +149,14 @@ class Engine:
     def num_outstanding(self) -> int:
         """Requests queued, swapped, landed, running or holding their KV."""
         return (
-            len(self._waiting) + len(self.swapped) + self.pd.num_arrived() + len(self.running)
+            len(self.waiting) + len(self.swapped) + len(self.arrived) + len(self.running)
             + len(self.held)
         )  # fmt: skip
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
         total = self._waiting.work() + self.batch.outstanding_tokens
-        for queue in (self.prefilling, self.ready, self.swapped, self.pd.arrived()):
+        for queue in (self.prefilling, self.ready, self.swapped, self.arrived):
             if queue:  # mostly empty but the prompts in flight: no generator for those
                 for req in queue:
                     total += req.remaining_work
@@ -202,7 +195,7 @@ class Engine:
     def holds_requests(self) -> bool:
         """Whether any request is queued, running, swapped, holding KV or in P/D hand-off."""
         return bool(
-            len(self._waiting) or self.running or self.swapped or self.held
+            len(self.waiting) or self.running or self.swapped or self.held
             or self.pd.holds_requests()
         )  # fmt: skip
 
@@ -381,8 +374,7 @@ class Engine:
     ) -> tuple[int, float, bool]:
         """A plan's seats, evictions, swap-ins and admissions, in that order (sim.core.plan);
         the swapped-in requests' blocks are taken last."""
-        usage = self.usage
-        bandwidth = self._swap_bandwidth
+        usage, host = self.usage, self.host
         freed = False
         if plan.preempt:  # the victims' tier writes wait for the admissions' tier loads
             self.pool.hold_tier_writes()
@@ -397,8 +389,8 @@ class Engine:
                 nbytes = self.swap_bytes(req)
                 self._free(req)
                 req.swap_out(nbytes)
-                self.host.swap_out(nbytes)
-                swap_s += nbytes / bandwidth
+                host.swap_out(nbytes)
+                swap_s += host.seconds(nbytes)
                 self.swapped.append(req)
             else:
                 self._free(req)
@@ -410,8 +402,8 @@ class Engine:
             if not self.swapped or self.swapped[0] is not req:
                 raise AssertionError(f"swap-in of request {req.id} out of order")
             self.swapped.popleft()
-            self.host.swap_in(req.host_bytes)
-            swap_s += req.host_bytes / bandwidth
+            host.swap_in(req.host_bytes)
+            swap_s += host.seconds(req.host_bytes)
             req.swap_in()
             self.running.append(req)
             usage.stored_tokens += req.num_computed_tokens

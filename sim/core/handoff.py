@@ -34,9 +34,6 @@ class HandOff:
         """The handed-off requests whose KV is still here, in hand-off order."""
         return self._handing
 
-    def num_arrived(self) -> int:
-        return len(self._arrived)
-
     def hand_off(self, req: Request, end: float) -> None:
         """A prefill instance's request emitted its first token at `end`: it leaves for the
         link."""

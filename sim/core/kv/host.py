@@ -6,18 +6,31 @@ offloading connector's size for cached blocks), and so does a scenario: the swap
 (`sim.core.kv.tiers`). The instance's `HostMemory` owns the first; the DRAM tier owns its
 blocks. A swapped
 request's bytes include every model's KV for its tokens (a draft model's too), because
-`KVSpec.bytes_per_token` does. Planning asks `free_bytes`; only the engine moves bytes.
+`KVSpec.bytes_per_token` does. Planning asks `free_bytes` and `bytes_for`; only the engine moves
+bytes, each copy taking `seconds` at the swap bandwidth.
 """
 
 from __future__ import annotations
 
 
 class HostMemory:
-    def __init__(self, swap_bytes: float) -> None:
+    def __init__(
+        self, swap_bytes: float, bytes_per_token: float = 0.0, bandwidth_bytes_per_s: float = 25e9
+    ) -> None:
         if not swap_bytes >= 0:
             raise ValueError(f"bad host swap space: {swap_bytes} bytes")
         self.swap_bytes = swap_bytes
         self._swapped = 0
+        self._bytes_per_token = bytes_per_token  # on this instance (with tensor parallelism)
+        self._bandwidth = bandwidth_bytes_per_s
+
+    def bytes_for(self, num_tokens: int) -> int:
+        """Bytes a swap of `num_tokens` tokens' KV copies."""
+        return int(num_tokens * self._bytes_per_token)
+
+    def seconds(self, nbytes: int) -> float:
+        """Seconds a copy of `nbytes` to or from host memory takes."""
+        return nbytes / self._bandwidth
 
     @property
     def free_bytes(self) -> float:
