@@ -362,10 +362,11 @@ def _pricing_counters(cluster: Cluster) -> dict[str, float]:
     """Steps priced outside a table profile's measurements (extrapolated by its analytic form),
     and the host seconds of CPU overhead the pricing added; no keys when neither applies."""
     out: dict[str, float] = {}
-    tabled = [i for i in cluster.instances if getattr(i.cost, "has_tables", False)]
+    pricings = [i.pricing() for i in cluster.instances]
+    tabled = [p for p in pricings if getattr(p.cost, "has_tables", False)]
     if tabled:
-        out["profile_extrapolated_steps"] = float(sum(i.num_extrapolated_steps for i in tabled))
-    cpu = sum(i.cpu_overhead_s for i in cluster.instances)
+        out["profile_extrapolated_steps"] = float(sum(p.num_extrapolated_steps for p in tabled))
+    cpu = sum(p.cpu_overhead_s for p in pricings)
     if cpu:
         out["cpu_overhead_s"] = cpu
     return out

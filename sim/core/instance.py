@@ -33,7 +33,6 @@ t is visible to a schedule at t. Arrivals with equal timestamps are queued in id
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import simpy
@@ -42,11 +41,12 @@ from simpy.events import Event
 from sim.core.acceptance import AcceptanceSampler
 from sim.core.arrivals import FOREVER_S, ArrivalFeed
 from sim.core.engine import Engine
+from sim.core.kv.host import KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.load import Load, WorkLoad
 from sim.core.plan import InstanceView, Policy, QueueView, StepPlan
 from sim.core.prefill_curve import PrefillCurve
-from sim.core.pricing import StepPricer
+from sim.core.pricing import Pricing, StepPricer
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, WAITING, Request
 from sim.core.run import Run
@@ -55,16 +55,6 @@ from sim.core.step_times import steps_before
 from sim.core.waiting import WaitQueue
 
 __all__ = ["Instance", "KVSpec", "Load", "StepPricer", "WorkLoad"]
-
-
-@dataclass(frozen=True, slots=True)
-class KVSpec:
-    """An instance's KV geometry beyond the pool: bytes per token on this instance (with tensor
-    parallelism, as stored), and the host memory and bandwidth that swapping uses."""
-
-    bytes_per_token: float
-    swap_bandwidth_bytes_per_s: float = 25e9
-    host_memory_bytes: float = 64e9
 
 
 class Instance:
@@ -176,19 +166,9 @@ class Instance:
     def itl(self) -> ItlLog:
         return self.engine.itl
 
-    @property
-    def cost(self) -> StepPricer:
-        return self.engine.pricing.cost
-
-    @property
-    def num_extrapolated_steps(self) -> int:
-        """Steps priced outside the profile's tables."""
-        return self.engine.pricing.num_extrapolated_steps
-
-    @property
-    def cpu_overhead_s(self) -> float:
-        """Host seconds of CPU overhead of its steps."""
-        return self.engine.pricing.cpu_overhead_s
+    def pricing(self) -> Pricing:
+        """Its step pricing: the cost model and the pricing's tallies."""
+        return self.engine.pricing
 
     @property
     def num_waiting(self) -> int:

@@ -12,6 +12,18 @@ bytes, each copy taking `seconds` at the swap bandwidth.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class KVSpec:
+    """An instance's KV geometry beyond the pool: bytes per token on this instance (with tensor
+    parallelism, as stored), and the host memory and bandwidth that swapping uses."""
+
+    bytes_per_token: float
+    swap_bandwidth_bytes_per_s: float = 25e9
+    host_memory_bytes: float = 64e9
+
 
 class HostMemory:
     def __init__(
