@@ -206,8 +206,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "acceptance-counts-the-bonus-token",
         "sim/core/request.py",
-        "            self.num_spec_accepted += accepted\n",
-        "            self.num_spec_accepted += accepted + 1\n",
+        "            spec.accepted += accepted\n",
+        "            spec.accepted += accepted + 1\n",
         SPEC,
         "the target's own token is counted as an accepted proposal",
     ),
