@@ -31,7 +31,7 @@ import simpy
 from sim.core.arrivals import ChunkWindow, Source
 from sim.core.engine import Instance
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
-from sim.costs.catalog import HardwareSpec
+from sim.costs.figures import InstanceFigures
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.kv_tiers import cache_counters
@@ -383,22 +383,22 @@ def _context(
     """What the summary needs; `lives` the lifetimes of an autoscaled fleet's instances."""
     spec = resolved.spec
     if lives is not None:  # instances launched during the run: each bills its own group's GPUs
-        hardware = {g.name: g.hardware for g in resolved.groups}
+        figures = {g.name: g.figures for g in resolved.groups}
         # an instance's DRAM and NVMe tiers are rented with it, for its lifetime
         own = tiers_cost_per_hour(spec.kv_tiers, 1) - tiers_cost_per_hour(spec.kv_tiers, 0)
-        fleet = tuple(_fleet(hardware[i.group], own) for i in cluster.info)
+        fleet = tuple(_fleet(figures[i.group], own) for i in cluster.info)
         lifetimes = tuple(zip(lives["launch_s"], lives["retire_s"], strict=True))
         memory = tiers_cost_per_hour(spec.kv_tiers, 0)  # the shared store, for the whole run
     else:
         # one entry per engine: a pipelined instance's virtual engines each bill a stage's GPUs
         fleet = tuple(
-            _fleet(group.hardware)
+            _fleet(group.figures)
             for group in resolved.groups
-            for _ in range(group.count * group.hardware.pipeline_parallel)
+            for _ in range(group.count * group.figures.engines)
         )
         lifetimes = ()
         memory = tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances))
-    model = spec.model
+    model = resolved.model_figures
     first = cluster.reference()
     return SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
@@ -435,12 +435,13 @@ def _context(
     )
 
 
-def _fleet(hw: HardwareSpec, rent_usd_per_hour: float = 0.0) -> tuple[int, float, float, float]:
+def _fleet(
+    figures: InstanceFigures, rent_usd_per_hour: float = 0.0
+) -> tuple[int, float, float, float]:
     """(GPUs, dollars per GPU-hour, TDP and idle watts) of one engine, in engine order: an
     instance's, or one stage's for each virtual engine of a pipelined instance;
     `rent_usd_per_hour` is what else the instance rents (its KV tiers), spread over its GPUs."""
-    figures = hw.economics
-    gpus = hw.num_gpus // hw.pipeline_parallel
+    gpus = figures.engine_gpus
     return gpus, figures.usd_per_gpu_hour + rent_usd_per_hour / gpus, figures.tdp_w, figures.idle_w
 
 

@@ -26,7 +26,9 @@ import yaml
 from pydantic import ValidationError
 
 from sim.costs.catalog import HardwareSpec
+from sim.costs.figures import InstanceFigures, ModelFigures, instance_figures, model_figures
 from sim.costs.fits import check_draft_fits, check_fits
+from sim.costs.memory_tiers import TierGeometry
 from sim.costs.profile import BUILTIN_PROFILES, Profile, resolve_profile
 from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError
@@ -77,7 +79,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ResolvedGroup:
-    """One instance group with its own hardware, policy and profile resolved."""
+    """One instance group with its own hardware, policy and profile resolved, and what its
+    instances are in figures (`figures`: KV per token, the pool's blocks, FLOP/s, price) and
+    their KV tiers below the GPU (`tiers`), worked out once: building the instances and the
+    summary read these, not the catalog."""
 
     role: Role
     name: str
@@ -85,6 +90,11 @@ class ResolvedGroup:
     hardware: HardwareSpec
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
     profile: Profile
+    figures: InstanceFigures
+    # the tiers of each instance, fastest first (with prefix caching and `kv_tiers` only)
+    tiers: tuple[TierGeometry, ...] = ()
+    # P/D through the shared store (`disaggregation.link.via: store`): each instance's path
+    store: TierGeometry | None = None
     # speculative decoding with a draft model: the draft's step costs on this group's GPU
     draft_profile: Profile | None = None
     # instances added and removed during the run (sim/scenario/control_plane.py)
@@ -100,6 +110,7 @@ class ResolvedScenario:
     profile: Profile
     base_dir: Path
     raw: dict[str, Any]  # the merged YAML mapping this variant was validated from
+    model_figures: ModelFigures  # the model's weight bytes and FLOPs per token
     groups: tuple[ResolvedGroup, ...] = ()
 
     @property
@@ -350,14 +361,61 @@ def _resolve(
         _check_windows(spec, policy, hw, policy_key, variant, override, file)
         draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
         _check_autoscale(spec, g, hw, key, variant, override, file)
+        figures = _figures(spec, policy, hw)
         groups.append(
             ResolvedGroup(
-                role, group_name, g.count, hw, policy, group_profile, draft, g.autoscale
+                role,
+                group_name,
+                g.count,
+                hw,
+                policy,
+                group_profile,
+                figures,
+                *_tier_geometry(spec, policy, figures),
+                draft,
+                g.autoscale,
             )
         )
     return ResolvedScenario(
-        variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
-    )
+        variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw,
+        groups=tuple(groups), model_figures=model_figures(spec.model),
+    )  # fmt: skip
+
+
+def _figures(
+    spec: Scenario, policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    hw: HardwareSpec,
+) -> InstanceFigures:  # fmt: skip
+    """The group's instances in figures: a draft model's weights take memory too, and every
+    token has its KV in the draft."""
+    speculative = policy.speculative
+    draft = speculative.draft_model if speculative is not None and speculative.active else None
+    return instance_figures(
+        spec.model, hw, block_size=policy.block_size, seats=policy.seats,
+        stated_blocks=policy.num_gpu_blocks, draft=draft,
+    )  # fmt: skip
+
+
+def _tier_geometry(
+    spec: Scenario, policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    figures: InstanceFigures,
+) -> tuple[tuple[TierGeometry, ...], TierGeometry | None]:  # fmt: skip
+    """The group's KV tiers on each instance (a request's KV there is every model's, a draft's
+    included), and with P/D through the shared store each instance's path to it (the target's
+    KV, handed over). Each GPU has its own path to DRAM and the store."""
+    tiers, store = spec.kv_tiers, None
+    if tiers is None:
+        return (), None
+    d = spec.disaggregation
+    if d is not None and d.link.via == "store" and tiers.remote is not None:
+        store = tiers.remote.geometry(
+            "remote", policy.block_size * figures.kv_bytes_per_token, figures.num_gpus
+        )
+    if not policy.prefix_caching:
+        return (), store
+    return tiers.geometry(
+        policy.block_size * figures.moved_bytes_per_token, figures.num_gpus
+    ), store
 
 
 def _check_autoscale(

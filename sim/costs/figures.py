@@ -1,0 +1,86 @@
+"""What a run reads of a model on an instance's GPUs, worked out once when a scenario resolves.
+
+The catalog (`sim.costs.catalog`) derives every figure from a model and a GPU; a resolved
+scenario asks it once per instance group here (`instance_figures`) and once for the model
+(`model_figures`), and the stages after it (building the instances, the summary's context,
+the fleet's bill) read these plain numbers instead of asking the catalog again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    """The model's own figures the summary reads."""
+
+    weight_bytes: float
+    flops_per_token: float  # one multiply-add per active parameter
+
+
+def model_figures(model: ModelSpec) -> ModelFigures:
+    return ModelFigures(model.weight_bytes, model.flops_per_token)
+
+
+@dataclass(frozen=True)
+class InstanceFigures:
+    """One instance group's model on its GPUs.
+
+    `kv_bytes_per_token` is the target model's KV per token; `moved_bytes_per_token` adds a
+    speculative draft model's own KV of every token (what swapping and the tiers below move).
+    `kv_blocks` is the instance's KV pool in blocks of the policy's size: stated, or what fits
+    next to the weights. Per engine (a pipelined instance runs `engines` virtual engines, each
+    one stage's GPUs): `engine_gpus`, `peak_flops`, `hbm_bandwidth_bytes_per_s`. Price and
+    power per GPU: the hardware's fields, else the catalog's defaults."""
+
+    label: str  # `h100-sxm`, `h100-sxmx8`, or `h100-sxmx16 pp4` for one engine of 4 stages
+    kv_bytes_per_token: float
+    moved_bytes_per_token: float
+    kv_blocks: int
+    num_gpus: int
+    engines: int
+    engine_gpus: int
+    peak_flops: float
+    hbm_bandwidth_bytes_per_s: float
+    usd_per_gpu_hour: float
+    tdp_w: float
+    idle_w: float
+
+
+def instance_figures(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    block_size: int,
+    seats: int,
+    stated_blocks: int | None = None,
+    draft: ModelSpec | None = None,
+) -> InstanceFigures:
+    """The figures of `model` on `hw` with KV blocks of `block_size` tokens: `stated_blocks`
+    when the policy states them, else what fits next to the weights (a `draft` model's weights
+    and KV included; sliding-window layers' windows set aside for `seats` running sequences).
+    Static batching's one-token blocks are its contiguous reservation (`kv_capacity_blocks` at
+    block size 1 is the token capacity)."""
+    own = kv_bytes_per_token_on(model, hw)
+    moved = own if draft is None else own + kv_bytes_per_token_on(draft, hw)
+    blocks = stated_blocks or kv_capacity_blocks(model, hw, block_size, draft, seats)
+    gpus, engines = hw.num_gpus, hw.pipeline_parallel
+    name = hw.name if gpus == 1 else f"{hw.name}x{gpus}"
+    figures = hw.economics
+    return InstanceFigures(
+        label=name if engines == 1 else f"{name} pp{engines}",
+        kv_bytes_per_token=own,
+        moved_bytes_per_token=moved,
+        kv_blocks=blocks,
+        num_gpus=gpus,
+        engines=engines,
+        engine_gpus=gpus // engines,
+        peak_flops=hw.instance_peak_flops / engines,
+        hbm_bandwidth_bytes_per_s=hw.instance_hbm_bandwidth_bytes_per_s / engines,
+        usd_per_gpu_hour=figures.usd_per_gpu_hour,
+        tdp_w=figures.tdp_w,
+        idle_w=figures.idle_w,
+    )
