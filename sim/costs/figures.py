@@ -1,16 +1,34 @@
 """What a run reads of a model on an instance's GPUs, worked out once when a scenario resolves.
 
-The catalog (`sim.costs.catalog`) derives every figure from a model and a GPU; a resolved
-scenario asks it once per instance group here (`instance_figures`) and once for the model
-(`model_figures`), and the stages after it (building the instances, the summary's context,
-the fleet's bill) read these plain numbers instead of asking the catalog again.
+The catalog (`sim.costs.catalog`) derives every figure from a model and a GPU, and the fit
+checks (`sim.costs.fits`, `sim.costs.windows`) say whether a layout can serve. A scenario
+resolves its model once (`resolve_model`: it fits the scenario's hardware; its weight bytes and
+FLOPs per token) and each instance group once (`resolve_instance`: the group's layout fits,
+with its sliding windows and draft model; its figures), and the stages after it (building the
+instances, the summary's context, the fleet's bill) read these plain numbers instead of asking
+the catalog again. A layout that cannot serve is a `LayoutProblem` naming what to blame.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
+from sim.costs.fits import check_draft_fits, check_fits
+from sim.costs.windows import check_sliding_fits
+
+Blame = Literal["hardware", "seats", "draft"]
+
+
+class LayoutProblem(ValueError):
+    """Why a model cannot run on a layout, and what to blame: `hardware` (the model does not
+    fit or shard), `seats` (the running sequences' sliding windows leave no KV block), `draft`
+    (the draft model does not fit next to the target)."""
+
+    def __init__(self, blame: Blame, reason: str) -> None:
+        super().__init__(reason)
+        self.blame: Blame = blame
 
 
 @dataclass(frozen=True)
@@ -21,8 +39,44 @@ class ModelFigures:
     flops_per_token: float  # one multiply-add per active parameter
 
 
-def model_figures(model: ModelSpec) -> ModelFigures:
+def resolve_model(model: ModelSpec, hw: HardwareSpec) -> ModelFigures:
+    """The model's figures, once it fits `hw` (else a `LayoutProblem` blaming the hardware)."""
+    try:
+        check_fits(model, hw)
+    except ValueError as exc:
+        raise LayoutProblem("hardware", str(exc)) from None
     return ModelFigures(model.weight_bytes, model.flops_per_token)
+
+
+def resolve_instance(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    block_size: int,
+    seats: int,
+    stated_blocks: int | None = None,
+    draft: ModelSpec | None = None,
+    fits: bool = False,
+) -> InstanceFigures:
+    """`instance_figures` once the layout can serve: `model` fits `hw` (unless `fits` says it
+    was checked already), `seats` running sequences leave a KV block next to their sliding
+    windows (when the blocks are not stated), and a speculative `draft` model fits next to the
+    target. A layout that cannot is a `LayoutProblem`."""
+    blame: Blame = "hardware"
+    try:
+        if not fits:
+            check_fits(model, hw)
+        blame = "seats"
+        if stated_blocks is None:
+            check_sliding_fits(model, hw, seats, block_size)
+        blame = "draft"
+        if draft is not None:
+            check_draft_fits(model, draft, hw)
+    except ValueError as exc:
+        raise LayoutProblem(blame, str(exc)) from None
+    return instance_figures(
+        model, hw, block_size=block_size, seats=seats, stated_blocks=stated_blocks, draft=draft
+    )
 
 
 @dataclass(frozen=True)

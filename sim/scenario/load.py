@@ -26,11 +26,15 @@ import yaml
 from pydantic import ValidationError
 
 from sim.costs.catalog import HardwareSpec
-from sim.costs.figures import InstanceFigures, ModelFigures, instance_figures, model_figures
-from sim.costs.fits import check_draft_fits, check_fits
+from sim.costs.figures import (
+    InstanceFigures,
+    LayoutProblem,
+    ModelFigures,
+    resolve_instance,
+    resolve_model,
+)
 from sim.costs.memory_tiers import TierGeometry
 from sim.costs.profile import BUILTIN_PROFILES, Profile, resolve_profile
-from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
@@ -302,8 +306,8 @@ def _resolve(
         raise
     spec = _validate(raw, file, variant, override)
     try:
-        check_fits(spec.model, spec.hardware)
-    except ValueError as exc:
+        model = resolve_model(spec.model, spec.hardware)
+    except LayoutProblem as exc:
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
@@ -328,12 +332,26 @@ def _resolve(
     for i, (role, group_name, g) in enumerate(spec.groups()):
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
         hw = g.hardware or spec.hardware
-        if g.hardware is not None:
-            try:
-                check_fits(spec.model, hw)
-            except ValueError as exc:
-                where, note = _where(f"{key}.hardware", variant, override)
-                raise ScenarioError(str(exc) + note, file=file, path=where) from None
+        policy = g.policy or spec.policy
+        policy_key = f"{key}.policy" if g.policy is not None else "policy"
+        speculative = policy.speculative
+        # a draft model's weights take memory too, and every token has its KV in the draft
+        draft_model = (
+            speculative.draft_model if speculative is not None and speculative.active else None
+        )
+        try:  # the group's layout can serve (the scenario's hardware was checked above)
+            figures = resolve_instance(
+                spec.model, hw, block_size=policy.block_size, seats=policy.seats,
+                stated_blocks=policy.num_gpu_blocks, draft=draft_model, fits=g.hardware is None,
+            )  # fmt: skip
+        except LayoutProblem as exc:
+            blamed = {
+                "hardware": f"{key}.hardware",
+                "seats": f"{policy_key}.{policy.SEATS_KEY}",
+                "draft": f"{policy_key}.speculative.draft_model",
+            }
+            where, note = _where(blamed[exc.blame], variant, override)
+            raise ScenarioError(str(exc) + note, file=file, path=where) from None
         group_profile = profile
         if g.profile is not None or (g.hardware is not None and spec.profile in BUILTIN_PROFILES):
             where, note = _where(f"{key}.profile", variant, override)
@@ -356,12 +374,8 @@ def _resolve(
                 file=file,
                 path=f"{where}.pipeline_parallel",
             )
-        policy = g.policy or spec.policy
-        policy_key = f"{key}.policy" if g.policy is not None else "policy"
-        _check_windows(spec, policy, hw, policy_key, variant, override, file)
         draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
         _check_autoscale(spec, g, hw, key, variant, override, file)
-        figures = _figures(spec, policy, hw)
         groups.append(
             ResolvedGroup(
                 role,
@@ -378,21 +392,7 @@ def _resolve(
         )
     return ResolvedScenario(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw,
-        groups=tuple(groups), model_figures=model_figures(spec.model),
-    )  # fmt: skip
-
-
-def _figures(
-    spec: Scenario, policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
-    hw: HardwareSpec,
-) -> InstanceFigures:  # fmt: skip
-    """The group's instances in figures: a draft model's weights take memory too, and every
-    token has its KV in the draft."""
-    speculative = policy.speculative
-    draft = speculative.draft_model if speculative is not None and speculative.active else None
-    return instance_figures(
-        spec.model, hw, block_size=policy.block_size, seats=policy.seats,
-        stated_blocks=policy.num_gpu_blocks, draft=draft,
+        groups=tuple(groups), model_figures=model,
     )  # fmt: skip
 
 
@@ -448,27 +448,6 @@ def _check_autoscale(
         )
 
 
-def _check_windows(
-    spec: Scenario,
-    policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
-    hw: HardwareSpec,
-    policy_key: str,
-    variant: str | None,
-    override: dict[str, Any],
-    file: str,
-) -> None:
-    """Sliding-window layers set aside their window per running sequence: the policy's limit
-    on running sequences must leave room for KV blocks."""
-    if policy.num_gpu_blocks is not None:
-        return
-    key, seqs, block = policy.SEATS_KEY, policy.seats, policy.block_size
-    try:
-        check_sliding_fits(spec.model, hw, seqs, block)
-    except ValueError as exc:
-        where, note = _where(f"{policy_key}.{key}", variant, override)
-        raise ScenarioError(str(exc) + note, file=file, path=where) from None
-
-
 def _draft_profile(
     spec: Scenario,
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
@@ -479,8 +458,8 @@ def _draft_profile(
     file: str,
     base_dir: Path,
 ) -> Profile | None:
-    """The step costs of a speculative draft model on `hw` (None without one), after checking
-    that the draft fits next to the target."""
+    """The step costs of a speculative draft model on `hw` (None without one; `_figures` checked
+    that the draft fits next to the target)."""
     speculative = policy.speculative
     if speculative is not None and speculative.method == "mtp" and not spec.model.num_mtp_layers:
         where, note = _where(f"{policy_key}.speculative.method", variant, override)
@@ -494,11 +473,6 @@ def _draft_profile(
         return None
     draft = speculative.draft_model
     assert draft is not None  # the schema requires it for method draft
-    try:
-        check_draft_fits(spec.model, draft, hw)
-    except ValueError as exc:
-        where, note = _where(f"{policy_key}.speculative.draft_model", variant, override)
-        raise ScenarioError(str(exc) + note, file=file, path=where) from None
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
     raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
     if isinstance(raw, str) and raw not in BUILTIN_PROFILES:
