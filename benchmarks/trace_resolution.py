@@ -6,7 +6,8 @@ under `sys.setprofile`, records every Python call into a `sim` module, and print
 - Entries into a module: the distinct caller functions (qualified names, in another module) from
   which control passes into that module. A function that calls in once per variant, per group or
   per instance counts once: the count is how many places on the path ask the module, not how
-  many times they loop. The `calls` column is the raw number of call events behind them.
+  many times they loop. `outside` counts those of them in another package (for the catalog:
+  not a module of `sim.costs` deriving from it), and `calls` the raw call events behind them.
 - Climbs back up: the distinct (caller function, callee module) pairs where the caller's package
   sits in a layer above `sim.costs` and `sim.workload` (the layers of the import contract in
   pyproject.toml) and the callee is a module of those two packages. Each is a place where a
@@ -14,6 +15,9 @@ under `sys.setprofile`, records every Python call into a `sim` module, and print
   and climbs back up to carry on; a scenario resolved in one direction goes down once (to
   resolve) and later stages read what was resolved. `scenario down-calls` counts, separately,
   the raw call events from `sim.scenario` into those two packages (the validation passes).
+  `of which resolution` leaves out the climbs into the workload's requests themselves
+  (`sim.workload` modules other than `spec`, `budget` and `forecast`: generating the requests
+  and reading them as the run replays them), which are the run's data, not its resolution.
 
 The caller of a call is the nearest frame on the stack that belongs to `sim`, so a call made
 through a library (pydantic running a validator of a type defined in `sim.costs`) belongs to
@@ -59,6 +63,8 @@ LAYERS = (
     ("sim.errors",),
 )
 LOWER = ("sim.workload", "sim.costs")  # the lower stages a scenario resolves through
+# the workload modules a scenario resolves through (the others generate and hold requests)
+WORKLOAD_SPEC = ("sim.workload.spec", "sim.workload.budget", "sim.workload.forecast")
 WATCHED = ("sim.costs.catalog", "sim.costs.profile")
 
 
@@ -80,15 +86,19 @@ class Trace:
 
     calls: list[tuple[str, str, str]] = field(default_factory=list)
 
-    def entries(self) -> dict[str, tuple[int, int]]:
-        """Module -> (distinct caller functions from other modules, raw calls from them)."""
+    def entries(self) -> dict[str, tuple[int, int, int]]:
+        """Module -> (distinct caller functions from other modules, those from other packages,
+        raw calls from them)."""
         callers: dict[str, set[tuple[str, str]]] = collections.defaultdict(set)
         raw: collections.Counter[str] = collections.Counter()
         for caller_module, caller, callee in self.calls:
             if caller_module != callee:
                 callers[callee].add((caller_module, caller))
                 raw[callee] += 1
-        return {m: (len(callers[m]), raw[m]) for m in callers}
+        return {
+            m: (len(c), sum(package(cm) != package(m) for cm, _ in c), raw[m])
+            for m, c in callers.items()
+        }
 
     def climbs(self) -> list[tuple[str, str, int]]:
         """(caller, callee module, raw calls) of every climb back up (see the module doc)."""
@@ -97,6 +107,13 @@ class Trace:
             if package(callee) in LOWER and layer(caller_module) < layer(callee):
                 found[(f"{caller_module}.{caller}", callee)] += 1
         return [(c, m, n) for (c, m), n in sorted(found.items())]
+
+    def resolution_climbs(self) -> int:
+        return sum(
+            1
+            for _, callee, _ in self.climbs()
+            if package(callee) == "sim.costs" or callee in WORKLOAD_SPEC
+        )
 
     def scenario_down_calls(self) -> int:
         return sum(
@@ -157,7 +174,7 @@ def report(name: str, t: Trace, all_modules: bool, verbose: bool) -> None:
     entries = t.entries()
     climbs = t.climbs()
     print(f"\n== {name}")
-    print(f"{'module':<36} {'entries':>8} {'calls':>7}")
+    print(f"{'module':<36} {'entries':>8} {'outside':>8} {'calls':>7}")
     shown = [m for m in WATCHED] + sorted(
         (m for m in entries if m not in WATCHED),
         key=lambda m: (-entries[m][0], m),
@@ -165,9 +182,12 @@ def report(name: str, t: Trace, all_modules: bool, verbose: bool) -> None:
     for module in shown:
         if module not in WATCHED and not all_modules and package(module) not in LOWER:
             continue
-        n, raw = entries.get(module, (0, 0))
-        print(f"{module:<36} {n:>8} {raw:>7}")
-    print(f"climbs back up: {len(climbs)}   scenario down-calls: {t.scenario_down_calls()}")
+        n, outside, raw = entries.get(module, (0, 0, 0))
+        print(f"{module:<36} {n:>8} {outside:>8} {raw:>7}")
+    print(
+        f"climbs back up: {len(climbs)}, of which resolution: {t.resolution_climbs()}   "
+        f"scenario down-calls: {t.scenario_down_calls()}"
+    )
     if verbose:
         callers: dict[str, list[str]] = collections.defaultdict(list)
         for caller_module, caller, callee in t.calls:
