@@ -41,8 +41,9 @@ from sim.metrics.timeline import check_windows
 from sim.scenario.kv_tiers import tiers_cost_per_hour
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
-from sim.workload import RequestArrays, generate_requests
+from sim.workload import RequestArrays
 from sim.workload.budget import memory_problem
+from sim.workload.generate import workload_for
 from sim.workload.stream import Workload
 
 ProgressFn = Callable[[str], None]
@@ -86,8 +87,10 @@ def simulate(
     `tables=False` no per-request, per-step or gap tables are kept: each variant's summary is
     folded from its records as they come (flat memory; percentiles from sketches)."""
     scenario = load_any(scenario, overrides)
-    if tables:  # loading checked what a streamed run needs; tables need more
-        too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
+    if tables:  # loading checked what a streamed run needs, and what tables need
+        too_big = scenario.tables_problem
+        if not scenario.tables_checked:
+            too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
         if too_big is not None:
             raise ScenarioError(too_big[1], file=scenario.file, path=too_big[0])
     workloads: dict[str, Workload] = {}
@@ -110,7 +113,7 @@ def simulate(
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
         workload = workloads[key]
-        if spec.workload.tier_names() is None:  # a trace's tier column: known only now
+        if resolved.workload_plan.tier_names is None:  # a trace's tier column: known only now
             try:
                 check_tiers(spec, list(workload.tier_names))
             except ValueError as exc:
@@ -169,11 +172,10 @@ def workload_of(resolved: ResolvedScenario, tables: bool = True) -> Workload:
     """The requests a run of `resolved` replays: generated whole, or for a streamed run
     (`tables=False`) of a synthetic workload, regenerated from the seed as the run goes."""
     spec = resolved.spec
-    if not tables and resolved.regenerates_workload:
-        return Workload.streamed(spec.workload, spec.seed, resolved.base_dir)
-    rng = np.random.default_rng(spec.seed)
-    arrays = generate_requests(spec.workload, rng, resolved.base_dir, spec.model.max_model_len)
-    return Workload.whole(arrays)
+    return workload_for(
+        spec.workload, spec.seed, resolved.base_dir, spec.model.max_model_len,
+        regenerate=not tables and resolved.regenerates_workload,
+    )  # fmt: skip
 
 
 def run_variant(
@@ -186,7 +188,7 @@ def run_variant(
     """One variant on the given requests (arrays, or a `Workload`: `workload_of`).
     `tables=False` streams the records into the summary (`sim.metrics.streaming`) and keeps no
     per-request, per-step or gap tables: memory stays flat, percentiles come from sketches."""
-    workload = Workload.of(requests)
+    workload = requests if isinstance(requests, Workload) else Workload.whole(requests)
     spec = resolved.spec
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only

@@ -59,7 +59,7 @@ from sim.scenario.schema import (
 )
 from sim.workload.budget import memory_problem
 from sim.workload.forecast import forecast_of
-from sim.workload.stream import streams
+from sim.workload.stream import WorkloadPlan, plan_of
 
 # the schema's names that callers reach through this module
 __all__ = [
@@ -115,6 +115,8 @@ class ResolvedScenario:
     base_dir: Path
     raw: dict[str, Any]  # the merged YAML mapping this variant was validated from
     model_figures: ModelFigures  # the model's weight bytes and FLOPs per token
+    # whether its spec alone draws the workload, and the tiers of its requests
+    workload_plan: WorkloadPlan
     groups: tuple[ResolvedGroup, ...] = ()
 
     @property
@@ -128,7 +130,7 @@ class ResolvedScenario:
         run (per-request speculative acceptance rates are drawn for all of them up front)."""
         speculative = (g.policy.speculative for g in self.groups)
         whole = any(s is not None and s.per_request for s in speculative)
-        return streams(self.spec.workload) and not whole
+        return self.workload_plan.streams and not whole
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,10 @@ class ScenarioSet:
     # relative paths resolve: what a sweep or a capacity search edits and loads again
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     base_dir: Path | None = None
+    # whether running every variant keeping its tables fits in memory, worked out at load
+    # (`tables_checked`; a set built by hand is checked when it runs): None, or (key, reason)
+    tables_problem: tuple[str, str] | None = None
+    tables_checked: bool = False
 
     def dump(self) -> str:
         """The resolved scenario as YAML: every variant with all defaults filled in."""
@@ -277,16 +283,18 @@ def load_scenario_dict(
         if "variants" in merged:
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")
         resolved.append(_resolve(str(name), str(name), merged, override or {}, file, base_dir))
+    workloads = [v.spec.workload for v in resolved]
     too_big = memory_problem(
-        [v.spec.workload for v in resolved],
+        workloads,
         seeds=[v.spec.seed for v in resolved],
         generated=[v.regenerates_workload for v in resolved],
     )
     if too_big is not None:
         raise ScenarioError(too_big[1], file=file, path=too_big[0])
     return ScenarioSet(
-        name=resolved[0].spec.name, variants=resolved, file=file, raw=source, base_dir=base_dir
-    )
+        name=resolved[0].spec.name, variants=resolved, file=file, raw=source, base_dir=base_dir,
+        tables_problem=memory_problem(workloads, tables=True), tables_checked=True,
+    )  # fmt: skip
 
 
 def _resolve(
@@ -392,7 +400,7 @@ def _resolve(
         )
     return ResolvedScenario(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw,
-        groups=tuple(groups), model_figures=model,
+        groups=tuple(groups), model_figures=model, workload_plan=plan_of(spec.workload),
     )  # fmt: skip
 
 
