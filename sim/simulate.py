@@ -126,8 +126,7 @@ def simulate(
                 raise exc.with_file(scenario.file) from None
         if shape.first_s == shape.first_s:
             check_timers(spec, shape.last_s - shape.first_s, scenario.file)
-        sessions = workload.sessions
-        if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
+        if not tables and workload.closed_loop and spec.metrics.cooldown_s:
             raise ScenarioError(
                 "a streamed run of closed-loop sessions learns its last arrival only at the end, "
                 "so it cannot leave out a cooldown; set it to 0 or keep the tables",
@@ -238,8 +237,7 @@ def run_variant(
     )  # fmt: skip
     if pulled:
         cluster.instances[0].feed = source.pulled()
-    sessions = workload.sessions
-    if sessions is not None and sessions.closed_loop:
+    if workload.closed_loop:
 
         def follow(instance: Instance) -> None:  # a finished turn sends the session's next
             instance.on_finish = source.turn_finished

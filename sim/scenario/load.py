@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec
+from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.figures import (
     InstanceFigures,
     LayoutProblem,
@@ -319,20 +319,9 @@ def _resolve(
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
-    if isinstance(spec.profile, str) and spec.profile not in BUILTIN_PROFILES:
-        target = Path(spec.profile) if Path(spec.profile).is_absolute() else base_dir / spec.profile
-        try:
-            check_regular_file(target, "profile file")
-        except ScenarioError as exc:
-            raise ScenarioError(f"{exc.message()}{note}", file=file, path=path) from None
-    try:
-        profile = resolve_profile(
-            spec.profile, spec.model, spec.hardware, base_dir, key=path, engine=spec.engine.name
-        )
-    except ScenarioError as exc:
-        if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, path)) from None
-        raise
+    profile = _profile(
+        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name
+    )
     scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
     if scoped is not spec.engine:
         spec = spec.model_copy(update={"engine": scoped})
@@ -364,14 +353,10 @@ def _resolve(
         if g.profile is not None or (g.hardware is not None and spec.profile in BUILTIN_PROFILES):
             where, note = _where(f"{key}.profile", variant, override)
             raw_profile = g.profile if g.profile is not None else spec.profile
-            try:
-                group_profile = resolve_profile(
-                    raw_profile, spec.model, hw, base_dir, key=where, engine=spec.engine.name
-                )
-            except ScenarioError as exc:
-                if exc.file is None:
-                    raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
-                raise
+            group_profile = _profile(
+                raw_profile, spec.model, hw, base_dir, file, where, note, spec.engine.name,
+                group=True,
+            )  # fmt: skip
         if hw.pipeline_parallel > 1 and spec.kv_tiers is not None and spec.kv_tiers.given():
             where, note = _where(
                 f"{key}.hardware" if g.hardware is not None else "hardware", variant, override
@@ -483,15 +468,34 @@ def _draft_profile(
     assert draft is not None  # the schema requires it for method draft
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
     raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
-    if isinstance(raw, str) and raw not in BUILTIN_PROFILES:
+    return _profile(raw, draft, hw, base_dir, file, where, note)
+
+
+def _profile(
+    raw: str | dict[str, Any],
+    model: ModelSpec,
+    hw: HardwareSpec,
+    base_dir: Path,
+    file: str,
+    where: str,
+    note: str,
+    engine: str | None = None,
+    *,
+    group: bool = False,
+) -> Profile:
+    """The step-cost profile `raw` of `model` on `hw`, for the key `where` (`note`: the variant
+    it is in): the scenario's, a group's own (`group`: its file is read as it resolves, and a
+    problem without a key of its own names none), or a draft model's."""
+    if not group and isinstance(raw, str) and raw not in BUILTIN_PROFILES:
         target = Path(raw) if Path(raw).is_absolute() else base_dir / raw
         try:
             check_regular_file(target, "profile file")
         except ScenarioError as exc:
             raise ScenarioError(f"{exc.message()}{note}", file=file, path=where) from None
     try:
-        return resolve_profile(raw, draft, hw, base_dir, key=where)
+        return resolve_profile(raw, model, hw, base_dir, key=where, engine=engine)
     except ScenarioError as exc:
         if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, where)) from None
+            path = exc.path if group else blamed_on(exc, where)
+            raise ScenarioError(exc.reason + note, file=file, path=path) from None
         raise

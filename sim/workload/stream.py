@@ -319,6 +319,8 @@ class Workload:
         # what generating them dropped or clipped, and their sessions (none when streamed)
         self.notes: dict[str, int] = arrays.notes if arrays is not None else {}
         self.sessions: Sessions | None = arrays.sessions if arrays is not None else None
+        # closed-loop sessions: a later turn arrives a think time after the previous finishes
+        self.closed_loop = self.sessions is not None and self.sessions.closed_loop
 
     @classmethod
     def whole(cls, arrays: RequestArrays) -> Workload:
