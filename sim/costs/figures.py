@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
+from sim.costs.catalog import HardwareSpec, ModelSpec, Placement, place
 from sim.costs.fits import check_draft_fits, check_fits
 from sim.costs.windows import check_sliding_fits
 
@@ -37,15 +37,17 @@ class ModelFigures:
 
     weight_bytes: float
     flops_per_token: float  # one multiply-add per active parameter
+    placed: Placement  # the model on the scenario's hardware: what its profile reads
 
 
 def resolve_model(model: ModelSpec, hw: HardwareSpec) -> ModelFigures:
     """The model's figures, once it fits `hw` (else a `LayoutProblem` blaming the hardware)."""
+    placed = place(model, hw)
     try:
-        check_fits(model, hw)
+        check_fits(model, hw, placed)
     except ValueError as exc:
         raise LayoutProblem("hardware", str(exc)) from None
-    return ModelFigures(model.weight_bytes, model.flops_per_token)
+    return ModelFigures(placed.weight_bytes, placed.flops_per_token, placed)
 
 
 def resolve_instance(
@@ -62,21 +64,23 @@ def resolve_instance(
     was checked already), `seats` running sequences leave a KV block next to their sliding
     windows (when the blocks are not stated), and a speculative `draft` model fits next to the
     target. A layout that cannot is a `LayoutProblem`."""
+    placed = place(model, hw, draft=draft, seats=seats, block_size=block_size)
     blame: Blame = "hardware"
     try:
         if not fits:
-            check_fits(model, hw)
+            check_fits(model, hw, placed)
         blame = "seats"
         if stated_blocks is None:
-            check_sliding_fits(model, hw, seats, block_size)
+            check_sliding_fits(model, hw, seats, block_size, placed)
         blame = "draft"
         if draft is not None:
-            check_draft_fits(model, draft, hw)
+            check_draft_fits(model, draft, hw, placed)
     except ValueError as exc:
         raise LayoutProblem(blame, str(exc)) from None
     return instance_figures(
-        model, hw, block_size=block_size, seats=seats, stated_blocks=stated_blocks, draft=draft
-    )
+        model, hw, block_size=block_size, seats=seats, stated_blocks=stated_blocks, draft=draft,
+        placed=placed,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ class InstanceFigures:
     usd_per_gpu_hour: float
     tdp_w: float
     idle_w: float
+    # the model (with a draft's) on the group's hardware: what its profiles read
+    placed: Placement | None = None
 
 
 def instance_figures(
@@ -112,18 +118,22 @@ def instance_figures(
     seats: int,
     stated_blocks: int | None = None,
     draft: ModelSpec | None = None,
+    placed: Placement | None = None,
 ) -> InstanceFigures:
     """The figures of `model` on `hw` with KV blocks of `block_size` tokens: `stated_blocks`
     when the policy states them, else what fits next to the weights (a `draft` model's weights
     and KV included; sliding-window layers' windows set aside for `seats` running sequences).
     Static batching's one-token blocks are its contiguous reservation (`kv_capacity_blocks` at
-    block size 1 is the token capacity)."""
-    own = kv_bytes_per_token_on(model, hw)
-    moved = own if draft is None else own + kv_bytes_per_token_on(draft, hw)
-    blocks = stated_blocks or kv_capacity_blocks(model, hw, block_size, draft, seats)
-    gpus, engines = hw.num_gpus, hw.pipeline_parallel
+    block size 1 is the token capacity). (`placed`: `model` on `hw` with these, as resolved;
+    else placed here.)"""
+    if placed is None:
+        placed = place(model, hw, draft=draft, seats=seats, block_size=block_size)
+    own = placed.kv_bytes_per_token
+    moved = own if placed.draft is None else own + placed.draft.kv_bytes_per_token
+    blocks = stated_blocks or placed.kv_blocks
+    gpus, engines = placed.num_gpus, hw.pipeline_parallel
     name = hw.name if gpus == 1 else f"{hw.name}x{gpus}"
-    figures = hw.economics
+    figures = placed.economics
     return InstanceFigures(
         label=name if engines == 1 else f"{name} pp{engines}",
         kv_bytes_per_token=own,
@@ -132,9 +142,10 @@ def instance_figures(
         num_gpus=gpus,
         engines=engines,
         engine_gpus=gpus // engines,
-        peak_flops=hw.instance_peak_flops / engines,
-        hbm_bandwidth_bytes_per_s=hw.instance_hbm_bandwidth_bytes_per_s / engines,
+        peak_flops=placed.instance_peak_flops / engines,
+        hbm_bandwidth_bytes_per_s=placed.instance_hbm_bandwidth_bytes_per_s / engines,
         usd_per_gpu_hour=figures.usd_per_gpu_hour,
         tdp_w=figures.tdp_w,
         idle_w=figures.idle_w,
+        placed=placed,
     )

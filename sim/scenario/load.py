@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec, ModelSpec
+from sim.costs.catalog import HardwareSpec, ModelSpec, Placement
 from sim.costs.figures import (
     InstanceFigures,
     LayoutProblem,
@@ -320,8 +320,9 @@ def _resolve(
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
     profile = _profile(
-        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name
-    )
+        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name,
+        placed=model.placed,
+    )  # fmt: skip
     scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
     if scoped is not spec.engine:
         spec = spec.model_copy(update={"engine": scoped})
@@ -355,7 +356,7 @@ def _resolve(
             raw_profile = g.profile if g.profile is not None else spec.profile
             group_profile = _profile(
                 raw_profile, spec.model, hw, base_dir, file, where, note, spec.engine.name,
-                group=True,
+                group=True, placed=figures.placed,
             )  # fmt: skip
         if hw.pipeline_parallel > 1 and spec.kv_tiers is not None and spec.kv_tiers.given():
             where, note = _where(
@@ -367,7 +368,9 @@ def _resolve(
                 file=file,
                 path=f"{where}.pipeline_parallel",
             )
-        draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
+        draft = _draft_profile(
+            spec, policy, hw, figures.placed, policy_key, variant, override, file, base_dir
+        )
         _check_autoscale(spec, g, hw, key, variant, override, file)
         groups.append(
             ResolvedGroup(
@@ -445,6 +448,7 @@ def _draft_profile(
     spec: Scenario,
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
     hw: HardwareSpec,
+    placed: Placement | None,
     policy_key: str,
     variant: str | None,
     override: dict[str, Any],
@@ -468,7 +472,10 @@ def _draft_profile(
     assert draft is not None  # the schema requires it for method draft
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
     raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
-    return _profile(raw, draft, hw, base_dir, file, where, note)
+    return _profile(
+        raw, draft, hw, base_dir, file, where, note,
+        placed=placed.draft if placed is not None else None,
+    )  # fmt: skip
 
 
 def _profile(
@@ -482,6 +489,7 @@ def _profile(
     engine: str | None = None,
     *,
     group: bool = False,
+    placed: Placement | None = None,
 ) -> Profile:
     """The step-cost profile `raw` of `model` on `hw`, for the key `where` (`note`: the variant
     it is in): the scenario's, a group's own (`group`: its file is read as it resolves, and a
@@ -493,7 +501,7 @@ def _profile(
         except ScenarioError as exc:
             raise ScenarioError(f"{exc.message()}{note}", file=file, path=where) from None
     try:
-        return resolve_profile(raw, model, hw, base_dir, key=where, engine=engine)
+        return resolve_profile(raw, model, hw, base_dir, key=where, engine=engine, placed=placed)
     except ScenarioError as exc:
         if exc.file is None:
             path = exc.path if group else blamed_on(exc, where)
