@@ -31,7 +31,7 @@ import simpy
 from sim.core.arrivals import ChunkWindow, Source
 from sim.core.instance import Instance
 from sim.core.recorder import STEP_COLUMNS, ItlLog, RequestLog, StepLog
-from sim.costs.catalog import HardwareSpec
+from sim.costs.figures import InstanceFigures
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.kv_tiers import cache_counters
@@ -41,8 +41,9 @@ from sim.metrics.timeline import check_windows
 from sim.scenario.kv_tiers import tiers_cost_per_hour
 from sim.scenario.load import ResolvedScenario, ScenarioSet, check_tiers, load_any
 from sim.topology.cluster import Cluster, build_cluster
-from sim.workload import RequestArrays, generate_requests
+from sim.workload import RequestArrays
 from sim.workload.budget import memory_problem
+from sim.workload.generate import workload_for
 from sim.workload.stream import Workload
 
 ProgressFn = Callable[[str], None]
@@ -86,8 +87,10 @@ def simulate(
     `tables=False` no per-request, per-step or gap tables are kept: each variant's summary is
     folded from its records as they come (flat memory; percentiles from sketches)."""
     scenario = load_any(scenario, overrides)
-    if tables:  # loading checked what a streamed run needs; tables need more
-        too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
+    if tables:  # loading checked what a streamed run needs, and what tables need
+        too_big = scenario.tables_problem
+        if not scenario.tables_checked:
+            too_big = memory_problem([v.spec.workload for v in scenario.variants], tables=True)
         if too_big is not None:
             raise ScenarioError(too_big[1], file=scenario.file, path=too_big[0])
     workloads: dict[str, Workload] = {}
@@ -110,7 +113,7 @@ def simulate(
             except ScenarioError as exc:
                 raise exc.with_file(scenario.file) from None
         workload = workloads[key]
-        if spec.workload.tier_names() is None:  # a trace's tier column: known only now
+        if resolved.workload_plan.tier_names is None:  # a trace's tier column: known only now
             try:
                 check_tiers(spec, list(workload.tier_names))
             except ValueError as exc:
@@ -123,8 +126,7 @@ def simulate(
                 raise exc.with_file(scenario.file) from None
         if shape.first_s == shape.first_s:
             check_timers(spec, shape.last_s - shape.first_s, scenario.file)
-        sessions = workload.sessions
-        if not tables and sessions is not None and sessions.closed_loop and spec.metrics.cooldown_s:
+        if not tables and workload.closed_loop and spec.metrics.cooldown_s:
             raise ScenarioError(
                 "a streamed run of closed-loop sessions learns its last arrival only at the end, "
                 "so it cannot leave out a cooldown; set it to 0 or keep the tables",
@@ -169,11 +171,10 @@ def workload_of(resolved: ResolvedScenario, tables: bool = True) -> Workload:
     """The requests a run of `resolved` replays: generated whole, or for a streamed run
     (`tables=False`) of a synthetic workload, regenerated from the seed as the run goes."""
     spec = resolved.spec
-    if not tables and resolved.regenerates_workload:
-        return Workload.streamed(spec.workload, spec.seed, resolved.base_dir)
-    rng = np.random.default_rng(spec.seed)
-    arrays = generate_requests(spec.workload, rng, resolved.base_dir, spec.model.max_model_len)
-    return Workload.whole(arrays)
+    return workload_for(
+        spec.workload, spec.seed, resolved.base_dir, spec.model.max_model_len,
+        regenerate=not tables and resolved.regenerates_workload,
+    )  # fmt: skip
 
 
 def run_variant(
@@ -186,7 +187,7 @@ def run_variant(
     """One variant on the given requests (arrays, or a `Workload`: `workload_of`).
     `tables=False` streams the records into the summary (`sim.metrics.streaming`) and keeps no
     per-request, per-step or gap tables: memory stays flat, percentiles come from sketches."""
-    workload = Workload.of(requests)
+    workload = requests if isinstance(requests, Workload) else Workload.whole(requests)
     spec = resolved.spec
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
@@ -236,8 +237,7 @@ def run_variant(
     )  # fmt: skip
     if pulled:
         cluster.instances[0].feed = source.pulled()
-    sessions = workload.sessions
-    if sessions is not None and sessions.closed_loop:
+    if workload.closed_loop:
 
         def follow(instance: Instance) -> None:  # a finished turn sends the session's next
             instance.on_finish = source.turn_finished
@@ -384,22 +384,22 @@ def _context(
     """What the summary needs; `lives` the lifetimes of an autoscaled fleet's instances."""
     spec = resolved.spec
     if lives is not None:  # instances launched during the run: each bills its own group's GPUs
-        hardware = {g.name: g.hardware for g in resolved.groups}
+        figures = {g.name: g.figures for g in resolved.groups}
         # an instance's DRAM and NVMe tiers are rented with it, for its lifetime
         own = tiers_cost_per_hour(spec.kv_tiers, 1) - tiers_cost_per_hour(spec.kv_tiers, 0)
-        fleet = tuple(_fleet(hardware[i.group], own) for i in cluster.info)
+        fleet = tuple(_fleet(figures[i.group], own) for i in cluster.info)
         lifetimes = tuple(zip(lives["launch_s"], lives["retire_s"], strict=True))
         memory = tiers_cost_per_hour(spec.kv_tiers, 0)  # the shared store, for the whole run
     else:
         # one entry per engine: a pipelined instance's virtual engines each bill a stage's GPUs
         fleet = tuple(
-            _fleet(group.hardware)
+            _fleet(group.figures)
             for group in resolved.groups
-            for _ in range(group.count * group.hardware.pipeline_parallel)
+            for _ in range(group.count * group.figures.engines)
         )
         lifetimes = ()
         memory = tiers_cost_per_hour(spec.kv_tiers, len(cluster.instances))
-    model = spec.model
+    model = resolved.model_figures
     first = cluster.reference()
     return SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
@@ -436,12 +436,13 @@ def _context(
     )
 
 
-def _fleet(hw: HardwareSpec, rent_usd_per_hour: float = 0.0) -> tuple[int, float, float, float]:
+def _fleet(
+    figures: InstanceFigures, rent_usd_per_hour: float = 0.0
+) -> tuple[int, float, float, float]:
     """(GPUs, dollars per GPU-hour, TDP and idle watts) of one engine, in engine order: an
     instance's, or one stage's for each virtual engine of a pipelined instance;
     `rent_usd_per_hour` is what else the instance rents (its KV tiers), spread over its GPUs."""
-    figures = hw.economics
-    gpus = hw.num_gpus // hw.pipeline_parallel
+    gpus = figures.engine_gpus
     return gpus, figures.usd_per_gpu_hour + rent_usd_per_hour / gpus, figures.tdp_w, figures.idle_w
 
 

@@ -35,7 +35,9 @@ class ChunkWindow:
         self._chunks = chunks
         self.release = release
         self.starts: list[int] = []  # first ids of the chunks held, ascending
-        self.held: dict[int, tuple[RequestArrays, list[int]]] = {}  # first id: columns, left
+        # first id: columns, one past their last id, how many are left to take (a chunk's
+        # extent is read once, as it is pulled)
+        self.held: dict[int, tuple[RequestArrays, int, list[int]]] = {}
         self.end = 0  # one past the last id pulled
         self._current: tuple[int, int, RequestArrays] = (0, 0, _EMPTY)  # no id in [0, 0)
         if not self._pull():
@@ -45,19 +47,24 @@ class ChunkWindow:
 
     def at(self, i: int) -> tuple[int, RequestArrays]:
         """The chunk holding request `i`: its first id and its columns."""
-        start, stop, arrays = self._current
-        if start <= i < stop:
-            return start, arrays
+        start, _, arrays = self.chunk(i)
+        return start, arrays
+
+    def chunk(self, i: int) -> tuple[int, int, RequestArrays]:
+        """The chunk holding request `i`: its first id, one past its last, its columns."""
+        current = self._current
+        if current[0] <= i < current[1]:
+            return current
         while i >= self.end:
             if not self._pull():
                 raise IndexError(f"request {i} is past the workload's {self.end} requests")
         k = bisect.bisect_right(self.starts, i) - 1
         start = self.starts[k] if k >= 0 else -1
-        arrays = self.held[start][0] if k >= 0 else _EMPTY
-        if not start <= i < start + len(arrays):  # every request of that chunk was taken
+        arrays, stop, _ = self.held[start] if k >= 0 else (_EMPTY, start, [])
+        if not start <= i < stop:  # every request of that chunk was taken
             raise IndexError(f"request {i}'s chunk was released")
-        self._current = (start, start + len(arrays), arrays)
-        return start, arrays
+        self._current = (start, stop, arrays)
+        return self._current
 
     def _pull(self) -> bool:
         try:
@@ -66,10 +73,11 @@ class ChunkWindow:
             return False
         if start != self.end:
             raise ValueError(f"a chunk starts at request {start}, expected {self.end}")
-        self.end = start + len(arrays)
-        if len(arrays):
+        size = len(arrays)
+        self.end = start + size
+        if size:
             self.starts.append(start)
-            self.held[start] = (arrays, [len(arrays)])
+            self.held[start] = (arrays, start + size, [size])
         return True
 
     def take(self, ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -77,14 +85,13 @@ class ChunkWindow:
         and predicted output tokens, tier, and where the workload has them source ids and
         session labels; with `release`, each chunk whose requests have all been taken goes."""
         if len(ids):
-            self.at(int(ids.max()))  # pulled up to the last of them
+            self.chunk(int(ids.max()))  # pulled up to the last of them
         if not self.starts:  # a workload of no requests
             return _columns(_EMPTY, ids[:0])
         out: dict[str, np.ndarray] = {}
         single = len(self.starts) == 1
         for start in list(self.starts):
-            arrays, left = self.held[start]
-            stop = start + len(arrays)
+            arrays, stop, left = self.held[start]
             if single:
                 inside = None  # every id is this chunk's
                 local = ids - start if start else ids
@@ -178,7 +185,7 @@ class Source:
         self.process = env.process(self._feed()) if push else None
 
     def make(self, i: int, arrival_s: float | None = None) -> Request:
-        start, r = self.window.at(i)
+        start, _, r = self.window.chunk(i)
         k = i - start
         assert r.predicted_output_tokens is not None and r.tier_index is not None
         content = r.content
@@ -199,9 +206,9 @@ class Source:
         """Request arguments after the id of arrivals first..last-1 (or fewer: up to the end of
         the chunk that holds `first`), column by column: arrival, prompt, output, tier,
         predicted output."""
-        start, r = self.window.at(first)
+        start, stop, r = self.window.chunk(first)
         assert r.predicted_output_tokens is not None and r.tier_index is not None
-        a, b = first - start, min(last, start + len(r)) - start
+        a, b = first - start, min(last, stop) - start
         return [
             r.arrival_s[a:b].tolist(),
             r.prompt_tokens[a:b].tolist(),
@@ -212,8 +219,8 @@ class Source:
 
     def arrival_times(self, first: int, last: int) -> list[float]:
         """The arrival times of first..last-1 (or fewer, as `block`)."""
-        start, r = self.window.at(first)
-        return r.arrival_s[first - start : min(last, start + len(r)) - start].tolist()
+        start, stop, r = self.window.chunk(first)
+        return r.arrival_s[first - start : min(last, stop) - start].tolist()
 
     def turn_finished(self, req: Request) -> None:
         """A session's turn finished: its next turn arrives a think time later."""

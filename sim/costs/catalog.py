@@ -43,6 +43,7 @@ tensor_parallel that would fit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -473,3 +474,78 @@ def kv_capacity_blocks(
         raise ValueError(f"block_size must be positive, got {block_size}")
     free = free_kv_bytes(model, hw, draft, max_seqs)
     return int(free // (block_size * _token_bytes(model, hw, draft)))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A model's figures on an instance's hardware, read from the catalog's entries once
+    (`place`): what the fit checks (`sim.costs.fits`, `sim.costs.windows`), the roofline
+    profile and its mixture-of-experts terms (`sim.costs.parallel`) and the instance's figures
+    (`sim.costs.figures`) read, as plain numbers."""
+
+    # the model's own
+    is_moe: bool
+    weight_bytes: float
+    flops_per_token: float
+    dense_weight_bytes: float
+    dense_parameters: int
+    expert_parameters: int
+    expert_bytes_per_parameter: float
+    moe_layers: int
+    full_attention_layers: int
+    weight_dtype_name: str
+    kv_dtype_name: str
+    dtype_label: str
+    # on the hardware
+    num_gpus: int
+    stage_gpus: int
+    kv_bytes_per_token: float
+    sliding_kv_bytes_per_seq: float
+    kv_capacity_tokens: int  # next to the weights alone
+    economics: GpuEconomics
+    instance_peak_flops: float
+    instance_hbm_bandwidth_bytes_per_s: float
+    # with a speculative draft model next to it, `seats` running sequences and KV blocks of
+    # `block_size` tokens (`place`'s arguments)
+    draft: Placement | None = None
+    draft_capacity_tokens: int = 0  # tokens of KV next to both models' weights
+    seats_blocks: int = 0  # blocks left beside the seats' sliding windows (no draft)
+    kv_blocks: int = 0  # blocks left beside both, a draft's weights and KV included
+
+
+def place(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    *,
+    draft: ModelSpec | None = None,
+    seats: int = 0,
+    block_size: int = 1,
+) -> Placement:
+    """`model` on `hw` in plain figures (see `Placement`), with a `draft` model, `seats`
+    running sequences and blocks of `block_size` tokens where a layout has them."""
+    return Placement(
+        is_moe=model.is_moe,
+        weight_bytes=model.weight_bytes,
+        flops_per_token=model.flops_per_token,
+        dense_weight_bytes=model.dense_weight_bytes,
+        dense_parameters=model.dense_parameters,
+        expert_parameters=model.expert_parameters if model.is_moe else 0,
+        expert_bytes_per_parameter=model.expert_bytes_per_parameter,
+        moe_layers=model.moe_layers,
+        full_attention_layers=model.full_attention_layers,
+        weight_dtype_name=model.weight_dtype_name,
+        kv_dtype_name=model.kv_dtype_name,
+        dtype_label=model.dtype_label,
+        num_gpus=hw.num_gpus,
+        stage_gpus=hw.stage_gpus,
+        kv_bytes_per_token=kv_bytes_per_token_on(model, hw),
+        sliding_kv_bytes_per_seq=sliding_kv_bytes_per_seq_on(model, hw),
+        kv_capacity_tokens=kv_capacity_tokens(model, hw),
+        economics=hw.economics,
+        instance_peak_flops=hw.instance_peak_flops,
+        instance_hbm_bandwidth_bytes_per_s=hw.instance_hbm_bandwidth_bytes_per_s,
+        draft=None if draft is None else place(draft, hw),
+        draft_capacity_tokens=0 if draft is None else kv_capacity_tokens(model, hw, draft),
+        seats_blocks=kv_capacity_blocks(model, hw, block_size, None, seats),
+        kv_blocks=kv_capacity_blocks(model, hw, block_size, draft, seats),
+    )

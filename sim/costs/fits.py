@@ -11,14 +11,19 @@ from sim.costs.catalog import (
     GiB,
     HardwareSpec,
     ModelSpec,
+    Placement,
     kv_capacity_tokens,
+    place,
     stored_weight_bytes,
 )
 
 
-def layout_stem(model: ModelSpec, hw: HardwareSpec) -> str:
+def layout_stem(model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None) -> str:
     """`<model>-<hardware>`, plus `-tp<N>`, `-dp<N>`, `-ep<N>`, `-pp<N>`, `-w<dtype>`,
-    `-kv<dtype>` where not the defaults: a profile's name."""
+    `-kv<dtype>` where not the defaults: a profile's name. (`placed`: `model` on `hw`, as
+    resolved; else placed here.)"""
+    if placed is None:
+        placed = place(model, hw)
     stem = f"{model.name}-{hw.name}"
     if hw.tensor_parallel > 1:
         stem += f"-tp{hw.tensor_parallel}"
@@ -26,17 +31,17 @@ def layout_stem(model: ModelSpec, hw: HardwareSpec) -> str:
                           ("pp", hw.pipeline_parallel)):  # fmt: skip
         if degree > 1:
             stem += f"-{label}{degree}"
-    if model.weight_dtype_name != "bf16":
-        stem += f"-w{model.weight_dtype_name}"
-    if model.kv_dtype_name != "bf16":
-        stem += f"-kv{model.kv_dtype_name}"
+    if placed.weight_dtype_name != "bf16":
+        stem += f"-w{placed.weight_dtype_name}"
+    if placed.kv_dtype_name != "bf16":
+        stem += f"-kv{placed.kv_dtype_name}"
     return stem
 
 
-def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
+def check_parallelism(model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None) -> None:
     """Raise ValueError when `hw.tensor_parallel` cannot shard `model` or lacks a link figure,
     or when its data and expert parallelism do not fit the model (`expert_layout_problem`)."""
-    problem = expert_layout_problem(model, hw)
+    problem = expert_layout_problem(model, hw, placed)
     if problem:
         raise ValueError(problem)
     tp = hw.tensor_parallel
@@ -59,13 +64,17 @@ def check_parallelism(model: ModelSpec, hw: HardwareSpec) -> None:
         )
 
 
-def expert_layout_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
+def expert_layout_problem(
+    model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None
+) -> str | None:
     """Why `hw`'s data and expert parallelism cannot serve `model`, or None."""
-    problem = pipeline_problem(model, hw)
+    if placed is None:
+        placed = place(model, hw)
+    problem = pipeline_problem(model, hw, placed)
     if problem:
         return problem
     dp, ep = hw.data_parallel, hw.expert_parallel
-    if not model.is_moe:
+    if not placed.is_moe:
         if dp > 1 or ep > 1:
             field = "data_parallel" if dp > 1 else "expert_parallel"
             return (
@@ -79,17 +88,19 @@ def expert_layout_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
             f"hardware.expert_parallel ({ep}) must divide {model.name}'s num_experts "
             f"({model.num_experts})"
         )
-    if hw.stage_gpus > 1 and hw.interconnect_bandwidth_bytes_per_s is None:
+    if placed.stage_gpus > 1 and hw.interconnect_bandwidth_bytes_per_s is None:
         return f"hardware.interconnect_bandwidth_bytes_per_s is required ({hw.name} has none)"
-    if hw.stage_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
+    if placed.stage_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
         return (
-            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's {hw.num_gpus} "
-            f"GPUs span more than one scale-up domain of {hw.scaleup_domain_gpus}"
+            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's "
+            f"{placed.num_gpus} GPUs span more than one scale-up domain of {hw.scaleup_domain_gpus}"
         )
     return None
 
 
-def pipeline_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
+def pipeline_problem(
+    model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None
+) -> str | None:
     """Why `hw`'s pipeline stages cannot split `model`, or None."""
     pp = hw.pipeline_parallel
     if pp == 1:
@@ -98,9 +109,10 @@ def pipeline_problem(model: ModelSpec, hw: HardwareSpec) -> str | None:
         return f"hardware.pipeline_parallel ({pp}) exceeds {model.name}'s {model.num_layers} layers"
     if hw.interconnect_bandwidth_bytes_per_s is None:
         return f"hardware.interconnect_bandwidth_bytes_per_s is required ({hw.name} has none)"
-    if hw.num_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
+    gpus = placed.num_gpus if placed is not None else hw.num_gpus
+    if gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:
         return (
-            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's {hw.num_gpus} "
+            f"hardware.scaleout_bandwidth_bytes_per_s is required: the instance's {gpus} "
             f"GPUs span more than one scale-up domain of {hw.scaleup_domain_gpus}"
         )
     return None
@@ -119,23 +131,32 @@ def min_tensor_parallel(model: ModelSpec, hw: HardwareSpec) -> int | None:
     return None
 
 
-def check_draft_fits(model: ModelSpec, draft: ModelSpec, hw: HardwareSpec) -> None:
-    """Raise ValueError when a speculative draft model cannot run next to `model` on `hw`."""
-    check_parallelism(draft, hw)
-    if kv_capacity_tokens(model, hw, draft) > 0:
+def check_draft_fits(
+    model: ModelSpec, draft: ModelSpec, hw: HardwareSpec, placed: Placement | None = None
+) -> None:
+    """Raise ValueError when a speculative draft model cannot run next to `model` on `hw`
+    (`placed`: `model` on `hw` with `draft`, as resolved; else placed here)."""
+    if placed is None or placed.draft is None:
+        placed = place(model, hw, draft=draft)
+    assert placed.draft is not None
+    check_parallelism(draft, hw, placed.draft)
+    if placed.draft_capacity_tokens > 0:
         return
     raise ValueError(
-        f"{draft.name} ({draft.weight_bytes / GiB:.1f} GiB of weights) leaves no room for KV "
-        f"next to {model.name} ({model.weight_bytes / GiB:.1f} GiB) on {hw.name}"
+        f"{draft.name} ({placed.draft.weight_bytes / GiB:.1f} GiB of weights) leaves no room "
+        f"for KV next to {model.name} ({placed.weight_bytes / GiB:.1f} GiB) on {hw.name}"
     )
 
 
-def check_fits(model: ModelSpec, hw: HardwareSpec) -> None:
+def check_fits(model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None) -> None:
     """Raise ValueError when the weights and the activation reserve leave no room for KV.
 
-    Also rejects a layout that cannot shard the model (`check_parallelism`)."""
-    check_parallelism(model, hw)
-    if kv_capacity_tokens(model, hw) > 0:
+    Also rejects a layout that cannot shard the model (`check_parallelism`). (`placed`: `model`
+    on `hw`, as resolved; else placed here.)"""
+    if placed is None:
+        placed = place(model, hw)
+    check_parallelism(model, hw, placed)
+    if placed.kv_capacity_tokens > 0:
         return
     tp, gpus = hw.tensor_parallel, hw.num_gpus
     if gpus == 1:

@@ -110,3 +110,48 @@ def tier_cost_per_hour(
     if not (math.isfinite(price) and price >= 0):
         raise ValueError(f"{kind} price_per_gb_hour must be a finite number >= 0, got {price}")
     return capacity_gb * price
+
+
+# the capacity of an unbounded tier, in blocks: more than any run can write
+UNBOUNDED_BLOCKS = 1 << 62
+
+
+@dataclass(frozen=True)
+class TierGeometry:
+    """One tier on one instance, in the units the KV pool works in: capacity in blocks, bytes
+    per second each way, seconds per transfer."""
+
+    kind: str
+    capacity_blocks: int
+    block_bytes: float
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    latency_s: float
+
+
+def tier_geometry(
+    kind: str,
+    capacity_gb: float | None,
+    block_bytes: float,
+    lanes: int,
+    *,
+    read_gb_per_s: float | None = None,
+    write_gb_per_s: float | None = None,
+    latency_s: float | None = None,
+) -> TierGeometry:
+    """Tier `kind` of `capacity_gb` GB (None: unbounded) holding blocks of `block_bytes`, on an
+    instance moving KV over `lanes` GPU paths at once: DRAM and the remote store scale by them,
+    a local drive does not (one per instance). Bandwidths in GB/s (1e9 bytes) and the latency
+    override the defaults."""
+    d = tier_defaults(kind)
+    lanes = lanes if kind != "nvme" else 1
+    read = read_gb_per_s * 1e9 if read_gb_per_s is not None else d.read_bytes_per_s
+    write = write_gb_per_s * 1e9 if write_gb_per_s is not None else d.write_bytes_per_s
+    return TierGeometry(
+        kind,
+        UNBOUNDED_BLOCKS if capacity_gb is None else int(capacity_gb * GB_BYTES // block_bytes),
+        block_bytes,
+        read * lanes,
+        write * lanes,
+        latency_s if latency_s is not None else d.latency_s,
+    )

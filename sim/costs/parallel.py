@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.costs.catalog import FP4_DTYPES, HardwareSpec, ModelSpec, kv_bytes_per_token_on
+from sim.costs.catalog import FP4_DTYPES, HardwareSpec, ModelSpec, Placement, place
 from sim.costs.expert_terms import ExpertTerms
 
 ACTIVATION_BYTES = 2  # bf16 activations
@@ -56,22 +56,35 @@ def compute_peak(dtype: str, hw: HardwareSpec) -> tuple[float, str]:
 
 
 def kv_seconds_per_token(
-    model: ModelSpec, hw: HardwareSpec, bandwidth: float, attn_flops: float
+    model: ModelSpec,
+    hw: HardwareSpec,
+    bandwidth: float,
+    attn_flops: float,
+    placed: Placement | None = None,
 ) -> float:
     """Seconds one rank takes per context token a decode step attends to: its KV bytes over the
-    rank's bandwidth, or with latent attention the absorbed attention's FLOPs if slower."""
-    read = kv_bytes_per_token_on(model, hw) / bandwidth
+    rank's bandwidth, or with latent attention the absorbed attention's FLOPs if slower.
+    (`placed`, here and below: `model` on `hw`, as resolved; else placed here.)"""
+    if placed is None:
+        placed = place(model, hw)
+    read = placed.kv_bytes_per_token / bandwidth
     if model.kv_lora_rank is None or model.qk_rope_head_dim is None:
         return read
     per_layer = 2 * model.num_attention_heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
-    return max(read, model.full_attention_layers * per_layer / attn_flops)
+    return max(read, placed.full_attention_layers * per_layer / attn_flops)
 
 
 def exchange_terms(
-    model: ModelSpec, hw: HardwareSpec, link_efficiency: float, latency_s: float
+    model: ModelSpec,
+    hw: HardwareSpec,
+    link_efficiency: float,
+    latency_s: float,
+    placed: Placement | None = None,
 ) -> tuple[float, float]:
     """(seconds per step token, seconds per step) of the expert layers' token exchange."""
-    g, layers = hw.stage_gpus, model.moe_layers
+    if placed is None:
+        placed = place(model, hw)
+    g, layers = placed.stage_gpus, placed.moe_layers
     if g == 1:
         return 0.0, 0.0
     assert hw.interconnect_bandwidth_bytes_per_s is not None  # expert_layout_problem
@@ -97,15 +110,19 @@ def exchange_terms(
     return per_token * seconds_per_byte, 2 * layers * latency
 
 
-def expert_layout(model: ModelSpec, hw: HardwareSpec) -> dict[str, Any]:
+def expert_layout(
+    model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None
+) -> dict[str, Any]:
     """The `experts:` block's layout fields: the routing and where the experts live."""
+    if placed is None:
+        placed = place(model, hw)
     assert model.num_experts is not None and model.experts_per_token is not None
     return {
         "num_experts": model.num_experts,
         "experts_per_token": model.experts_per_token,
         "hottest_share": model.expert_hottest_share,
         "expert_parallel": hw.expert_parallel,
-        "gpus": hw.stage_gpus,
+        "gpus": placed.stage_gpus,
         "imbalance": hw.expert_imbalance,
         "data_parallel": hw.data_parallel,
     }
@@ -119,17 +136,20 @@ def expert_terms(
     flop_efficiency: float,
     link_efficiency: float,
     latency_s: float,
+    placed: Placement | None = None,
 ) -> tuple[ExpertTerms, dict[str, Any]]:
     """The `experts:` block of `model` on `hw`, and the provenance of its terms."""
+    if placed is None:
+        placed = place(model, hw)
     assert model.num_experts is not None and model.experts_per_token is not None
-    dtype = model.expert_weight_dtype or model.weight_dtype_name
+    dtype = model.expert_weight_dtype or placed.weight_dtype_name
     peak, compute_dtype = compute_peak(dtype, hw)
-    expert_params = model.moe_layers * model.expert_parameters
-    per_token, per_step = exchange_terms(model, hw, link_efficiency, latency_s)
+    expert_params = placed.moe_layers * placed.expert_parameters
+    per_token, per_step = exchange_terms(model, hw, link_efficiency, latency_s, placed)
     terms = ExpertTerms(
-        **expert_layout(model, hw),
+        **expert_layout(model, hw, placed),
         t_expert_read_s=expert_params
-        * model.expert_bytes_per_parameter
+        * placed.expert_bytes_per_parameter
         / (hw.hbm_bandwidth_bytes_per_s * mem_efficiency),
         t_expert_pair_s=2 * expert_params / (peak * flop_efficiency),
         t_exchange_s_per_token=per_token,

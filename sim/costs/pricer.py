@@ -13,6 +13,7 @@ from __future__ import annotations
 from sim.costs.cost_model import CostModel, ExpertCostModel
 from sim.costs.knobs import KnobbedPricer, PricingSpec, merge_pricing
 from sim.costs.profile import Profile
+from sim.costs.proposal import ProposalCost
 from sim.costs.table_model import TableCostModel
 
 Pricer = CostModel | TableCostModel | KnobbedPricer
@@ -28,3 +29,19 @@ def make_cost_model(profile: Profile, scenario_pricing: PricingSpec | None = Non
         base = CostModel(profile)
     pricing = merge_pricing(profile.pricing, scenario_pricing)
     return KnobbedPricer(base, pricing) if pricing.active else base
+
+
+def make_proposal(
+    method: str,
+    profile: Profile | None = None,
+    *,
+    fraction: float = 1.0,
+    sequential: bool = True,
+    ngram_s: float = 0.0,
+) -> ProposalCost:
+    """A speculative proposal's cost (`sim.costs.proposal`), its passes priced by a cost model
+    of `profile` (a draft model's, or the target's own for heads; none for n-grams)."""
+    pricer = make_cost_model(profile) if profile is not None else None
+    return ProposalCost(
+        method, pricer=pricer, fraction=fraction, sequential=sequential, ngram_s=ngram_s
+    )

@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, kv_bytes_per_token_on
+from sim.costs.catalog import HARDWARE, MODELS, HardwareSpec, ModelSpec, Placement, place
 from sim.costs.fits import check_parallelism, layout_stem, min_tensor_parallel
 from sim.costs.parallel import compute_peak, expert_terms, kv_seconds_per_token
 from sim.costs.pipeline import pipeline_terms
@@ -168,8 +168,10 @@ def roofline_profile(
     link_efficiency: float = ROOFLINE_LINK_EFFICIENCY,
     allreduce_latency_s: float | None = None,
     host_step_s: float = HOST_STEP_S,
+    placed: Placement | None = None,
 ) -> Profile:
-    """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size.
+    """The extended-form profile implied by datasheet bandwidth, FLOP/s and model size
+    (`placed`: `model` on `hw`, as resolved; else placed here).
 
     With `tp = hw.tensor_parallel` GPUs each reads and computes its 1/tp shard at the same time,
     so every term divides by tp; tp > 1 adds two all-reduces per layer (after the attention output
@@ -179,7 +181,9 @@ def roofline_profile(
     step's tokens (added to t_flop), plus `allreduce_latency_s` each (added to t_mem; default:
     measured, `allreduce_latency_for`). Every step also pays `host_step_s` of engine host time
     (added to t_mem)."""
-    check_parallelism(model, hw)
+    if placed is None:
+        placed = place(model, hw)
+    check_parallelism(model, hw, placed)
     latency_source = "given"
     if allreduce_latency_s is None:
         allreduce_latency_s, latency_source = allreduce_latency_for(hw)
@@ -198,20 +202,21 @@ def roofline_profile(
         allreduce_s_per_step += stage_step
         allreduce_s_per_token += stage_token
     coefficients = Coefficients(
-        t_mem_s=model.weight_bytes / bandwidth + allreduce_s_per_step + host_step_s,
-        t_flop_s_per_token=model.flops_per_token / flops + allreduce_s_per_token,
-        t_kv_s_per_token=kv_bytes_per_token_on(model, hw) / bandwidth,
+        t_mem_s=placed.weight_bytes / bandwidth + allreduce_s_per_step + host_step_s,
+        t_flop_s_per_token=placed.flops_per_token / flops + allreduce_s_per_token,
+        t_kv_s_per_token=placed.kv_bytes_per_token / bandwidth,
         t_attn_s_per_token2=attn_flops_per_pair / attn_flops,
     )
     experts = None
-    if model.is_moe:
+    if placed.is_moe:
         coefficients = _rank_coefficients(
             model, hw, bandwidth, flops, attn_flops, allreduce_s_per_step + host_step_s,
-            allreduce_s_per_token,
+            allreduce_s_per_token, placed,
         )  # fmt: skip
         experts, expert_provenance = expert_terms(
             model, hw, mem_efficiency=mem_efficiency, flop_efficiency=flop_efficiency,
             link_efficiency=link_efficiency, latency_s=allreduce_latency_for(hw)[0],
+            placed=placed,
         )  # fmt: skip
     efficiency: dict[str, Any] = {
         "mem": mem_efficiency,
@@ -244,8 +249,8 @@ def roofline_profile(
         "device": _dump(hw, exclude={"gpu_memory_utilization", "activation_reserve_bytes"})
         | {"source": "vendor datasheet (HBM bandwidth, dense bf16 tensor-core FLOP/s)"},
         "model": _dump(model)
-        | {"weight_dtype": model.weight_dtype_name, "kv_dtype": model.kv_dtype_name},
-        "dtype": model.dtype_label,
+        | {"weight_dtype": placed.weight_dtype_name, "kv_dtype": placed.kv_dtype_name},
+        "dtype": placed.dtype_label,
         "efficiency": efficiency,
         "formulas": formulas,
         "date": None,  # deliberately absent: regenerating must give identical bytes
@@ -266,7 +271,7 @@ def roofline_profile(
         )
     return Profile(
         schema_version=1,
-        name=f"roofline-{roofline_stem(model, hw)}",
+        name=f"roofline-{roofline_stem(model, hw, placed)}",
         source="roofline",
         model_form="extended",
         coefficients=coefficients,
@@ -295,6 +300,7 @@ def _rank_coefficients(
     attn_flops: float,
     per_step_s: float,
     allreduce_s_per_token: float,
+    placed: Placement,
 ) -> Coefficients:
     """A mixture of experts' dense part per data-parallel rank, as the ranks' aggregate
     (sim/costs/parallel.py): the routed experts are priced by the `experts:` block."""
@@ -302,9 +308,9 @@ def _rank_coefficients(
     v_head = model.v_head_dim or model.head_dim
     attn_pair = 2 * model.num_layers * model.num_attention_heads * (model.head_dim + v_head)
     return Coefficients(
-        t_mem_s=model.dense_weight_bytes / bandwidth + per_step_s,
-        t_flop_s_per_token=(2.0 * model.dense_parameters / flops + allreduce_s_per_token) / dp,
-        t_kv_s_per_token=kv_seconds_per_token(model, hw, bandwidth, attn_flops) / dp,
+        t_mem_s=placed.dense_weight_bytes / bandwidth + per_step_s,
+        t_flop_s_per_token=(2.0 * placed.dense_parameters / flops + allreduce_s_per_token) / dp,
+        t_kv_s_per_token=kv_seconds_per_token(model, hw, bandwidth, attn_flops, placed) / dp,
         t_attn_s_per_token2=attn_pair / attn_flops / dp,
     )
 
@@ -324,9 +330,9 @@ def _dump(spec: ModelSpec | HardwareSpec, exclude: set[str] | None = None) -> di
     return {k: v for k, v in out.items() if not (k in _QUIET_DEFAULTS and v == fields[k].default)}
 
 
-def roofline_stem(model: ModelSpec, hw: HardwareSpec) -> str:
+def roofline_stem(model: ModelSpec, hw: HardwareSpec, placed: Placement | None = None) -> str:
     """`<model>-<hardware>`, plus `-tp<N>`, `-w<dtype>`, `-kv<dtype>` where not the defaults."""
-    return layout_stem(model, hw)
+    return layout_stem(model, hw, placed)
 
 
 def resolve_profile(
@@ -337,15 +343,17 @@ def resolve_profile(
     *,
     key: str | None = None,
     engine: str | None = None,
+    placed: Placement | None = None,
 ) -> Profile:
     """A scenario's `profile`: "roofline", "events" (priced for `engine`, default vLLM), a YAML
-    path (relative to base_dir) or an inline mapping.
+    path (relative to base_dir) or an inline mapping. (`placed`: `model` on `hw`, as resolved,
+    what a roofline reads.)
 
     Inline needs only `coefficients` (source `inline`; form `two_regime` when a ridge is given,
     `split` when a split term is, `table` with a `table` block, else `extended`); `key` prefixes
     its error paths."""
     if raw == "roofline":
-        return roofline_profile(model, hw)
+        return roofline_profile(model, hw, placed=placed)
     if raw == "events":
         return events_profile(model, hw, engine or "vllm")
     if isinstance(raw, str):

@@ -12,18 +12,26 @@ from sim.costs.catalog import (
     HardwareSpec,
     MiB,
     ModelSpec,
+    Placement,
     free_kv_bytes,
     kv_bytes_per_token_on,
-    kv_capacity_blocks,
-    sliding_kv_bytes_per_seq_on,
+    place,
 )
 
 
-def check_sliding_fits(model: ModelSpec, hw: HardwareSpec, max_seqs: int, block_size: int) -> None:
+def check_sliding_fits(
+    model: ModelSpec,
+    hw: HardwareSpec,
+    max_seqs: int,
+    block_size: int,
+    placed: Placement | None = None,
+) -> None:
     """Raise ValueError when the sliding-window layers' windows for `max_seqs` running
     sequences leave no room for one KV block of the full-attention layers."""
-    per_seq = sliding_kv_bytes_per_seq_on(model, hw)
-    if not per_seq or kv_capacity_blocks(model, hw, block_size, None, max_seqs) > 0:
+    if placed is None:
+        placed = place(model, hw, seats=max_seqs, block_size=block_size)
+    per_seq = placed.sliding_kv_bytes_per_seq
+    if not per_seq or placed.seats_blocks > 0:
         return
     room = free_kv_bytes(model, hw) - block_size * kv_bytes_per_token_on(model, hw)
     most = max(int(room // per_seq), 0)

@@ -14,7 +14,9 @@ with no limit), and may override the catalog's `read_gb_per_s`, `write_gb_per_s`
 `latency_s` and `price_per_gb_hour` (`sim.costs.memory_tiers`, with sources). Bandwidths are one
 GPU's path; an instance of several GPUs moves DRAM and remote KV over each GPU's link in parallel
 (scaled by tensor parallelism), a local drive's is the drive's. Tiers need prefix caching: a
-lower tier holds blocks by content hash (`sim.core.kv.tiers`).
+lower tier holds blocks by content hash (`sim.core.kv.tiers`). What a tier is on an instance in
+blocks and bytes per second is the tier's own arithmetic (`sim.costs.memory_tiers.tier_geometry`),
+worked out once per instance group when the scenario resolves.
 """
 
 from __future__ import annotations
@@ -23,10 +25,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from sim.costs.memory_tiers import GB_BYTES, tier_cost_per_hour, tier_defaults
+from sim.costs.memory_tiers import TierGeometry, tier_cost_per_hour, tier_geometry
 from sim.inputs.strict_model import StrictModel
-
-UNBOUNDED_BLOCKS = 1 << 62
 
 
 class _Strict(StrictModel):
@@ -47,6 +47,20 @@ class TierSpec(_Strict):
             raise ValueError(f"{cap} is out of range (0 to 1e7 GB, or unbounded)")
         return cap
 
+    def geometry(self, kind: str, block_bytes: float, lanes: int) -> TierGeometry:
+        """This tier on one instance of `lanes` GPUs, holding blocks of `block_bytes`
+        (`sim.costs.memory_tiers.tier_geometry`)."""
+        cap = self.capacity_gb
+        return tier_geometry(
+            kind,
+            None if cap == "unbounded" else float(cap),
+            block_bytes,
+            lanes,
+            read_gb_per_s=self.read_gb_per_s,
+            write_gb_per_s=self.write_gb_per_s,
+            latency_s=self.latency_s,
+        )
+
 
 class KVTiersSpec(_Strict):
     write: Literal["through", "eviction"] = "through"
@@ -60,26 +74,9 @@ class KVTiersSpec(_Strict):
         out = [("dram", self.dram), ("nvme", self.nvme), ("remote", self.remote)]
         return [(kind, spec) for kind, spec in out if spec is not None]
 
-
-class TierGeometry:
-    """One tier's figures on one instance: capacity in blocks, bytes per second, latency."""
-
-    def __init__(self, kind: str, spec: TierSpec, block_bytes: float, tensor_parallel: int):
-        d = tier_defaults(kind)
-        lanes = tensor_parallel if kind != "nvme" else 1
-        read = spec.read_gb_per_s * 1e9 if spec.read_gb_per_s is not None else d.read_bytes_per_s
-        write = (
-            spec.write_gb_per_s * 1e9 if spec.write_gb_per_s is not None else d.write_bytes_per_s
-        )
-        self.kind = kind
-        self.read_bytes_per_s = read * lanes
-        self.write_bytes_per_s = write * lanes
-        self.latency_s = spec.latency_s if spec.latency_s is not None else d.latency_s
-        cap = spec.capacity_gb
-        self.capacity_blocks = (
-            UNBOUNDED_BLOCKS if cap == "unbounded" else int(float(cap) * GB_BYTES // block_bytes)
-        )
-        self.block_bytes = block_bytes
+    def geometry(self, block_bytes: float, lanes: int) -> tuple[TierGeometry, ...]:
+        """Every tier given, fastest first, on one instance (`TierSpec.geometry`)."""
+        return tuple(tier.geometry(kind, block_bytes, lanes) for kind, tier in self.given())
 
 
 def tiers_cost_per_hour(spec: KVTiersSpec | None, num_instances: int) -> float:

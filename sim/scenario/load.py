@@ -25,10 +25,16 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec
-from sim.costs.fits import check_draft_fits, check_fits
+from sim.costs.catalog import HardwareSpec, ModelSpec, Placement
+from sim.costs.figures import (
+    InstanceFigures,
+    LayoutProblem,
+    ModelFigures,
+    resolve_instance,
+    resolve_model,
+)
+from sim.costs.memory_tiers import TierGeometry
 from sim.costs.profile import BUILTIN_PROFILES, Profile, resolve_profile
-from sim.costs.windows import check_sliding_fits
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
@@ -53,7 +59,7 @@ from sim.scenario.schema import (
 )
 from sim.workload.budget import memory_problem
 from sim.workload.forecast import forecast_of
-from sim.workload.stream import streams
+from sim.workload.stream import WorkloadPlan, plan_of
 
 # the schema's names that callers reach through this module
 __all__ = [
@@ -77,7 +83,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ResolvedGroup:
-    """One instance group with its own hardware, policy and profile resolved."""
+    """One instance group with its own hardware, policy and profile resolved, and what its
+    instances are in figures (`figures`: KV per token, the pool's blocks, FLOP/s, price) and
+    their KV tiers below the GPU (`tiers`), worked out once: building the instances and the
+    summary read these, not the catalog."""
 
     role: Role
     name: str
@@ -85,6 +94,11 @@ class ResolvedGroup:
     hardware: HardwareSpec
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec
     profile: Profile
+    figures: InstanceFigures
+    # the tiers of each instance, fastest first (with prefix caching and `kv_tiers` only)
+    tiers: tuple[TierGeometry, ...] = ()
+    # P/D through the shared store (`disaggregation.link.via: store`): each instance's path
+    store: TierGeometry | None = None
     # speculative decoding with a draft model: the draft's step costs on this group's GPU
     draft_profile: Profile | None = None
     # instances added and removed during the run (sim/scenario/control_plane.py)
@@ -100,6 +114,9 @@ class ResolvedScenario:
     profile: Profile
     base_dir: Path
     raw: dict[str, Any]  # the merged YAML mapping this variant was validated from
+    model_figures: ModelFigures  # the model's weight bytes and FLOPs per token
+    # whether its spec alone draws the workload, and the tiers of its requests
+    workload_plan: WorkloadPlan
     groups: tuple[ResolvedGroup, ...] = ()
 
     @property
@@ -113,7 +130,7 @@ class ResolvedScenario:
         run (per-request speculative acceptance rates are drawn for all of them up front)."""
         speculative = (g.policy.speculative for g in self.groups)
         whole = any(s is not None and s.per_request for s in speculative)
-        return streams(self.spec.workload) and not whole
+        return self.workload_plan.streams and not whole
 
 
 @dataclass(frozen=True)
@@ -125,6 +142,10 @@ class ScenarioSet:
     # relative paths resolve: what a sweep or a capacity search edits and loads again
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     base_dir: Path | None = None
+    # whether running every variant keeping its tables fits in memory, worked out at load
+    # (`tables_checked`; a set built by hand is checked when it runs): None, or (key, reason)
+    tables_problem: tuple[str, str] | None = None
+    tables_checked: bool = False
 
     def dump(self) -> str:
         """The resolved scenario as YAML: every variant with all defaults filled in."""
@@ -262,16 +283,18 @@ def load_scenario_dict(
         if "variants" in merged:
             raise ScenarioError("variants cannot nest", file=file, path=f"variants.{name}")
         resolved.append(_resolve(str(name), str(name), merged, override or {}, file, base_dir))
+    workloads = [v.spec.workload for v in resolved]
     too_big = memory_problem(
-        [v.spec.workload for v in resolved],
+        workloads,
         seeds=[v.spec.seed for v in resolved],
         generated=[v.regenerates_workload for v in resolved],
     )
     if too_big is not None:
         raise ScenarioError(too_big[1], file=file, path=too_big[0])
     return ScenarioSet(
-        name=resolved[0].spec.name, variants=resolved, file=file, raw=source, base_dir=base_dir
-    )
+        name=resolved[0].spec.name, variants=resolved, file=file, raw=source, base_dir=base_dir,
+        tables_problem=memory_problem(workloads, tables=True), tables_checked=True,
+    )  # fmt: skip
 
 
 def _resolve(
@@ -291,25 +314,15 @@ def _resolve(
         raise
     spec = _validate(raw, file, variant, override)
     try:
-        check_fits(spec.model, spec.hardware)
-    except ValueError as exc:
+        model = resolve_model(spec.model, spec.hardware)
+    except LayoutProblem as exc:
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
-    if isinstance(spec.profile, str) and spec.profile not in BUILTIN_PROFILES:
-        target = Path(spec.profile) if Path(spec.profile).is_absolute() else base_dir / spec.profile
-        try:
-            check_regular_file(target, "profile file")
-        except ScenarioError as exc:
-            raise ScenarioError(f"{exc.message()}{note}", file=file, path=path) from None
-    try:
-        profile = resolve_profile(
-            spec.profile, spec.model, spec.hardware, base_dir, key=path, engine=spec.engine.name
-        )
-    except ScenarioError as exc:
-        if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, path)) from None
-        raise
+    profile = _profile(
+        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name,
+        placed=model.placed,
+    )  # fmt: skip
     scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
     if scoped is not spec.engine:
         spec = spec.model_copy(update={"engine": scoped})
@@ -317,24 +330,34 @@ def _resolve(
     for i, (role, group_name, g) in enumerate(spec.groups()):
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
         hw = g.hardware or spec.hardware
-        if g.hardware is not None:
-            try:
-                check_fits(spec.model, hw)
-            except ValueError as exc:
-                where, note = _where(f"{key}.hardware", variant, override)
-                raise ScenarioError(str(exc) + note, file=file, path=where) from None
+        policy = g.policy or spec.policy
+        policy_key = f"{key}.policy" if g.policy is not None else "policy"
+        speculative = policy.speculative
+        # a draft model's weights take memory too, and every token has its KV in the draft
+        draft_model = (
+            speculative.draft_model if speculative is not None and speculative.active else None
+        )
+        try:  # the group's layout can serve (the scenario's hardware was checked above)
+            figures = resolve_instance(
+                spec.model, hw, block_size=policy.block_size, seats=policy.seats,
+                stated_blocks=policy.num_gpu_blocks, draft=draft_model, fits=g.hardware is None,
+            )  # fmt: skip
+        except LayoutProblem as exc:
+            blamed = {
+                "hardware": f"{key}.hardware",
+                "seats": f"{policy_key}.{policy.SEATS_KEY}",
+                "draft": f"{policy_key}.speculative.draft_model",
+            }
+            where, note = _where(blamed[exc.blame], variant, override)
+            raise ScenarioError(str(exc) + note, file=file, path=where) from None
         group_profile = profile
         if g.profile is not None or (g.hardware is not None and spec.profile in BUILTIN_PROFILES):
             where, note = _where(f"{key}.profile", variant, override)
             raw_profile = g.profile if g.profile is not None else spec.profile
-            try:
-                group_profile = resolve_profile(
-                    raw_profile, spec.model, hw, base_dir, key=where, engine=spec.engine.name
-                )
-            except ScenarioError as exc:
-                if exc.file is None:
-                    raise ScenarioError(exc.reason + note, file=file, path=exc.path) from None
-                raise
+            group_profile = _profile(
+                raw_profile, spec.model, hw, base_dir, file, where, note, spec.engine.name,
+                group=True, placed=figures.placed,
+            )  # fmt: skip
         if hw.pipeline_parallel > 1 and spec.kv_tiers is not None and spec.kv_tiers.given():
             where, note = _where(
                 f"{key}.hardware" if g.hardware is not None else "hardware", variant, override
@@ -345,19 +368,50 @@ def _resolve(
                 file=file,
                 path=f"{where}.pipeline_parallel",
             )
-        policy = g.policy or spec.policy
-        policy_key = f"{key}.policy" if g.policy is not None else "policy"
-        _check_windows(spec, policy, hw, policy_key, variant, override, file)
-        draft = _draft_profile(spec, policy, hw, policy_key, variant, override, file, base_dir)
+        draft = _draft_profile(
+            spec, policy, hw, figures.placed, policy_key, variant, override, file, base_dir
+        )
         _check_autoscale(spec, g, hw, key, variant, override, file)
         groups.append(
             ResolvedGroup(
-                role, group_name, g.count, hw, policy, group_profile, draft, g.autoscale
+                role,
+                group_name,
+                g.count,
+                hw,
+                policy,
+                group_profile,
+                figures,
+                *_tier_geometry(spec, policy, figures),
+                draft,
+                g.autoscale,
             )
         )
     return ResolvedScenario(
-        variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw, groups=tuple(groups)
-    )
+        variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw,
+        groups=tuple(groups), model_figures=model, workload_plan=plan_of(spec.workload),
+    )  # fmt: skip
+
+
+def _tier_geometry(
+    spec: Scenario, policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
+    figures: InstanceFigures,
+) -> tuple[tuple[TierGeometry, ...], TierGeometry | None]:  # fmt: skip
+    """The group's KV tiers on each instance (a request's KV there is every model's, a draft's
+    included), and with P/D through the shared store each instance's path to it (the target's
+    KV, handed over). Each GPU has its own path to DRAM and the store."""
+    tiers, store = spec.kv_tiers, None
+    if tiers is None:
+        return (), None
+    d = spec.disaggregation
+    if d is not None and d.link.via == "store" and tiers.remote is not None:
+        store = tiers.remote.geometry(
+            "remote", policy.block_size * figures.kv_bytes_per_token, figures.num_gpus
+        )
+    if not policy.prefix_caching:
+        return (), store
+    return tiers.geometry(
+        policy.block_size * figures.moved_bytes_per_token, figures.num_gpus
+    ), store
 
 
 def _check_autoscale(
@@ -390,39 +444,19 @@ def _check_autoscale(
         )
 
 
-def _check_windows(
-    spec: Scenario,
-    policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
-    hw: HardwareSpec,
-    policy_key: str,
-    variant: str | None,
-    override: dict[str, Any],
-    file: str,
-) -> None:
-    """Sliding-window layers set aside their window per running sequence: the policy's limit
-    on running sequences must leave room for KV blocks."""
-    if policy.num_gpu_blocks is not None:
-        return
-    key, seqs, block = policy.SEATS_KEY, policy.seats, policy.block_size
-    try:
-        check_sliding_fits(spec.model, hw, seqs, block)
-    except ValueError as exc:
-        where, note = _where(f"{policy_key}.{key}", variant, override)
-        raise ScenarioError(str(exc) + note, file=file, path=where) from None
-
-
 def _draft_profile(
     spec: Scenario,
     policy: StaticPolicySpec | ContinuousPolicySpec | ChunkedPolicySpec,
     hw: HardwareSpec,
+    placed: Placement | None,
     policy_key: str,
     variant: str | None,
     override: dict[str, Any],
     file: str,
     base_dir: Path,
 ) -> Profile | None:
-    """The step costs of a speculative draft model on `hw` (None without one), after checking
-    that the draft fits next to the target."""
+    """The step costs of a speculative draft model on `hw` (None without one; `_figures` checked
+    that the draft fits next to the target)."""
     speculative = policy.speculative
     if speculative is not None and speculative.method == "mtp" and not spec.model.num_mtp_layers:
         where, note = _where(f"{policy_key}.speculative.method", variant, override)
@@ -436,22 +470,40 @@ def _draft_profile(
         return None
     draft = speculative.draft_model
     assert draft is not None  # the schema requires it for method draft
-    try:
-        check_draft_fits(spec.model, draft, hw)
-    except ValueError as exc:
-        where, note = _where(f"{policy_key}.speculative.draft_model", variant, override)
-        raise ScenarioError(str(exc) + note, file=file, path=where) from None
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
     raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
-    if isinstance(raw, str) and raw not in BUILTIN_PROFILES:
+    return _profile(
+        raw, draft, hw, base_dir, file, where, note,
+        placed=placed.draft if placed is not None else None,
+    )  # fmt: skip
+
+
+def _profile(
+    raw: str | dict[str, Any],
+    model: ModelSpec,
+    hw: HardwareSpec,
+    base_dir: Path,
+    file: str,
+    where: str,
+    note: str,
+    engine: str | None = None,
+    *,
+    group: bool = False,
+    placed: Placement | None = None,
+) -> Profile:
+    """The step-cost profile `raw` of `model` on `hw`, for the key `where` (`note`: the variant
+    it is in): the scenario's, a group's own (`group`: its file is read as it resolves, and a
+    problem without a key of its own names none), or a draft model's."""
+    if not group and isinstance(raw, str) and raw not in BUILTIN_PROFILES:
         target = Path(raw) if Path(raw).is_absolute() else base_dir / raw
         try:
             check_regular_file(target, "profile file")
         except ScenarioError as exc:
             raise ScenarioError(f"{exc.message()}{note}", file=file, path=where) from None
     try:
-        return resolve_profile(raw, draft, hw, base_dir, key=where)
+        return resolve_profile(raw, model, hw, base_dir, key=where, engine=engine, placed=placed)
     except ScenarioError as exc:
         if exc.file is None:
-            raise ScenarioError(exc.reason + note, file=file, path=blamed_on(exc, where)) from None
+            path = exc.path if group else blamed_on(exc, where)
+            raise ScenarioError(exc.reason + note, file=file, path=path) from None
         raise

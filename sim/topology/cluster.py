@@ -85,7 +85,7 @@ def build_cluster(
     initial: list[int] = []
     for number, group in enumerate(resolved.groups):
         # pipeline stages: each instance runs as that many virtual engines
-        for _ in range(group.count * group.hardware.pipeline_parallel):
+        for _ in range(group.count * group.figures.engines):
             builder.add(number)
             initial.append(number)
     autoscaled = any(group.autoscale is not None for group in resolved.groups)
@@ -118,13 +118,13 @@ def _fleet(
     total: int,
 ) -> Fleet:
     """The run's `Fleet` (some group autoscales)."""
-    model = resolved.spec.model
+    weight_bytes = resolved.model_figures.weight_bytes
     plans = [
         GroupPlan(
             number,
             group.name,
             group.autoscale,
-            group.autoscale.provisioning.delay_s(model.weight_bytes)
+            group.autoscale.provisioning.delay_s(weight_bytes)
             if group.autoscale is not None
             else 0.0,
         )

@@ -5,11 +5,12 @@ its KV pool and tiers, its policy and queue, its step costs. What a group's inst
 worked out once per group (`GroupSetup`); what every instance of the run looks like is its
 `InstanceInfo` row (the run's `instances` table).
 
-Every figure about an instance's KV (its pool's blocks, the bytes a token takes there with
-tensor parallelism) comes from the catalog once, here, and travels with the instance. The policy
-spec answers every question asked of it by attribute (`block_size`, `seats`, `num_gpu_blocks`,
-`prefix_caching`, `preemption`, `speculative`; static batching's are class constants), so
-nothing here branches on the policy's kind.
+Every figure about an instance (its pool's blocks, the bytes a token takes there with tensor
+parallelism, its FLOP/s, its KV tiers in blocks and bytes per second) was worked out once when
+the scenario resolved (`ResolvedGroup.figures` and `tiers`): nothing here asks the catalog. The
+policy spec answers every question asked of it by attribute (`block_size`, `seats`,
+`num_gpu_blocks`, `prefix_caching`, `preemption`, `speculative`; static batching's are class
+constants), so nothing here branches on the policy's kind.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from sim.core.kv.pool import KVPool
 from sim.core.kv.tiers import Tier, TierStack
 from sim.core.prefill_curve import PrefillCurve
 from sim.core.recorder import ItlLog, RequestLog, StepLog
-from sim.costs.catalog import HardwareSpec, kv_bytes_per_token_on, kv_capacity_blocks
+from sim.costs.memory_tiers import TierGeometry
 from sim.costs.pricer import make_cost_model
 from sim.costs.proposal import ProposalCost
 from sim.policies import make_policy, queue_from_spec
-from sim.scenario.kv_tiers import KVTiersSpec, TierGeometry, TierSpec
+from sim.scenario.kv_tiers import KVTiersSpec
 from sim.scenario.load import ResolvedGroup, ResolvedScenario
 from sim.topology.speculative import acceptance_sampler, proposal_cost
 from sim.workload import RequestArrays
@@ -56,24 +57,26 @@ class GroupSetup:
     """What every instance of one group shares, worked out once."""
 
     group: ResolvedGroup
-    bytes_per_token: float  # the target model's KV per token on this group's hardware
-    # a request's KV in host memory or a tier below is every model's: a draft model keeps its
-    # own KV of every token, swapped and stored with the target's
-    moved_bytes_per_token: float
     acceptance: AcceptanceSampler | None  # speculative decoding: acceptance draws
     proposer: ProposalCost | None  # and the draft's proposal cost
 
     @property
     def engines(self) -> int:
         """Virtual engines per instance (pipeline stages)."""
-        return self.group.hardware.pipeline_parallel
+        return self.group.figures.engines
+
+    @property
+    def moved_bytes_per_token(self) -> float:
+        """A request's KV in host memory or a tier below is every model's: a draft model keeps
+        its own KV of every token, swapped and stored with the target's."""
+        return self.group.figures.moved_bytes_per_token
 
 
-def _make_tier(kind: str, spec: TierSpec, block_bytes: float, tensor_parallel: int) -> Tier:
-    g = TierGeometry(kind, spec, block_bytes, tensor_parallel)
+def _make_tier(g: TierGeometry) -> Tier:
     return Tier(
-        kind, g.capacity_blocks, block_bytes, g.read_bytes_per_s, g.write_bytes_per_s, g.latency_s
-    )
+        g.kind, g.capacity_blocks, g.block_bytes, g.read_bytes_per_s, g.write_bytes_per_s,
+        g.latency_s,
+    )  # fmt: skip
 
 
 class _Tiers:
@@ -84,32 +87,22 @@ class _Tiers:
         self.remote: Tier | None = None
         self.remote_block_size = 0
 
-    def stack(
-        self, group: ResolvedGroup, block_size: int, bytes_per_token: float
-    ) -> TierStack | None:
+    def stack(self, group: ResolvedGroup, block_size: int) -> TierStack | None:
         spec = self.spec
-        if spec is None or not spec.given():
+        if spec is None or not group.tiers:
             return None
-        block_bytes = block_size * bytes_per_token
-        tp = group.hardware.num_gpus  # each GPU has its own path to the tiers
         tiers = []
-        for kind, tier in spec.given():
-            if kind != "remote":
-                tiers.append(_make_tier(kind, tier, block_bytes, tp))
+        for geometry in group.tiers:
+            if geometry.kind != "remote":
+                tiers.append(_make_tier(geometry))
                 continue
             if self.remote is None:
-                self.remote = _make_tier(kind, tier, block_bytes, tp)
+                self.remote = _make_tier(geometry)
                 self.remote_block_size = block_size
             else:  # the schema checked that every group shares the block size
                 assert block_size == self.remote_block_size
             tiers.append(self.remote)
         return TierStack(tiers, write=spec.write, load=spec.load)
-
-
-def _label(hw: HardwareSpec) -> str:
-    """`h100-sxm`, `h100-sxmx8`, or `h100-sxmx16 pp4` for one virtual engine of 4 stages."""
-    name = hw.name if hw.num_gpus == 1 else f"{hw.name}x{hw.num_gpus}"
-    return name if hw.pipeline_parallel == 1 else f"{name} pp{hw.pipeline_parallel}"
 
 
 class Builder:
@@ -138,17 +131,12 @@ class Builder:
         self, number: int, group: ResolvedGroup, requests: RequestArrays | None
     ) -> GroupSetup:
         spec = self.resolved.spec
-        hw = group.hardware
-        bytes_per_token = kv_bytes_per_token_on(spec.model, hw)
         speculative = group.policy.speculative
-        moved = bytes_per_token
         acceptance = proposer = None
         if speculative is not None and speculative.active:
             acceptance = acceptance_sampler(speculative, spec.seed, number, requests)
             proposer = proposal_cost(speculative, group, spec.model)
-            if speculative.draft_model is not None:
-                moved += kv_bytes_per_token_on(speculative.draft_model, hw)
-        return GroupSetup(group, bytes_per_token, moved, acceptance, proposer)
+        return GroupSetup(group, acceptance, proposer)
 
     def role(self, index: int) -> str:
         """Instance `index`'s role: `serve`, `prefill` or `decode`."""
@@ -156,20 +144,12 @@ class Builder:
 
     def _pool(self, setup: GroupSetup) -> KVPool:
         """One engine's pool: the instance's, or with pipeline stages one virtual engine's share
-        of it (sim/costs/pipeline.py). Static batching's one-token blocks are its contiguous
-        reservation (`kv_capacity_blocks` at block size 1 is the token capacity)."""
+        of it (sim/costs/pipeline.py); the instance's blocks are `InstanceFigures.kv_blocks`."""
         group = setup.group
         policy = group.policy
-        speculative = policy.speculative
-        # a draft model's weights take memory, and every token has its KV in the draft too
-        draft = speculative.draft_model if speculative is not None and speculative.active else None
-        model = self.resolved.spec.model
-        blocks = (
-            policy.num_gpu_blocks
-            or kv_capacity_blocks(model, group.hardware, policy.block_size, draft, policy.seats)
-        ) // setup.engines
+        blocks = group.figures.kv_blocks // setup.engines
         if policy.prefix_caching:
-            stack = self.tiers.stack(group, policy.block_size, setup.moved_bytes_per_token)
+            stack = self.tiers.stack(group, policy.block_size)
             return KVPool(blocks, policy.block_size, caching=True, tiers=stack)
         return KVPool(blocks, policy.block_size)
 
@@ -227,18 +207,17 @@ class Builder:
         return self._describe(number, -1, self._pool(self.groups[number]))
 
     def _describe(self, number: int, index: int, pool: KVPool) -> InstanceInfo:
-        setup = self.groups[number]
-        group = setup.group
-        hw = group.hardware
+        group = self.groups[number].group
+        figures = group.figures
         return InstanceInfo(
             index,
             group.role,
             group.name,
-            _label(hw),
+            figures.label,
             pool.num_total,
             pool.block_size,
             "memory" if group.policy.num_gpu_blocks is None else "stated",
-            setup.bytes_per_token,
-            hw.instance_peak_flops / setup.engines,
-            hw.instance_hbm_bandwidth_bytes_per_s / setup.engines,
+            figures.kv_bytes_per_token,
+            figures.peak_flops,
+            figures.hbm_bandwidth_bytes_per_s,
         )

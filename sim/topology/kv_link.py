@@ -16,7 +16,7 @@ instead: the prefill instance writes it (`latency + bytes / write bandwidth`, it
 its own path to the store), then the decode instance reads it (`latency + bytes / read
 bandwidth`, its bytes and path). The prefill instance frees its blocks once the write is done;
 the rest is as above (FIFO over `num_links` transfers at once, the decode blocks reserved at the
-start). The store's figures are the remote tier's (`sim.scenario.kv_tiers.TierGeometry`).
+start). The store's figures are the remote tier's (`sim.costs.memory_tiers.TierGeometry`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sim.topology.router import Router
 
 
 class StorePath(Protocol):
-    """One instance's path to the shared store (`sim.scenario.kv_tiers.TierGeometry`)."""
+    """One instance's path to the shared store (`sim.costs.memory_tiers.TierGeometry`)."""
 
     @property
     def read_bytes_per_s(self) -> float: ...

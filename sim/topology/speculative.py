@@ -13,7 +13,7 @@ import numpy as np
 
 from sim.core.acceptance import AcceptanceSampler, thresholds
 from sim.costs.catalog import ModelSpec
-from sim.costs.pricer import make_cost_model
+from sim.costs.pricer import make_proposal
 from sim.costs.proposal import ProposalCost
 from sim.scenario.load import ResolvedGroup
 from sim.scenario.speculative import (
@@ -77,17 +77,12 @@ def proposal_cost(spec: SpeculativeSpec, group: ResolvedGroup, model: ModelSpec)
     """The proposal's pricer of one group's instances (`model`: the target)."""
     if spec.method == "mtp":  # the target's own module, passes one after the other
         fraction = spec.head_fraction if spec.head_fraction is not None else mtp_fraction(model)
-        return ProposalCost(
-            "heads", pricer=make_cost_model(group.profile), fraction=fraction, sequential=True
-        )
+        return make_proposal("heads", group.profile, fraction=fraction, sequential=True)
     if spec.method == "draft":
         assert group.draft_profile is not None  # resolved at load
-        return ProposalCost("draft", pricer=make_cost_model(group.draft_profile))
+        return make_proposal("draft", group.draft_profile)
     if spec.method == "heads":
-        return ProposalCost(
-            "heads",
-            pricer=make_cost_model(group.profile),
-            fraction=spec.fraction,
-            sequential=spec.sequential_heads,
+        return make_proposal(
+            "heads", group.profile, fraction=spec.fraction, sequential=spec.sequential_heads
         )
-    return ProposalCost("ngram", ngram_s=spec.ngram_seconds)
+    return make_proposal("ngram", ngram_s=spec.ngram_seconds)

@@ -30,7 +30,7 @@ import simpy
 from sim.core.instance import Instance
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
-from sim.scenario.kv_tiers import TierGeometry
+from sim.costs.memory_tiers import TierGeometry
 from sim.scenario.load import ResolvedScenario
 from sim.scenario.schema import RouterOptions
 from sim.topology.gateway import Gateway
@@ -195,9 +195,10 @@ class Disaggregated(Topology):
         spec = resolved.spec
         d = spec.disaggregation
         assert d is not None
-        self._tp = {g.name: g.hardware.num_gpus for g in resolved.groups}
+        # each instance's path to the shared store, its group's (worked out when resolved)
+        self._paths = {g.name: g.store for g in resolved.groups}
         self._store: list[TierGeometry] | None = None
-        if d.link.via == "store":  # each instance's path to the shared store, scaled by its TP
+        if d.link.via == "store":
             self._store = [self._geometry(i) for i in self.info]
         decode = [inst for inst, i in zip(self.instances, self.info, strict=True)
                   if i.role == "decode"]  # fmt: skip
@@ -234,11 +235,9 @@ class Disaggregated(Topology):
         return False
 
     def _geometry(self, i: InstanceInfo) -> TierGeometry:
-        spec = self.resolved.spec
-        remote = spec.kv_tiers.remote if spec.kv_tiers is not None else None
-        assert remote is not None  # the schema checked
-        block_bytes = i.block_size * i.kv_bytes_per_token
-        return TierGeometry("remote", remote, block_bytes, self._tp[i.group])
+        path = self._paths[i.group]
+        assert path is not None  # the schema checked that the store is given
+        return path
 
     def entry(self) -> Callable[[Request], object]:
         """A TTFT-scaled fleet sees the arrivals given to the prefill pool (a request refused

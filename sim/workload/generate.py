@@ -32,7 +32,7 @@ from sim.workload.lengths import TraceCache
 from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
 from sim.workload.sessions import generate_sessions
 from sim.workload.spec import MEASURED_FORMATS, TraceSpec, WorkloadSpec
-from sim.workload.stream import concat, iter_requests
+from sim.workload.stream import Workload, concat, iter_requests
 from sim.workload.traces import TraceFileFormat, read_trace, resolve_path
 
 GENERATE_CHUNK = 1 << 20  # requests drawn at a time when a workload is generated whole
@@ -53,6 +53,22 @@ def generate_requests(
     if spec.clients is not None:
         return generate_clients(spec, rng, TraceCache(base_dir))
     return concat(iter_requests(spec, rng, base_dir, chunk=GENERATE_CHUNK))
+
+
+def workload_for(
+    spec: WorkloadSpec,
+    seed: int,
+    base_dir: Path,
+    max_model_len: int | None = None,
+    *,
+    regenerate: bool = False,
+) -> Workload:
+    """The requests a run replays: generated whole from `seed`, or (`regenerate`: a streamed
+    run of a workload the spec alone draws) regenerated from the seed as the run goes."""
+    if regenerate:
+        return Workload.streamed(spec, seed, base_dir)
+    rng = np.random.default_rng(seed)
+    return Workload.whole(generate_requests(spec, rng, base_dir, max_model_len))
 
 
 def _from_trace(

@@ -48,6 +48,21 @@ CHUNK_REQUESTS = STREAM_CHUNK_REQUESTS  # requests generated at a time by a stre
 _BURN = 1 << 16  # draws dropped at a time when a class's stream is advanced
 
 
+@dataclass(frozen=True)
+class WorkloadPlan:
+    """What a run reads of its workload's spec before any request exists: whether the spec
+    alone draws it (`streams`), and the tiers its requests carry (None: a trace's tier column,
+    known once read)."""
+
+    streams: bool
+    tier_names: tuple[str, ...] | None
+
+
+def plan_of(spec: WorkloadSpec) -> WorkloadPlan:
+    tiers = spec.tier_names()
+    return WorkloadPlan(streams(spec), None if tiers is None else tuple(tiers))
+
+
 def streams(spec: WorkloadSpec) -> bool:
     """Whether `spec` is drawn from the spec alone, so `iter_requests` can generate it."""
     return (
@@ -300,6 +315,12 @@ class Workload:
         self.tier_names = tier_names
         self.arrays = arrays  # the whole columns; None: streamed
         self._regenerate = regenerate
+        self.num_requests = shape.num_requests
+        # what generating them dropped or clipped, and their sessions (none when streamed)
+        self.notes: dict[str, int] = arrays.notes if arrays is not None else {}
+        self.sessions: Sessions | None = arrays.sessions if arrays is not None else None
+        # closed-loop sessions: a later turn arrives a think time after the previous finishes
+        self.closed_loop = self.sessions is not None and self.sessions.closed_loop
 
     @classmethod
     def whole(cls, arrays: RequestArrays) -> Workload:
@@ -327,18 +348,6 @@ class Workload:
         tiers = spec.tier_names()
         assert tiers is not None  # only a trace's tier column is unknown before generation
         return cls(Shape(count, first, last, True), tuple(tiers), regenerate=(spec, seed, base_dir))
-
-    @property
-    def num_requests(self) -> int:
-        return self.shape.num_requests
-
-    @property
-    def notes(self) -> dict[str, int]:
-        return self.arrays.notes if self.arrays is not None else {}
-
-    @property
-    def sessions(self) -> Sessions | None:
-        return self.arrays.sessions if self.arrays is not None else None
 
     def chunks(self) -> Iterator[tuple[int, RequestArrays]]:
         """The requests as (first id, columns), in id order."""
