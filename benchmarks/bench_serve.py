@@ -41,7 +41,7 @@ CLIENT = textwrap.dedent("""
         for _ in range(rounds):
             async with session.post(f"http://127.0.0.1:{port}/v1/completions", json=body) as r:
                 assert r.status == 200, r.status
-                async for _ in r.content:
+                async for _ in r.content.iter_any():
                     pass
     async def main():
         connector = aiohttp.TCPConnector(limit=0)

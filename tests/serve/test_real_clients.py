@@ -1,10 +1,21 @@
 """Real benchmark clients against `batchsim serve`: GuideLLM and AIPerf each run a short
 closed-loop benchmark on localhost, their result files are read back with batchsim's readers
 (`sim.measured`, what `batchsim measured` prints), and the latencies they measured agree with
-the server's own simulated record (its results folder, read the same way): p50 and p90 of TPOT
-and E2E within 2 % or 2 ms, whichever is larger, and of TTFT within 2 % or 10 ms (the clients'
-own overhead, see TTFT_CLIENT_S). The clients run at a lower CPU priority than the server, as
-on their own machine.
+the server's own simulated record (its results folder, read the same way): p50 and p90 of
+TTFT, TPOT and E2E within 2 % or 2 ms, whichever is larger, except TTFT's p90, held to 2 % or
+10 ms (`TTFT_TAIL_S`: see below). The clients run at a lower CPU
+priority than the server, as on their own machine. Their output lengths vary, so that the
+streams end apart (four streams that end at once make a client send four requests in one burst,
+and its own send time, 3-7 ms for AIPerf, lands in their TTFT). AIPerf warms up on one request
+per stream first (opening its connections, 5-13 ms, is also its own time): the server's first
+`STREAMS` arrivals are those and are left out of its record.
+
+About one AIPerf request in ten still spends 3-7 ms of its own before its request is on the
+wire (its `http_req_sending`), which no server sees; with 32 requests that is the p90 of TTFT,
+measured 5-6 ms over the server's record on a quiet machine (GuideLLM's is within 1.1 ms).
+
+A client's time is its own and moves with the machine's load: a run that misses is run once
+more, and both runs are printed (CI runs these tests alone, after the suites).
 
 The clients live in a venv of their own (they pull transformers and friends, which batchsim does
 not need): `BATCHSIM_CLIENTS` names its `bin/` folder; `.ci/run` builds it. Without it these
@@ -39,11 +50,7 @@ PROMPT, OUTPUT, STREAMS, COUNT = 512, 64, 4, 32
 # output lengths spread around OUTPUT, so that the streams end apart, as a real workload's do
 OUTPUT_SD, OUTPUT_MIN, OUTPUT_MAX = 16, 32, 96
 REL, ABS_S = 0.02, 0.002  # the agreement asked of each percentile
-# TTFT also holds the client's own time before its request is on the wire and after the first
-# chunk is off it, which no server sees: on a 2-core machine shared by client and server,
-# GuideLLM adds 2-4 ms and AIPerf 3-7 ms (its `http_req_sending` alone averages 3 ms). TTFT is
-# held to this instead of ABS_S, and the excess is printed.
-TTFT_CLIENT_S = 0.010
+TTFT_TAIL_S = 0.010  # TTFT p90: the clients' own send time (module docstring)
 
 CLIENTS = Path(os.environ["BATCHSIM_CLIENTS"]) if os.environ.get("BATCHSIM_CLIENTS") else None
 EXPECTED = os.environ.get("BATCHSIM_EXPECT_CLIENTS") == "1"
@@ -135,7 +142,8 @@ def aiperf(port: int, out: Path) -> Path:
         "--synthetic-input-tokens-mean", str(PROMPT), "--synthetic-input-tokens-stddev", "0",
         "--output-tokens-mean", str(OUTPUT), "--output-tokens-stddev", str(OUTPUT_SD),
         "--concurrency", str(STREAMS), "--request-count", str(COUNT), "--random-seed", "0",
-        "--artifact-dir", str(out / "aiperf"), "--ui", "none", "--no-server-metrics",
+        "--warmup-request-count", str(STREAMS), "--artifact-dir", str(out / "aiperf"),
+        "--ui", "none", "--no-server-metrics",
         "--no-gpu-telemetry", "--extra-inputs", "ignore_eos:true", "--workers-max", "1",
         "--record-processors", "1",
     ], env, out / "aiperf.log")  # fmt: skip
@@ -148,42 +156,52 @@ def percentiles(values: np.ndarray) -> tuple[float, float]:
     return float(np.percentile(finite, 50)), float(np.percentile(finite, 90))
 
 
-def compare(measured_file: Path, results_parent: Path) -> dict[str, tuple[float, float]]:
-    """Each metric's (measured, simulated) p50 and p90, asserted within the agreement."""
+def compare(measured_file: Path, results_parent: Path, warmup: int = 0) -> list[str]:
+    """Each metric's (measured, simulated) p50 and p90, printed; the misses of the agreement.
+    The server's first `warmup` arrivals were the client's warm-up, which it does not report."""
     measured = read_measured(measured_file)
     (folder,) = results_parent.glob("*--serve")
     simulated = read_measured(folder)
     assert len(measured) == COUNT and measured.num_failed == 0
-    assert len(simulated) == COUNT  # the server's record: every request the client sent
+    # the server's record: every request the client sent, in the order they arrived
+    assert len(simulated) == COUNT + warmup
+    kept = slice(warmup, None)
     # the filler is counted as simulated: the same output lengths, which vary
-    outputs = sorted(simulated.output_tokens.tolist())
+    outputs = sorted(simulated.output_tokens[kept].tolist())
     assert sorted(measured.output_tokens.tolist()) == outputs
     assert len(set(outputs)) > COUNT // 4
     table: dict[str, tuple[float, float]] = {}
     misses = []
     for metric in ("ttft_s", "tpot_s", "e2e_s"):
         got = percentiles(getattr(measured, metric))
-        want = percentiles(getattr(simulated, metric))
+        want = percentiles(getattr(simulated, metric)[kept])
         for q, g, w in zip((50, 90), got, want, strict=True):
             table[f"{metric} p{q}"] = (g, w)
-            allowed = max(REL * w, TTFT_CLIENT_S if metric == "ttft_s" else ABS_S)
+            allowed = max(REL * w, TTFT_TAIL_S if (metric, q) == ("ttft_s", 90) else ABS_S)
             if abs(g - w) > allowed:
                 misses.append(f"{metric} p{q}: measured {g * 1e3:.2f} ms, simulated "
                               f"{w * 1e3:.2f} ms")  # fmt: skip
     print(json.dumps({"client": measured.format}
                      | {k: [round(v * 1e3, 3) for v in gw] for k, gw in table.items()}))
-    assert not misses, misses
-    return table
+    return misses
 
 
 @pytest.mark.parametrize("tool", ["guidellm", "aiperf"])
 def test_a_real_client_measures_what_the_server_simulated(tool: str, tmp_path: Path) -> None:
     runner = {"guidellm": guidellm, "aiperf": aiperf}[tool]
     client(tool)  # skip (or fail, in CI) before serving when the client is absent
-    results = tmp_path / "results"
-    with served(results) as port:
-        file = runner(port, tmp_path)
-    compare(file, results)
+    warmup = STREAMS if tool == "aiperf" else 0
+    runs = []
+    for attempt in range(2):  # once more after a miss (see the module docstring)
+        out = tmp_path / f"run{attempt}"
+        out.mkdir()
+        results = out / "results"
+        with served(results) as port:
+            file = runner(port, out)
+        runs.append(compare(file, results, warmup))
+        if not runs[-1]:
+            return
+    pytest.fail(f"{tool} missed the agreement in both runs: {runs}")
 
 
 def test_the_fixture_tokenizer_is_what_its_generator_writes(tmp_path: Path) -> None:
