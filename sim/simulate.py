@@ -187,7 +187,7 @@ def run_variant(
     """One variant on the given requests (arrays, or a `Workload`: `workload_of`).
     `tables=False` streams the records into the summary (`sim.metrics.streaming`) and keeps no
     per-request, per-step or gap tables: memory stays flat, percentiles come from sketches."""
-    workload = requests if isinstance(requests, Workload) else Workload.whole(requests)
+    workload = Workload.of(requests)
     spec = resolved.spec
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
