@@ -135,7 +135,7 @@ def simulate(
             )
         if progress:
             progress(f"{resolved.variant}: {workload.num_requests} requests")
-        variants[resolved.variant] = run_variant(resolved, workload, progress, tables=tables)
+        variants[resolved.variant] = run_workload(resolved, workload, progress, tables=tables)
     return Results(scenario_name=scenario.name, variants=variants)
 
 
@@ -187,7 +187,17 @@ def run_variant(
     """One variant on the given requests (arrays, or a `Workload`: `workload_of`).
     `tables=False` streams the records into the summary (`sim.metrics.streaming`) and keeps no
     per-request, per-step or gap tables: memory stays flat, percentiles come from sketches."""
-    workload = Workload.of(requests)
+    return run_workload(resolved, Workload.of(requests), progress, tables=tables)
+
+
+def run_workload(
+    resolved: ResolvedScenario,
+    workload: Workload,
+    progress: ProgressFn | None = None,
+    *,
+    tables: bool = True,
+) -> VariantResult:
+    """`run_variant` on a workload (what `simulate` holds already)."""
     spec = resolved.spec
     env = simpy.Environment()
     routing_rng = np.random.default_rng([spec.seed, 1])  # its own stream: routers only
