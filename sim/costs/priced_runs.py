@@ -8,16 +8,18 @@ then, for the same features, `linear_steps`: the second answer comes from the fi
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from sim.costs.features import StepFeaturesLike
 
 
-class PricedRuns:
+class PricedRuns(ABC):
     num_extrapolated: int  # priced runs that fell outside the tables
     last_extrapolated: bool  # whether the run just priced did
     _last: tuple[StepFeaturesLike | None, int]
 
-    def _times(self, features: StepFeaturesLike) -> tuple[float, float, int, bool]:
-        raise NotImplementedError
+    @abstractmethod
+    def _times(self, features: StepFeaturesLike) -> tuple[float, float, int, bool]: ...
 
     def run_times(self, features: StepFeaturesLike) -> tuple[float, float]:
         """The first step's seconds, and how much longer each repeated step is."""

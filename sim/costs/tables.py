@@ -30,6 +30,7 @@ covers that prefix and nothing else).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from bisect import bisect_right
 from itertools import pairwise
 from typing import Literal
@@ -88,14 +89,16 @@ Cells = list[list[float | None]]  # seconds[i][j]: first axis i, second axis j; 
 
 
 class _Grid(_Strict):
-    def axes(self) -> tuple[list[int], list[int]]:
-        raise NotImplementedError
+    """A measured grid; each table names its axes and cells (pydantic's models are ABCs)."""
 
-    def axis_names(self) -> tuple[str, str]:
-        raise NotImplementedError
+    @abstractmethod
+    def axes(self) -> tuple[list[int], list[int]]: ...
 
-    def cells(self) -> Cells:
-        raise NotImplementedError
+    @abstractmethod
+    def axis_names(self) -> tuple[str, str]: ...
+
+    @abstractmethod
+    def cells(self) -> Cells: ...
 
     @model_validator(mode="after")
     def _check(self) -> _Grid:
