@@ -19,6 +19,7 @@ test_published_events.py checks it).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ import pandas as pd
 from sim.costs.catalog import HardwareSpec, ModelSpec
 from sim.costs.expert_terms import ExpertStepCost
 from sim.costs.step_events import Basis, basis, evaluate, events_profile, value_of
+from sim.scenario.engine_loop import async_by_default
 from sim.simulate import simulate
 from sim.whatif.calibrate_points import group_seconds, metric_weights
 
@@ -132,7 +134,13 @@ def scenario(row: Any, profile: Any = "events", cold_start_s: float = 0.0) -> di
     """The scenario that reproduces one published point (a row of the training file), with
     `cold_start_s` when the point ran cold (`cold_started`)."""
     conc, ratio = int(row.conc), float(row.random_range_ratio)
-    engine: dict[str, Any] = {"name": ENGINES[row.framework]}
+    name = ENGINES[row.framework]
+    # the engine's loop at the row's release (its image tag: vllm/vllm-openai:v0.13.0), stated,
+    # so that the fit's schedule (an inline profile) is the judge's (sim/scenario/engine_loop.py)
+    version = engine_version(row)
+    engine: dict[str, Any] = {"name": name, "async_scheduling": async_by_default(name, version)}
+    if version is not None:
+        engine["version"] = version
     if cold_start_s and cold_started(row):
         engine["cold_start_s"] = cold_start_s
     return {
@@ -152,6 +160,13 @@ def scenario(row: Any, profile: Any = "events", cold_start_s: float = 0.0) -> di
         "policy": policy_fields(row),
         "engine": engine,
     }
+
+
+def engine_version(row: Any) -> str | None:
+    """The engine's release from the row's image (`...:v0.13.0` -> `0.13.0`), or None."""
+    tag = str(getattr(row, "framework_version", "") or "").rpartition(":")[2]
+    found = re.match(r"v?(\d+(?:\.\d+)+)", tag)
+    return found.group(1) if found else None
 
 
 def specs(row: Any) -> tuple[ModelSpec, HardwareSpec, str]:

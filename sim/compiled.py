@@ -33,6 +33,7 @@ MODULES = (
     "sim/core/kv/tiers.py",
     "sim/core/kv_usage.py",
     "sim/core/load.py",
+    "sim/core/lookahead.py",
     "sim/core/plan.py",
     "sim/core/prefill_curve.py",
     "sim/core/pricing.py",

@@ -218,13 +218,27 @@ class Engine:
 
     def queue(self, req: Request) -> bool:
         """Queue an arrived request; False (and recorded) when it can never be served here."""
+        if not self.accepts(req):
+            return False
+        self._waiting.push(req)
+        return True
+
+    def accepts(self, req: Request) -> bool:
+        """Whether an arrived request can ever be served here (else it is rejected, recorded)."""
         reason = self.policy.rejection(req, self.pool)
         if reason:
             req.reject(reason)
             self.log.record(req)
             return False
-        self._waiting.push(req)
         return True
+
+    def enqueue(self, req: Request) -> None:
+        """Queue a request `accepts` took (an asynchronous scheduler held it a step)."""
+        self._waiting.push(req)
+
+    def enqueue_all(self, reqs: list[Request]) -> None:
+        for req in reqs:
+            self._waiting.push(req)
 
     def abort_waiting(self, req: Request, now: float) -> None:
         """A queued request's client gave up: it leaves now."""

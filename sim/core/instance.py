@@ -10,24 +10,11 @@ policy's `StepPlan` (`sim.core.plan`: the contract), has the engine start it (ev
 admissions, allocations, the price: a `sim.core.run.Run`), lets SimPy advance time, and has the
 engine apply it at its end (the token rule, finishes, the step's record).
 
-Runs. A decode-only plan may repeat: the engine runs as many identical steps as the policy
-allows, stopping before the first finish and before the KV pool would run dry (the decode batch
-knows both in O(1)), as one SimPy timeout. Anything outside that reads or changes the instance
-mid-run (routers and the KV link call `submit`, `load`, `reserve`, `receive`, `release`) first
-calls `settle()`, which applies the steps that have ended and starts the one under way, so the
-instance looks exactly as it would have stepped one step at a time; an arrival that could join
-cuts the run at the first step boundary at or after it. So coalescing steps never changes a
-schedule (the tests run every policy both ways).
-
-Running ahead. When an instance's next step ends before any other scheduled event (the next
-arrival, another instance's step), nothing can observe or interrupt it, so the loop applies it at
-once and plans the next on its own clock, without a SimPy event; it catches SimPy up before it
-waits. Instances whose steps notify a KV link do not run ahead. A lone instance pulls its
-arrivals (`ArrivalFeed`) instead of having them pushed: then it never waits on SimPy while busy.
-
-Same-time order (tested): arrivals carry SimPy's URGENT priority and step ends NORMAL, so requests
-arriving at time t are queued before any instance plans the step that starts at t: an arrival at
-t is visible to a schedule at t. Arrivals with equal timestamps are queued in id order.
+Runs of identical decode steps as one SimPy timeout, `settle()` before any outside read or
+change mid-run (so coalescing never changes a schedule: the tests run every policy both ways),
+running ahead without SimPy, pulled arrivals and the same-time order of arrivals and step ends:
+docs/architecture.md, "Runs and the decode batch". An asynchronous scheduler's arrivals wait in
+`sim.core.lookahead`.
 """
 
 from __future__ import annotations
@@ -44,6 +31,7 @@ from sim.core.engine import Engine
 from sim.core.kv.host import KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.load import Load, WorkLoad
+from sim.core.lookahead import Lookahead
 from sim.core.plan import InstanceView, Policy, QueueView, StepPlan
 from sim.core.prefill_curve import PrefillCurve
 from sim.core.pricing import Pricing, StepPricer
@@ -82,6 +70,7 @@ class Instance:
         proposer: ProposalPricer | None = None,
         serves_from_s: float = 0.0,
         prefill: PrefillCurve | None = None,
+        lookahead: Lookahead | None = None,
     ) -> None:
         self.env = env
         self.serves_from_s = serves_from_s  # a cold start: nothing is scheduled before this
@@ -104,6 +93,9 @@ class Instance:
         self._idle: Event | None = None  # what an idle loop waits on (`wake` triggers it)
         self._cut_to: int | None = None
         self._aborts: list[Request] = []  # running requests to drop at the next boundary
+        # an asynchronous scheduler's requests that came after the step in flight was planned
+        # (sim/core/lookahead.py; one that never holds any: a synchronous engine loop)
+        self._ahead = lookahead if lookahead is not None else Lookahead(enabled=False)
         self._on_change: Callable[[Any], None] | None = None  # cluster hooks (P/D)
         # a gateway's load index (`sim.topology.load_index`): told when a run starts or ends
         # and when a request is queued or lands, the only moments `load_floor` can change
@@ -172,7 +164,10 @@ class Instance:
 
     @property
     def num_waiting(self) -> int:
-        return self.engine.num_waiting
+        return self.engine.num_waiting + len(self._ahead)  # held ones are queued to a router
+
+    def _tokens_left(self) -> int:
+        return self.engine.outstanding_tokens() + self._ahead.work  # held requests' included
 
     @property
     def num_running(self) -> int:
@@ -183,7 +178,11 @@ class Instance:
     def submit(self, req: Request) -> bool:
         """Queue an arriving request; False (and recorded) when it can never be served here."""
         req.arrive(self.index)
-        if not self.engine.queue(req):
+        if self._ahead.busy:  # asynchronous: the step after the one in flight is planned
+            if not self.engine.accepts(req):
+                return False
+            self._ahead.hold(req)
+        elif not self.engine.queue(req):
             return False
         if self.on_load is not None:
             self.on_load(self)
@@ -223,24 +222,20 @@ class Instance:
         self.settle()
         engine = self.engine
         return Load(
-            engine.num_waiting,
+            engine.num_waiting + len(self._ahead),
             engine.num_running,
-            engine.outstanding_tokens(),
+            self._tokens_left(),
             self.pool.num_used,
             self.pool.num_total,
         )
 
     def work_load(self) -> WorkLoad:
-        """`load()`'s queues and outstanding tokens now, without settling the run in flight.
-
-        Inside a run nothing joins, leaves or finishes before its last step, so the steps that
-        ended by now changed only the work left: each took one token from every decoding member
-        and a repeated prompt chunk's tokens from its request. Settling would apply them (a
-        record per outside look); a router that reads no KV needs only their count, and the run
-        then stays one record, as with a lone instance. A speculative step, whose accepted
-        tokens are drawn when it is applied, is settled."""
+        """`load()`'s queues and outstanding tokens now, without settling the run in flight:
+        inside a run the steps that ended changed only the work left (one token from every
+        decoding member, a repeated chunk's tokens), so the run stays one record. A speculative
+        step, whose accepted tokens are drawn when it is applied, is settled."""
         left = self.work_left()  # first: it may settle a speculative run
-        return WorkLoad(self.engine.num_waiting, self.engine.num_running, left)
+        return WorkLoad(self.engine.num_waiting + len(self._ahead), self.engine.num_running, left)
 
     def work_left(self) -> int:
         """`work_load().outstanding_tokens` alone (what token-balancing routers rank by)."""
@@ -251,32 +246,30 @@ class Instance:
             if done > 0:
                 if run.spec is not None:
                     self.settle()
-                    return engine.outstanding_tokens()
+                    return self._tokens_left()
                 per_step = engine.tokens_per_step(run.plan, False)
-                return engine.outstanding_tokens() - done * per_step
-        return engine.outstanding_tokens()
+                return self._tokens_left() - done * per_step
+        return self._tokens_left()
 
     def num_outstanding(self) -> int:
         """`num_waiting + num_running` of `work_load()` (what request-balancing routers rank
         by), read without building the whole load."""
-        return self.engine.num_outstanding()
+        return self.engine.num_outstanding() + len(self._ahead)
 
     def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
         """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
         this instance next starts or ends a run or takes a request, and before the time
-        returned (infinity: no such limit); and whether it is that number itself until then.
-        Requests leave, and tokens are computed, only as a run's steps are applied: the number
-        of requests is exact, and so are the tokens of an instance with no run in flight. For
-        tokens during a run: the work left once `horizon_steps` more of its steps have ended
-        (then the time is the end of the last of them), each step taking at most one token
-        from every decoding member and its prompt chunks and a first token from each prompt;
-        no bound inside a speculative run (whose tokens are drawn)."""
+        returned (infinity: none); and whether it is that number itself until then. Requests
+        are exact, and so are tokens with no run in flight; during a run, the work left once
+        `horizon_steps` more steps ended (the time: the last one's end), each taking at most a
+        token per decoding member, its chunks and a first token per prompt; no bound inside a
+        speculative run (whose tokens are drawn)."""
         engine = self.engine
         if not tokens:
             return self.num_outstanding(), FOREVER_S, True
         run = self._run
         if run is None:
-            return engine.outstanding_tokens(), FOREVER_S, True
+            return self._tokens_left(), FOREVER_S, True
         if run.spec is not None:
             return 0, FOREVER_S, False
         per_step = engine.tokens_per_step(run.plan, True)
@@ -286,7 +279,7 @@ class Instance:
             until = run.times.end(steps)
         else:
             steps = run.num_steps
-        return engine.outstanding_tokens() - steps * per_step, until, False
+        return self._tokens_left() - steps * per_step, until, False
 
     def kv_fraction(self) -> float:
         """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight
@@ -311,7 +304,7 @@ class Instance:
         """Whether any request is here now: queued, running, swapped, finished but holding its
         KV, waiting to hand off or to land (an instance that holds none can retire)."""
         self.settle()
-        return self.engine.holds_requests() or self._run is not None
+        return self.engine.holds_requests() or self._run is not None or len(self._ahead) > 0
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Tokens of `req`'s prompt this instance's prefix cache holds now, on the GPU or in a
@@ -418,7 +411,7 @@ class Instance:
 
     def outstanding_tokens(self) -> int:
         """Tokens still to compute for every request here (what token-aware routers balance)."""
-        return self.engine.outstanding_tokens()
+        return self._tokens_left()
 
     def transfer_blocks(self, req: Request) -> int:
         """P/D decode side: blocks this instance would reserve for `req`'s KV (its policy's
@@ -468,6 +461,8 @@ class Instance:
         step under way. False when it is in neither state (swapped, or in P/D hand-off)."""
         self._touch()
         if req.state == WAITING and req.instance == self.index:
+            if self._ahead.drop(req):  # held: the scheduler never saw it
+                self.engine.enqueue(req)
             self.engine.abort_waiting(req, self.env.now)
         elif req.state == RUNNING and self.engine.is_running(req):
             if req not in self._aborts:
@@ -493,9 +488,12 @@ class Instance:
         if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
             yield env.timeout(self.serves_from_s - env.now)
             engine.at(env.now)
+        ahead = self._ahead
         while True:
             if feed is not None:  # arrivals up to now are queued before the schedule at now
                 feed.pull(engine.now, self.submit)
+            if ahead:  # those the scheduler sees now
+                engine.enqueue_all(ahead.due(engine.now))
             if self._aborts:  # requests their clients gave up on leave before the schedule
                 engine.drop_aborted(self._aborts)
                 self._aborts.clear()
@@ -506,7 +504,11 @@ class Instance:
                 # evictions with nothing to run: they happened; the next step records them
                 self._begin(plan)
                 plan = None
+            if plan is None and ahead:
+                engine.enqueue_all(ahead.release_all())  # no step k+1 was launched without them
+                continue
             if plan is None:
+                ahead.idle()
                 clock = engine.now
                 if clock > env.now:  # catch SimPy up before waiting for anything
                     queued = engine.num_waiting
@@ -527,6 +529,8 @@ class Instance:
                 engine.at(env.now)
                 continue
             run = self._begin(plan)
+            if ahead.launched() and run.interruptible:  # held ones join the step after this
+                run.num_steps = 1
             if feed is not None and run.interruptible and feed.next_s < FOREVER_S:
                 # the next arrival could join: the run ends at the step boundary at or after it,
                 # where an arrival pushed by SimPy would have cut it
@@ -585,8 +589,11 @@ class Instance:
         return end
 
     def _finish(self, run: Run) -> None:
+        last_start = run.times.end(run.num_steps - 1)
         # the end of the run as applied (settled pieces may move it by a rounding error)
-        self.engine.finish_run(self._apply(run, run.num_steps))
+        end = self._apply(run, run.num_steps)
+        self._ahead.stepped(last_start, end)
+        self.engine.finish_run(end)
         if self.on_load is not None:
             self.on_load(self)
         if self._on_change is not None:

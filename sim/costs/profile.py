@@ -41,10 +41,22 @@ from sim.costs.profile_file import (
     load_profile,
     save_profile,
 )
-from sim.costs.step_events import events_profile
+from sim.costs.step_events import EVENTS_GENERATOR, events_profile
 from sim.errors import ScenarioError
 
 BUILTIN_PROFILES = ("roofline", "events")  # profile names that are not files
+
+
+def is_builtin(raw: object) -> bool:
+    """Whether a scenario's `profile` is computed for each model and GPU (unset: the default,
+    counted events; "roofline"; "events") rather than a file or coefficients of its own."""
+    return raw is None or raw in BUILTIN_PROFILES
+
+
+def is_counted(profile: Profile) -> bool:
+    """Whether `profile` is the counted-events step model (the default, or `events`)."""
+    generator = profile.provenance.get("generator") if profile.provenance else None
+    return isinstance(generator, str) and generator.startswith(EVENTS_GENERATOR)
 
 __all__ = [  # the schema lives in sim.costs.profile_file; importers find it here too
     "Coefficients",
@@ -336,7 +348,7 @@ def roofline_stem(model: ModelSpec, hw: HardwareSpec, placed: Placement | None =
 
 
 def resolve_profile(
-    raw: str | dict[str, Any],
+    raw: str | dict[str, Any] | None,
     model: ModelSpec,
     hw: HardwareSpec,
     base_dir: Path,
@@ -345,7 +357,8 @@ def resolve_profile(
     engine: str | None = None,
     placed: Placement | None = None,
 ) -> Profile:
-    """A scenario's `profile`: "roofline", "events" (priced for `engine`, default vLLM), a YAML
+    """A scenario's `profile`: None (the default: counted events, as "events"), "roofline",
+    "events" (priced for `engine`, default vLLM), a YAML
     path (relative to base_dir) or an inline mapping. (`placed`: `model` on `hw`, as resolved,
     what a roofline reads.)
 
@@ -354,8 +367,8 @@ def resolve_profile(
     its error paths."""
     if raw == "roofline":
         return roofline_profile(model, hw, placed=placed)
-    if raw == "events":
-        return events_profile(model, hw, engine or "vllm")
+    if raw is None or raw == "events":
+        return events_profile(model, hw, engine or "vllm", chosen="named" if raw else "default")
     if isinstance(raw, str):
         path = Path(raw)
         return load_profile(path if path.is_absolute() else base_dir / path)

@@ -156,6 +156,13 @@ PRIORS: dict[str, tuple[float, str]] = {
         "the Ice', MLSys 2026). Not a step cost: engine.cold_start_s of a scenario",
     ),
 }
+EVENTS_GENERATOR = "sim.costs.step_events.events_profile"
+# what the provenance says priced the steps, by how the scenario chose the model
+STEP_MODEL_NOTE = {
+    "default": "counted events with fitted unit costs: the default (the scenario sets no "
+    "profile)",
+    "named": "counted events with fitted unit costs (profile: events)",
+}
 # unit costs kept at their priors by the fit (too few deployments to identify them)
 FIXED: frozenset[str] = frozenset()
 
@@ -374,9 +381,11 @@ def events_profile(
     hw: HardwareSpec,
     engine: str = "vllm",
     costs: dict[str, float] | None = None,
+    chosen: str = "named",
 ) -> Profile:
     """The extended-form profile of `model` on `hw` under `engine`, priced from counted events
-    and the catalog's unit costs (or `costs`), with each term's provenance."""
+    and the catalog's unit costs (or `costs`), with each term's provenance (`chosen`: whether
+    the scenario named it, `profile: events`, or left `profile` unset: the default)."""
     costs = catalog_unit_costs() if costs is None else costs
     terms = basis(model, hw, engine)
     seconds = evaluate(terms, costs)
@@ -402,7 +411,8 @@ def events_profile(
         value, source = lookup(name, costs)
         units[name] = {"value": value, "source": source}
     provenance: dict[str, Any] = {
-        "generator": "sim.costs.step_events.events_profile (batchsim)",
+        "generator": f"{EVENTS_GENERATOR} (batchsim)",
+        "step_model": STEP_MODEL_NOTE[chosen],
         "engine": engine,
         "generation": generation(hw),
         "kernels_per_step": kernels_per_step(model),

@@ -34,12 +34,13 @@ from sim.costs.figures import (
     resolve_model,
 )
 from sim.costs.memory_tiers import TierGeometry
-from sim.costs.profile import BUILTIN_PROFILES, Profile, resolve_profile
+from sim.costs.profile import BUILTIN_PROFILES, Profile, is_builtin, is_counted, resolve_profile
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.control_plane import AutoscaleSpec
+from sim.scenario.engine_loop import resolve_engine_loop
 from sim.scenario.engine_preset import apply_engine_preset, scope_preset
 from sim.scenario.overrides import (
     apply_overrides,
@@ -324,6 +325,12 @@ def _resolve(
         placed=model.placed,
     )  # fmt: skip
     scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
+    speculative = spec.policy.speculative
+    scoped = resolve_engine_loop(
+        scoped, is_counted(profile),
+        speculative.method if speculative is not None and speculative.active else None,
+        spec.hardware.pipeline_parallel,
+    )  # fmt: skip
     if scoped is not spec.engine:
         spec = spec.model_copy(update={"engine": scoped})
     groups = []
@@ -351,7 +358,7 @@ def _resolve(
             where, note = _where(blamed[exc.blame], variant, override)
             raise ScenarioError(str(exc) + note, file=file, path=where) from None
         group_profile = profile
-        if g.profile is not None or (g.hardware is not None and spec.profile in BUILTIN_PROFILES):
+        if g.profile is not None or (g.hardware is not None and is_builtin(spec.profile)):
             where, note = _where(f"{key}.profile", variant, override)
             raw_profile = g.profile if g.profile is not None else spec.profile
             group_profile = _profile(
@@ -471,7 +478,11 @@ def _draft_profile(
     draft = speculative.draft_model
     assert draft is not None  # the schema requires it for method draft
     where, note = _where(f"{policy_key}.speculative.draft_profile", variant, override)
-    raw = speculative.draft_profile if speculative.draft_profile is not None else "roofline"
+    # unset: the target's step model when that is a built-in one (roofline or counted events),
+    # else the default (a file or coefficients measured for the target do not price the draft)
+    raw = speculative.draft_profile
+    if raw is None and is_builtin(spec.profile):
+        raw = spec.profile
     return _profile(
         raw, draft, hw, base_dir, file, where, note,
         placed=placed.draft if placed is not None else None,
@@ -479,7 +490,7 @@ def _draft_profile(
 
 
 def _profile(
-    raw: str | dict[str, Any],
+    raw: str | dict[str, Any] | None,
     model: ModelSpec,
     hw: HardwareSpec,
     base_dir: Path,

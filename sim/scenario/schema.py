@@ -244,6 +244,12 @@ class EngineSpec(_Strict):
     # engine effects priced on top of every instance's profile (CUDA-graph padding, token
     # padding, CPU overhead: sim/costs/knobs.py); the fields given here win over a profile's own
     pricing: PricingSpec | None = None
+    # asynchronous scheduling (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap
+    # schedulers): step k+1 is planned when step k launches, so a request that arrives while a
+    # step runs joins the step after next (sim/core/lookahead.py). Unset: the engine's default
+    # at its version under the counted-events step model, off under other profiles
+    # (sim/scenario/engine_loop.py); the resolved scenario says which
+    async_scheduling: bool | None = None
     # the serving front end's time per request (API server: tokenization, hand-off to the engine
     # core): a request reaches the scheduler this long after it arrives, and its TTFT, queue
     # delay and E2E include it
@@ -369,9 +375,11 @@ class Scenario(_Strict):
     workload: WorkloadSpec
     model: ModelSpec
     hardware: HardwareSpec
-    # "roofline", "events" (counted events and fitted unit costs: sim/costs/step_events.py), a
-    # profile file (relative to the scenario's folder) or inline coefficients
-    profile: str | dict[str, Any] = "roofline"
+    # the step-cost model. Unset: the default, counted events with fitted unit costs for the
+    # model, GPU, layout and `engine.name` (sim/costs/step_events.py; the same as "events");
+    # "roofline" (the teaching form T_step = T_mem + B * T_flop at datasheet rates), a profile
+    # file (relative to the scenario's folder) or inline coefficients
+    profile: str | dict[str, Any] | None = None
     policy: PolicySpec
     slo: SLOSpec = SLOSpec()
     metrics: MetricsSpec = MetricsSpec()

@@ -11,11 +11,11 @@ emits the accepted ones and one more token of its own. What the schema states:
   requests, by default `mtp_fraction(model)`: one decoder layer plus the shared LM head, taken
   as two layers' worth of the target's step (DeepSeek-V3's LM head, 0.93B parameters, is about
   one MoE layer's active parameters). `draft` runs `draft_model` (a catalog name or a mapping,
-  priced by `draft_profile`: roofline on the same GPU by default) k times in a row on the
-  speculating requests; its weights and its KV take GPU memory next to the target's. `heads`
-  costs `head_fraction` of the target's decode step of those requests per pass, k passes one
-  after the other (`head_passes: sequential`, EAGLE) or one (`parallel`, Medusa). `ngram` costs
-  `ngram_s` seconds per step (a lookup on the host).
+  priced by `draft_profile`: the target's built-in step model on the same GPU by default) k
+  times in a row on the speculating requests; its weights and its KV take GPU memory next to
+  the target's. `heads` costs `head_fraction` of the target's decode step of those requests
+  per pass, k passes one after the other (`head_passes: sequential`, EAGLE) or one
+  (`parallel`, Medusa). `ngram` costs `ngram_s` seconds per step (a lookup on the host).
 * `acceptance`: the probability that each proposed position is accepted given that the ones
   before it were: one `rate` for every position, a list by position (the last repeating), or a
   per-request rate drawn from a `distribution` (beta or uniform); per tier with `tiers`.
@@ -114,8 +114,9 @@ class SpeculativeSpec(_Strict):
     method: Literal["draft", "heads", "ngram", "mtp"]
     num_speculative_tokens: int = Field(ge=0, le=MAX_SPECULATIVE_TOKENS)
     acceptance: AcceptanceSpec
-    # draft: the draft model, and its step costs ("roofline" on the target's GPU by default,
-    # a profile file or inline coefficients)
+    # draft: the draft model, and its step costs on the target's GPU (by default the target's
+    # step model when that is "roofline" or counted events, else counted events; a profile
+    # file or inline coefficients)
     draft_model: ModelSpec | None = None
     draft_profile: str | dict[str, Any] | None = None
     # heads: proposal = this fraction of the target's decode step of the speculating requests,

@@ -24,6 +24,7 @@ from sim.core.acceptance import AcceptanceSampler
 from sim.core.instance import Instance, KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.kv.tiers import Tier, TierStack
+from sim.core.lookahead import Lookahead
 from sim.core.prefill_curve import PrefillCurve
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.costs.memory_tiers import TierGeometry
@@ -197,6 +198,13 @@ class Builder:
             # the instances of the run's start pay the cold start; a launched one its warm-up
             serves_from_s=spec.engine.cold_start_s if self.env.now == 0 else 0.0,
             prefill=curve,
+            # an asynchronous scheduler (sim/core/lookahead.py): on the prefill side and a
+            # lone instance, where requests arrive; a decode instance's come by hand-off
+            lookahead=(
+                Lookahead(spec.engine.frontend_s)
+                if spec.engine.async_scheduling and group.role != "decode"
+                else None
+            ),
         )
         self.instances.append(instance)
         self.info.append(self._describe(number, index, pool))

@@ -11,7 +11,9 @@ given, pins what a user knows before the run:
 - prefix caching: `policy.prefix_caching`;
 - `max_model_len`, the dtype and KV-cache dtype: `model.max_model_len`, `weight_dtype`,
   `kv_dtype`; the tensor parallel size: `hardware.tensor_parallel`;
-- the CUDA-graph capture sizes (none when eager): `engine.pricing.cuda_graph_capture_sizes`.
+- the CUDA-graph capture sizes (none when eager): `engine.pricing.cuda_graph_capture_sizes`;
+- the engine and its version (`engine.name: vllm`, `engine.version`), which decide its loop:
+  vLLM schedules asynchronously by default from 0.14 (sim/scenario/engine_loop.py).
 
 The model is the catalog model the log names (its path's last part, e.g. `Llama-2-7b-hf` is
 `llama-2-7b`) unless the caller names one; the GPU is never in the log, so it comes from the
@@ -149,6 +151,7 @@ def engine_overrides(
             notes.append(f"{key} = {value}")
     if config.version:
         notes.insert(0, f"vLLM {config.version}")
+        out["version"] = config.version
     return out, notes
 
 
@@ -208,6 +211,10 @@ def replay_raw(
             pricing = dict(engine_raw.get("pricing") or {})
             pricing["cuda_graph_capture_sizes"] = fields["capture_sizes"]
             raw["engine"] = {**engine_raw, "pricing": pricing}
+        if "version" in fields:  # the scenario's own engine and version win
+            engine_raw = raw.get("engine") or {}
+            if engine_raw.get("name", "vllm") == "vllm":
+                raw["engine"] = {"name": "vllm", "version": fields["version"], **engine_raw}
     return raw, notes
 
 

@@ -208,7 +208,7 @@ SCENARIO: dict[str, Any] = scenario(
     model="llama-3-70b",
     hardware={"name": "h100-sxm", "tensor_parallel": 4},
     policy=continuous(max_num_seqs=32),
-    profile=None,
+    profile="roofline",  # the hand figures below are the roofline's
 )
 
 

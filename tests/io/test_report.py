@@ -40,8 +40,8 @@ def test_report_is_self_contained_with_every_section(tmp_path: Path) -> None:
     summary = text[text.index('<table class="summary">') : text.index("</table>")]
     assert "<th>static</th><th>continuous</th>" in summary
     assert "<td>requests finished</td><td>40</td><td>40</td>" in summary
-    assert "source: roofline" in text  # the profile's provenance
-    assert "vendor datasheet" in text
+    assert "source: roofline" in text  # the profile's provenance: the default step model's
+    assert "step_model:" in text and "unit_costs_file: sim/costs/unit_costs.yaml" in text
     assert "max_batch_size: 8" in text  # the resolved scenario
 
 
