@@ -73,14 +73,17 @@ class Lookahead:
 
     def due(self, now_s: float) -> list[Request]:
         """The held requests the step planned at `now_s` may take: at the boundary of the step
-        just applied, those that reached the scheduler by that step's start (the later ones
-        missed the step scheduled then, which starts now); at any other instant all of them."""
+        just applied, those that reached the scheduler before that step started (the later
+        ones missed the step scheduled then, which starts now; one that came at that very
+        instant came after it, as a closed-loop client's next request comes after the output
+        of the step before, which the engine emits once it has launched the next); at any
+        other instant all of them."""
         held = self._held
         if now_s != self._last_end_s:
             return self.release_all()
         cutoff = self._last_start_s
         out = []
-        while held and held[0].arrival_s + self._frontend_s <= cutoff:
+        while held and held[0].arrival_s + self._frontend_s < cutoff:
             req = held.popleft()
             self.work -= req.remaining_work
             out.append(req)

@@ -96,3 +96,16 @@ def test_a_cluster_router_counts_held_requests_as_queued(tmp_path: Path) -> None
     assert out["instance"].tolist() == [0, 1, 0, 1]
     # every request finishes: none is lost in the hold
     assert out["finish_s"].notna().all()
+
+
+
+def test_a_request_at_the_very_instant_a_step_starts_came_after_its_launch(
+    tmp_path: Path,
+) -> None:
+    # request 1 arrives at 3.0, when step 3-4 starts: a synchronous loop schedules it there
+    # (first token at 4). An asynchronous engine launched 3-4 (planned at 2) and planned 4-5 at
+    # 3, with the output of 2-3; what arrives at that instant, as a closed-loop client's next
+    # request does, came after both: it joins 5-6 (first token at 6)
+    rows = [(0.0, 8, 10), (3.0, 8, 3)]
+    assert schedule(tmp_path, rows, on=False)["first_token_s"].tolist() == [1.0, 4.0]
+    assert schedule(tmp_path, rows, on=True)["first_token_s"].tolist() == [1.0, 6.0]
