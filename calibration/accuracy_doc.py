@@ -70,6 +70,7 @@ def write_accuracy_doc(
     stats: dict[str, Any],
     costs: dict[str, float],
     frontend: dict[str, float],
+    regime_rows: list[str] | None = None,
 ) -> None:
     """Write docs/accuracy.md from the fit's and the cross-validation's errors."""
     from sim.costs.step_events import PRIORS
@@ -108,6 +109,22 @@ def write_accuracy_doc(
         "![measured vs simulated, configuration left out](accuracy_scatter.png)",
         "",
     ]
+    if regime_rows:
+        lines += [
+            "## Whole regimes left out",
+            "",
+            "Harder than one configuration: every point of a regime is left out at once, the",
+            "unit costs and front-end times refitted on the rest, and the regime predicted. A GPU",
+            "generation left out takes its vendor's values (or the priors, when the vendor has no",
+            "other generation in the fit); an engine left out takes the priors of its host time.",
+            "",
+            "| left out | points | configurations | throughput/GPU median / worst | TPOT median "
+            "/ worst | mean TTFT median / worst | throughput optimistic | dense tput / TPOT "
+            "median | MoE tput / TPOT median |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            *regime_rows,
+            "",
+        ]
     for by, label in GROUPINGS:
         lines += [f"## By {label} (configuration left out)", ""]
         lines += _table(held, by, label)

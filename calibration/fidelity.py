@@ -3,9 +3,10 @@
 `calibration/measured/vllm-0.11-h100-llama-2-7b/` holds a real vLLM 0.11 run (Llama-2-7B on an
 H100; its README has the source and licence). This module replays it through
 `scenarios/measured/vllm-0.11_h100_llama-2-7b.yaml` (both variants: the step-cost profile alone,
-and with the fitted engine preset `vllm-0.11_h100-sxm`) with the engine's log, and returns the
-signed errors of p50 and p90 of TTFT, TPOT and E2E and the median per-request E2E error, in
-percent. `expected_errors.json` beside the run records them;
+and with the fitted engine preset `vllm-0.11_h100-sxm`; and the same scenario without its
+`profile` key, `default_step_model`: what a user gets by default) with the engine's log, and
+returns the signed errors of p50 and p90 of TTFT, TPOT and E2E and the median per-request E2E
+error, in percent. `expected_errors.json` beside the run records them;
 `tests/calibration/test_fidelity.py` fails when any moves by more than one percentage point.
 After an intended change:
 
@@ -28,6 +29,7 @@ RUN = ROOT / RUN_FOLDER
 SCENARIO = ROOT / SCENARIO_FILE
 EXPECTED = RUN / "expected_errors.json"
 TOLERANCE_PP = 1.0  # percentage points an error may move before the check fails
+DEFAULT_MODEL = "default_step_model"  # the scenario without its profile key
 
 
 def fidelity_errors(root: Path = ROOT) -> dict[str, dict[str, float | None]]:
@@ -41,15 +43,23 @@ def fidelity_errors(root: Path = ROOT) -> dict[str, dict[str, float | None]]:
     folder, scenario_file = root / RUN_FOLDER, root / SCENARIO_FILE
     run = read_measured(folder / "traces.json")
     engine = read_vllm_log(folder / "vllm.log")
-    raw, notes = replay_raw(
-        read_scenario(scenario_file),
-        folder / "traces.json",
-        engine=engine,
-        log_file=str(folder / "vllm.log"),
-    )
-    scenario = load_replay(raw, str(scenario_file), scenario_file.parent)
-    result = replay(scenario, run, notes)
-    return {name: headline(c) for name, c in result.comparisons.items()}
+    base = read_scenario(scenario_file)
+    # the scenario's variants, and the default step model: the scenario as a user writes it
+    # without a profile (counted events, fitted on published deployments, never on this run)
+    default = {k: v for k, v in base.items() if k not in ("profile", "variants")}
+    default["variants"] = {DEFAULT_MODEL: {}}
+    out: dict[str, dict[str, float | None]] = {}
+    for source in (base, default):
+        raw, notes = replay_raw(
+            source,
+            folder / "traces.json",
+            engine=engine,
+            log_file=str(folder / "vllm.log"),
+        )
+        scenario = load_replay(raw, str(scenario_file), scenario_file.parent)
+        result = replay(scenario, run, notes)
+        out |= {name: headline(c) for name, c in result.comparisons.items()}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

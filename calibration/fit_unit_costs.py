@@ -298,6 +298,49 @@ def cross_validate(
     return pd.concat(parts).sort_index(), fits
 
 
+def regimes(points: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
+    """Whole regimes to leave out in turn, each a (label, mask of its points): the highest
+    concurrency of every configuration (the saturated end), tensor parallelism 8, each GPU
+    generation, each engine and each model family."""
+    top = points.groupby("config_id")["conc"].transform("max").to_numpy()
+    out = [
+        ("the highest concurrency of every configuration", points["conc"].to_numpy() == top),
+        ("tensor parallelism 8 (every 8-GPU layout)", points["tp"].to_numpy() == 8),
+    ]
+    generation = points["gpu"].map(generation_of).to_numpy(str)
+    for name in sorted(set(generation)):
+        out.append((f"GPU generation {name}", generation == name))
+    engine = points["framework"].to_numpy(str)
+    for name in sorted(set(engine)):
+        out.append((f"engine {name}", engine == name))
+    family = points["model_key"].to_numpy(str)
+    for name in sorted(set(family)):
+        out.append((f"model {FAMILY[name]}", family == name))
+    return out
+
+
+def regime_out(
+    design: Design, points: pd.DataFrame, z_all: np.ndarray, engines: np.ndarray
+) -> list[tuple[str, pd.DataFrame]]:
+    """Each regime's points predicted by unit costs (and front-end times) fitted without the
+    whole regime: how the step model transfers to what it has not seen."""
+    out = []
+    for label, held in regimes(points):
+        if not held.any() or held.all():
+            continue
+        z = fit(design, ~held, z_all)
+        front = frontend(design, z, engines, ~held)
+        out.append((label, errors(design, z, front, engines)[held]))
+    return out
+
+
+FAMILY = {
+    "llama70b": "dense (Llama-3.3-70B)",
+    "gptoss": "MoE (gpt-oss-120b)",
+    "dsr1": "MoE (DeepSeek-R1)",
+}
+
+
 def generation_of(gpu: str) -> str:
     return {
         "h100": "Hopper",
@@ -308,6 +351,25 @@ def generation_of(gpu: str) -> str:
         "mi325x": "AMD CDNA",
         "mi355x": "AMD CDNA",
     }[gpu]
+
+
+def regime_row(label: str, points: pd.DataFrame, errs: pd.DataFrame) -> str:
+    """A markdown row: the regime, its points and configurations, median and worst |error| of
+    throughput per GPU, TPOT and mean TTFT, the share of optimistic throughput, and per kind
+    (dense, mixture of experts) the throughput and TPOT medians."""
+    frame = points.assign(**errs)
+    cells = [label, str(len(frame)), str(frame["config_id"].nunique())]
+    for metric in ("tput_err", "tpot_err", "ttft_err"):
+        a = frame[metric].abs()
+        cells.append(f"{a.median():.1f} % / {a.max():.1f} %")
+    cells.append(f"{(frame['tput_err'] > 0).mean() * 100:.0f} %")
+    for kind in ("dense", "mixture of experts"):
+        g = frame[frame["kind"] == kind]
+        cells.append(
+            f"{g['tput_err'].abs().median():.1f} / {g['tpot_err'].abs().median():.1f}"
+            if len(g) else "-"
+        )
+    return "| " + " | ".join(cells) + " |"
 
 
 def summary_table(points: pd.DataFrame, errs: pd.DataFrame, by: str) -> list[str]:
@@ -326,13 +388,7 @@ def summary_table(points: pd.DataFrame, errs: pd.DataFrame, by: str) -> list[str
 
 
 def _label_columns(points: pd.DataFrame) -> pd.DataFrame:
-    family = points["model_key"].map(
-        {
-            "llama70b": "dense (Llama-3.3-70B)",
-            "gptoss": "MoE (gpt-oss-120b)",
-            "dsr1": "MoE (DeepSeek-R1)",
-        }
-    )
+    family = points["model_key"].map(FAMILY)
     return points.assign(
         cold=[cold_started(r) for r in points.itertuples()],
         family=family,
@@ -428,6 +484,10 @@ def main(argv: list[str] | None = None) -> int:
         for by in ("kind", "family_generation", "framework"):
             for line in summary_table(labelled, errs, by):
                 print(line)
+    by_regime = regime_out(design, points, z, engines)
+    print("== whole regime left out")
+    for label, errs in by_regime:
+        print(regime_row(label, labelled.loc[errs.index], errs))
     for k, v in costs_of(z, design).items():
         print(f"{k:28s} {v:.4g}   (prior {prior(k):.4g})")
     print("frontend_s", front)
@@ -450,7 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     from calibration.accuracy_doc import write_accuracy_doc, write_gate
 
     scatter(points, design, cv, SCATTER)
-    write_accuracy_doc(ACCURACY_DOC, labelled, fitted, cv, stats, costs_of(z, design), front)
+    regime_rows = [regime_row(label, labelled.loc[e.index], e) for label, e in by_regime]
+    write_accuracy_doc(ACCURACY_DOC, labelled, fitted, cv, stats, costs_of(z, design), front,
+                       regime_rows)  # fmt: skip
     write_gate(GATE, points)
     print(f"wrote {UNIT_COSTS}, {ACCURACY_DOC}, {SCATTER}, {GATE}")
     return 0

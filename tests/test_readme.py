@@ -117,8 +117,10 @@ def test_the_front_pages_accuracy_is_the_recorded_one() -> None:
     expected = json.loads((run / "expected_errors.json").read_text())["errors_pct"]
     measured_doc = (ROOT / "docs" / "measured.md").read_text(encoding="utf-8")
     keys = ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90", "e2e_p50", "e2e_p90")
-    for variant, row in (("profile_only", "| profile alone |"),
-                         ("calibrated", "| with the preset `vllm-0.11_h100-sxm` |")):  # fmt: skip
+    rows = (("profile_only", "| profile alone |"),
+            ("calibrated", "| with the preset `vllm-0.11_h100-sxm` |"),
+            ("default_step_model", "| the default step model (no `profile` key) |"))  # fmt: skip
+    for variant, row in rows:
         line = next(line for line in README.splitlines() if line.startswith(row))
         assert line in measured_doc.splitlines()
         errors = expected[variant]
@@ -143,6 +145,8 @@ def test_the_front_pages_accuracy_is_the_recorded_one() -> None:
     generated = medians("dense") + medians("mixture of experts")
     generated += medians("MoE (DeepSeek-R1), Blackwell")
     assert list(events.groups()) == generated
-    roofline = re.search(r"roofline \(the default profile\) gives ([\d.]+ % / [\d.]+ %)", text)
+    roofline = re.search(
+        r"roofline \(the teaching form, `profile: roofline`\) gives ([\d.]+ % / [\d.]+ %)", text
+    )
     assert roofline is not None
     assert f"{roofline.group(1)} (dense)" in " ".join(measured_doc.split())

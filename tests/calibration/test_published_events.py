@@ -128,6 +128,17 @@ def test_cold_started_points_are_the_ones_whose_first_wave_stalled() -> None:
     assert cold_started(_row(ttft_median_s=0.2, ttft_p99_s=70.0))
     assert not cold_started(_row(ttft_median_s=5.0, ttft_p99_s=30.0))  # queueing, not a stall
     assert cold_started(_row(ttft_median_s=float("nan"), ttft_p99_s=25.0))
-    assert scenario(_row(), cold_start_s=60.0)["engine"] == {"name": "vllm"}
+    # a row without an image tag runs the newest release's loop (vLLM: asynchronous)
+    loop = {"name": "vllm", "async_scheduling": True}
+    assert scenario(_row(), cold_start_s=60.0)["engine"] == loop
     cold = scenario(_row(ttft_p99_s=70.0), cold_start_s=60.0)["engine"]
-    assert cold == {"name": "vllm", "cold_start_s": 60.0}
+    assert cold == {**loop, "cold_start_s": 60.0}
+
+
+def test_each_row_states_its_engines_loop_at_its_release() -> None:
+    old = scenario(_row(framework_version="vllm/vllm-openai:v0.13.0"))["engine"]
+    assert old == {"name": "vllm", "async_scheduling": False, "version": "0.13.0"}
+    new = scenario(_row(framework_version="vllm/vllm-openai:v0.14.0"))["engine"]
+    assert new["async_scheduling"] is True
+    sglang = scenario(_row(framework="sglang", framework_version="lmsysorg/sglang:v0.5.6-cu129"))
+    assert sglang["engine"] == {"name": "sglang", "async_scheduling": True, "version": "0.5.6"}
