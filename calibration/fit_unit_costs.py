@@ -43,6 +43,7 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
+from calibration.op_level import OpRow, op_rows
 from calibration.published_events import (
     CONFIG,
     PointCounts,
@@ -117,10 +118,12 @@ def _counts(points: pd.DataFrame, cache: Path | None) -> list[PointCounts]:
     return out
 
 
-def fitted_keys(rows: list[PointRows]) -> list[str]:
+def fitted_keys(rows: list[PointRows], ops: list[OpRow] | None = None) -> list[str]:
     keys: set[str] = set()
     for r in rows:
         keys |= set(r.duration) | set(r.tpot_mean)
+    for op in ops or ():
+        keys |= set(op.row)
     names = {k.removeprefix("inv:") for k in keys if k != "const"}
     return sorted(k for k in names if k.split("@")[0] not in FIXED)
 
@@ -157,7 +160,13 @@ def bounds(keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
 class Design:
     """The points' linear rows as matrices over the unit costs, for fast evaluation."""
 
-    def __init__(self, points: pd.DataFrame, rows: list[PointRows], keys: list[str]) -> None:
+    def __init__(
+        self,
+        points: pd.DataFrame,
+        rows: list[PointRows],
+        keys: list[str],
+        ops: list[OpRow] | None = None,
+    ) -> None:
         self.keys = keys
         # a generation's unit cost is its vendor's shared value times its own deviation, each
         # drawn to 1 by the ridge: a generation without deployments takes its vendor's value
@@ -184,6 +193,27 @@ class Design:
         counts = np.bincount(self.config)
         self.weight = 1.0 / np.sqrt(counts[self.config])
         self.is_eff = np.array([_is_eff(k) for k in keys])
+        # op-level rows (calibration/op_level.py): each table weighs as one configuration
+        ops = ops or []
+        self.op_cost, self.op_inv, self.op_const = self._op_matrix(ops, columns, m)
+        self.op_meas = np.array([op.measured_s for op in ops], float)
+        tables = pd.factorize(pd.Series([op.table for op in ops], dtype=object))[0]
+        per_table = np.bincount(tables) if len(ops) else np.zeros(0, int)
+        self.op_weight = 1.0 / np.sqrt(per_table[tables]) if len(ops) else np.zeros(0)
+
+    @staticmethod
+    def _op_matrix(
+        ops: list[OpRow], columns: dict[str, int], m: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows = [PointRows(op.row, {}, {}, 0, 1) for op in ops]
+        return Design._matrix(rows, "duration", columns, len(ops), m)
+
+    def predict_ops(self, z: np.ndarray) -> np.ndarray:
+        """Each op-level row's seconds at z."""
+        values = self.values(z)
+        inverse = np.where(self.is_eff, 1.0 / values, 0.0)
+        direct = np.where(self.is_eff, 0.0, values)
+        return self.op_cost @ direct + self.op_inv @ inverse + self.op_const
 
     @staticmethod
     def _matrix(
@@ -243,7 +273,8 @@ def fit(design: Design, mask: np.ndarray, z0: np.ndarray | None = None) -> np.nd
         duration, tpot, _ = design.predict(z)
         r_tput = np.log(duration[mask] / design.duration_meas[mask]) * w
         r_tpot = np.log(tpot[mask] / design.tpot_meas[mask]) * w
-        return np.concatenate([r_tput, r_tpot, RIDGE * z])
+        r_ops = np.log(design.predict_ops(z) / design.op_meas) * design.op_weight
+        return np.concatenate([r_tput, r_tpot, r_ops, RIDGE * z])
 
     start = np.clip(np.zeros(len(design.params)) if z0 is None else z0, lo + 1e-9, hi - 1e-9)
     result = least_squares(
@@ -443,7 +474,8 @@ def write_unit_costs(costs: dict[str, float], front: dict, stats: dict) -> None:
             "value": float(f"{costs[k]:.4g}"),
             "prior": PRIORS[kind][0],
             "source": f"fit: {shared}{stats['points']} points in {stats['configs']} "
-            "configurations of calibration/training/inferencex_train.csv (python -m "
+            "configurations of calibration/training/inferencex_train.csv and "
+            f"{stats.get('op_rows', 0)} op-level timings (calibration/op_level.py; python -m "
             f"calibration.fit_unit_costs); prior: {PRIORS[kind][1]}",
         }
     doc = {
@@ -470,8 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     set_ridge(args.ridge)
     points = load_points()
     rows = counted(points, None if args.no_cache else CACHE)
-    keys = fitted_keys(rows)
-    design = Design(points, rows, keys)
+    ops = op_rows()
+    keys = fitted_keys(rows, ops)
+    design = Design(points, rows, keys, ops)
     engines = points["framework"].to_numpy(str)
     everything = np.ones(len(points), bool)
     z = fit(design, everything)
@@ -496,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     stats = {
         "points": len(points),
         "configs": int(points["config_id"].nunique()),
+        "op_rows": len(ops),
         "ridge": RIDGE,
         "loss": f"soft_l1, scale {LOSS_SCALE}",
         "fit_median_abs_error_pct": {

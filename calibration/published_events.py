@@ -169,6 +169,12 @@ def engine_version(row: Any) -> str | None:
     return found.group(1) if found else None
 
 
+def overlapped(row: Any) -> bool:
+    """Whether the row's engine schedules asynchronously at its release: its host time per
+    step then hides behind the GPU's (the events profile's `overlapped`)."""
+    return async_by_default(ENGINES[row.framework], engine_version(row))
+
+
 def specs(row: Any) -> tuple[ModelSpec, HardwareSpec, str]:
     model = ModelSpec.model_validate(model_fields(row))
     hw = HardwareSpec.model_validate(hardware_fields(row))
@@ -203,7 +209,12 @@ class PointRows:
 
 
 def _group_features(
-    steps: pd.DataFrame, terms: Basis, model: ModelSpec, hw: HardwareSpec, engine: str
+    steps: pd.DataFrame,
+    terms: Basis,
+    model: ModelSpec,
+    hw: HardwareSpec,
+    engine: str,
+    hidden: bool = False,
 ) -> dict[str, np.ndarray]:
     """Per step group: each coefficient's count (seconds per unit of that coefficient), with
     the prompt-attention count backed out of the recorded durations."""
@@ -213,7 +224,7 @@ def _group_features(
     growth = steps["context_growth_per_step"].to_numpy(float)
     context = steps["sum_context_tokens"].to_numpy(float) * n + growth * n * (n - 1) / 2
     recorded = group_seconds(steps)
-    profile = events_profile(model, hw, engine, costs={})
+    profile = events_profile(model, hw, engine, costs={}, overlapped=hidden)
     c = profile.coefficients
     u = np.ones_like(n)
     features: dict[str, np.ndarray] = {"t_mem_s": n}
@@ -230,11 +241,14 @@ def _group_features(
             "t_exchange_s": n,
         }
         expert_s = np.array([cost.seconds(int(t)) for t in tokens]) * n
-    features["t_flop_s_per_token"] = u * n * tokens
+    ridge = c.ridge_tokens if c.ridge_tokens is not None else float("inf")
+    features["t_flop_s_per_token"] = u * n * np.minimum(tokens, ridge)
+    features["t_flop_high_s_per_token"] = u * n * np.maximum(tokens - ridge, 0.0)
     features["t_kv_s_per_token"] = u * context
     rest = (
         n * c.t_mem_s
         + features["t_flop_s_per_token"] * c.t_flop_s_per_token
+        + features["t_flop_high_s_per_token"] * (c.t_flop_high_s_per_token or 0.0)
         + features["t_kv_s_per_token"] * c.t_kv_s_per_token
         + expert_s
     )
@@ -247,8 +261,9 @@ def inline_profile(row: Any, costs: dict[str, float]) -> dict[str, Any]:
     """The events profile of the row's model, layout and engine at `costs` (unit costs not
     given take their priors) as a scenario's inline `profile:`."""
     model, hw, engine = specs(row)
-    profile = events_profile(model, hw, engine, costs=costs).model_dump(exclude_none=True)
-    return {k: profile[k] for k in ("coefficients", "experts") if k in profile}
+    profile = events_profile(model, hw, engine, costs=costs, overlapped=overlapped(row))
+    dumped = profile.model_dump(exclude_none=True)
+    return {k: dumped[k] for k in ("coefficients", "experts", "pricing") if k in dumped}
 
 
 def _sums(features: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, float]:
@@ -260,7 +275,10 @@ def point_counts(row: Any) -> PointCounts:
     model, hw, engine = specs(row)
     result = next(iter(simulate(scenario(row, profile=inline_profile(row, {}))).variants.values()))
     steps, requests = result.steps, result.requests
-    features = _group_features(steps, basis(model, hw, engine), model, hw, engine)
+    hidden = overlapped(row)
+    features = _group_features(
+        steps, basis(model, hw, engine, hidden), model, hw, engine, hidden
+    )
     tpot_w, ttft_w = metric_weights(steps, requests)
     done = requests[~requests["rejected"]]
     summary = result.summary()
@@ -291,7 +309,7 @@ def _priced(terms: Basis, counts: dict[str, float]) -> dict[str, float]:
 def rows_for(row: Any, counts: PointCounts) -> PointRows:
     """The point's counted events priced by today's basis (`sim.costs.step_events.basis`)."""
     model, hw, engine = specs(row)
-    terms = basis(model, hw, engine)
+    terms = basis(model, hw, engine, overlapped(row))
     out = PointRows(
         duration=_priced(terms, counts.duration),
         tpot_mean=_priced(terms, counts.tpot_mean),

@@ -356,6 +356,7 @@ def resolve_profile(
     key: str | None = None,
     engine: str | None = None,
     placed: Placement | None = None,
+    overlapped: bool = False,
 ) -> Profile:
     """A scenario's `profile`: None (the default: counted events, as "events"), "roofline",
     "events" (priced for `engine`, default vLLM), a YAML
@@ -364,11 +365,13 @@ def resolve_profile(
 
     Inline needs only `coefficients` (source `inline`; form `two_regime` when a ridge is given,
     `split` when a split term is, `table` with a `table` block, else `extended`); `key` prefixes
-    its error paths."""
+    its error paths. `overlapped`: the engine schedules asynchronously, so the counted-events
+    model hides its host time behind the GPU's."""
     if raw == "roofline":
         return roofline_profile(model, hw, placed=placed)
     if raw is None or raw == "events":
-        return events_profile(model, hw, engine or "vllm", chosen="named" if raw else "default")
+        chosen = "named" if raw else "default"
+        return events_profile(model, hw, engine or "vllm", chosen=chosen, overlapped=overlapped)
     if isinstance(raw, str):
         path = Path(raw)
         return load_profile(path if path.is_absolute() else base_dir / path)

@@ -170,8 +170,8 @@ class Profile(StrictModel):
             need = "required" if self.table is None else "only allowed"
             raise _KeyedError("table", f"{need} when model_form is table")
         check_form(self.analytic_form, self.coefficients)
-        if self.experts is not None and self.model_form != "extended":
-            raise _KeyedError("experts", "only allowed when model_form is extended")
+        if self.experts is not None and self.model_form not in ("extended", "two_regime"):
+            raise _KeyedError("experts", "only allowed when model_form is extended or two_regime")
         return self
 
     @model_serializer(mode="wrap")

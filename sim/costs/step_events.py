@@ -24,7 +24,9 @@ unit cost:
   peak over `attn_eff[gen]`. With `eff(M) = eff_max * M / (M + M_ridge)`
   a GEMM of M tokens takes `F * M / (peak * eff_max)` plus a fixed part; the weight read is that
   fixed part, so the sum of the two terms is the GEMM's efficiency against M;
-* **host**: `host_s[engine]` per step that the engine's scheduling does not hide.
+* **host**: `host_s[engine]` per step in a synchronous loop; an overlapped one (asynchronous
+  scheduling: `overlapped`) runs it beside the GPU, a step taking max(GPU, host), and leaves
+  `gap_s[engine]` per step of GPU idle between steps.
 
 Every term is a unit cost times a count, so a step's time is linear in the unit costs: `basis`
 returns each profile coefficient as `{unit cost: multiplier}`, which the profile evaluates with
@@ -45,6 +47,7 @@ import yaml
 from sim.costs.catalog import FP4_DTYPES, HardwareSpec, ModelSpec, kv_bytes_per_token_on
 from sim.costs.expert_terms import ExpertTerms
 from sim.costs.fits import check_parallelism, layout_stem
+from sim.costs.knobs import CpuOverheadSpec, PricingSpec
 from sim.costs.parallel import COMBINE_BYTES, DISPATCH_BYTES, compute_peak, expert_layout
 from sim.costs.profile_file import Coefficients, Profile
 
@@ -148,6 +151,22 @@ PRIORS: dict[str, tuple[float, str]] = {
         "host time per step an asynchronous scheduler does not hide "
         "(vLLM 0.11 decode: 0.6 ms synchronous, sim/costs/profile.py HOST_NOTE)",
     ),
+    "token_s": (
+        0.25e-6,
+        "a token's per-layer work in a step below the GEMMs' ridge (norms, rotary, activations, "
+        "the GEMMs' activation traffic): the slope of Vidur's measured linear-layer tables from "
+        "1 to 64 tokens, per layer: 0.13 us (Llama-2-7B, H100), 0.24 us (CodeLlama-34B, H100), "
+        "0.21 us (Llama-2-7B, A100), 0.69 us (CodeLlama-34B, A100); calibration/profiles/"
+        "imported/vidur, docs/profiles.md",
+    ),
+    "gap_s": (
+        0.1e-3,
+        "the GPU's idle time per step that an overlapped loop (asynchronous scheduling) "
+        "leaves: it launches step k+1 only once step k's sampled tokens are copied to the host "
+        "and its inputs updated (vllm/v1/engine/core.py step_with_batch_queue, "
+        "sglang scheduler.py event_loop_overlap): one synchronization and a few launches, "
+        "tens to a hundred microseconds",
+    ),
     "cold_start_s": (
         60.0,
         "a benchmark run without warm-up: the engine's first requests wait for kernels "
@@ -196,8 +215,8 @@ def unit_key(kind: str, hw: HardwareSpec, engine: str, dtype: str = "") -> str:
         dtype = "bf16"
     if kind in ("allreduce_s", "allreduce_peer_s", "dispatch_s"):
         return f"{kind}@{VENDOR[gen]}"
-    if kind == "host_s":
-        return f"host_s@{engine}"
+    if kind in ("host_s", "gap_s"):
+        return f"{kind}@{engine}"
     if kind in ("gemm_eff", "stream_eff"):
         return f"{kind}@{gen}/{dtype}"
     return f"{kind}@{gen}"
@@ -230,21 +249,28 @@ def kernels_per_step(model: ModelSpec) -> int:
     )
 
 
-def basis(model: ModelSpec, hw: HardwareSpec, engine: str = "vllm") -> Basis:
+def basis(
+    model: ModelSpec, hw: HardwareSpec, engine: str = "vllm", overlapped: bool = False
+) -> Basis:
     """Each coefficient of the step's profile as unit costs times counts (see the module doc).
 
     Coefficients: the extended form's `t_mem_s`, `t_flop_s_per_token`, `t_kv_s_per_token`,
     `t_attn_s_per_token2` (a data-parallel rank's, as the ranks' aggregate, as
     `sim.costs.profile` builds them) and, for a mixture of experts, the `experts:` block's
     `t_expert_read_s`, `t_expert_pair_s`, `t_exchange_s_per_token`, `t_exchange_s`. The key
-    `const` holds terms with no unit cost to fit (link bytes at the stated link efficiency)."""
+    `const` holds terms with no unit cost to fit (link bytes at the stated link efficiency).
+    `overlapped`: the engine schedules asynchronously, so its host time per step runs while
+    the GPU computes (`events_profile` prices it as max(GPU, host)) and is no part of these
+    coefficients."""
     check_parallelism(model, hw)
     tp, dp = hw.tensor_parallel, hw.data_parallel
     hbm = tp * hw.hbm_bandwidth_bytes_per_s
     mem = "inv:" + unit_key("mem_eff", hw, engine)
     out: Basis = {}
     # per step: host, kernels, all-reduce latencies, the dense weights
-    _add(out, "t_mem_s", unit_key("host_s", hw, engine), 1.0)
+    # the host's time per step: serial in a synchronous loop; an overlapped loop hides it
+    # (priced as max(GPU, host)) but for the gap its step leaves on the GPU
+    _add(out, "t_mem_s", unit_key("gap_s" if overlapped else "host_s", hw, engine), 1.0)
     _add(out, "t_mem_s", unit_key("kernel_s", hw, engine), float(kernels_per_step(model)))
     allreduces = 2 * model.num_layers if tp > 1 else 0
     _add(out, "t_mem_s", unit_key("allreduce_s", hw, engine), float(allreduces))
@@ -252,16 +278,23 @@ def basis(model: ModelSpec, hw: HardwareSpec, engine: str = "vllm") -> Basis:
     dense_bytes = model.dense_weight_bytes if model.is_moe else model.weight_bytes
     stream = "inv:" + unit_key("stream_eff", hw, engine, storage(model.weight_dtype_name))
     _add(out, "t_mem_s", stream, dense_bytes / hbm)
-    # per token: the dense GEMMs and the all-reduces' bytes (a rank's share: / dp)
+    # per token (a rank's share: / dp). Up to the dense GEMMs' ridge (`ridge_tokens`) their
+    # FLOPs hide under the weight read already counted: a token costs its per-layer work at
+    # decode sizes (`token_s`: norms, rotary, activations, the GEMMs' activation traffic).
+    # Above it the GEMMs are compute-bound: their FLOPs at gemm_eff. The all-reduces' bytes
+    # count in both.
     peak, dtype = compute_peak(model.weight_dtype_name, hw)
     params = 2.0 * (model.dense_parameters if model.is_moe else model.active_parameters)
     gemm = unit_key("gemm_eff", hw, engine, dtype_label(model.weight_dtype_name, dtype))
-    _add(out, "t_flop_s_per_token", "inv:" + gemm, params / (tp * peak) / dp)
+    _add(out, "t_flop_s_per_token", unit_key("token_s", hw, engine), model.num_layers / dp)
+    _add(out, "t_flop_high_s_per_token", "inv:" + gemm, params / (tp * peak) / dp)
     if tp > 1:
         assert hw.interconnect_bandwidth_bytes_per_s is not None  # check_parallelism
         one_way = hw.interconnect_bandwidth_bytes_per_s / 2 * LINK_EFFICIENCY
         per_token = 2 * (tp - 1) / tp * model.hidden_size * ACTIVATION_BYTES
-        _add(out, "t_flop_s_per_token", "const", 2 * model.num_layers * per_token / one_way / dp)
+        link = 2 * model.num_layers * per_token / one_way / dp
+        _add(out, "t_flop_s_per_token", "const", link)
+        _add(out, "t_flop_high_s_per_token", "const", link)
     # attention: KV reads (or latent attention's FLOPs, if slower) and prompt attention FLOPs
     bf16 = "inv:" + unit_key("attn_eff", hw, engine)
     attn_peak = tp * hw.peak_flops
@@ -286,6 +319,18 @@ def basis(model: ModelSpec, hw: HardwareSpec, engine: str = "vllm") -> Basis:
     if model.is_moe:
         _expert_basis(out, model, hw, engine)
     return out
+
+
+def ridge_tokens(model: ModelSpec, hw: HardwareSpec) -> float:
+    """The step's tokens (all data-parallel ranks') where the dense GEMMs turn from streaming
+    their weights to computing: the datasheet's ridge, peak FLOP/s over HBM bytes/s times the
+    weights' bytes per FLOP-pair (`peak * bytes per parameter / (2 * bandwidth)`: 295 tokens
+    for bf16 or fp8 on an H100), per rank."""
+    peak, _ = compute_peak(model.weight_dtype_name, hw)
+    dense = model.dense_weight_bytes if model.is_moe else model.weight_bytes
+    parameters = model.dense_parameters if model.is_moe else model.active_parameters
+    per_parameter = dense / max(parameters, 1.0)
+    return peak * per_parameter / (2.0 * hw.hbm_bandwidth_bytes_per_s) * hw.data_parallel
 
 
 def _expert_basis(out: Basis, model: ModelSpec, hw: HardwareSpec, engine: str) -> None:
@@ -337,7 +382,9 @@ def catalog_unit_costs() -> dict[str, float]:
     return {key: float(entry["value"]) for key, entry in doc["unit_costs"].items()}
 
 
-HIERARCHICAL = frozenset({"kernel_s", "mem_eff", "stream_eff", "gemm_eff", "attn_eff"})
+HIERARCHICAL = frozenset(
+    {"kernel_s", "mem_eff", "stream_eff", "gemm_eff", "attn_eff", "token_s"}
+)
 
 
 def vendor_key(key: str) -> str | None:
@@ -382,16 +429,21 @@ def events_profile(
     engine: str = "vllm",
     costs: dict[str, float] | None = None,
     chosen: str = "named",
+    overlapped: bool = False,
 ) -> Profile:
     """The extended-form profile of `model` on `hw` under `engine`, priced from counted events
     and the catalog's unit costs (or `costs`), with each term's provenance (`chosen`: whether
-    the scenario named it, `profile: events`, or left `profile` unset: the default)."""
+    the scenario named it, `profile: events`, or left `profile` unset: the default).
+    `overlapped` (asynchronous scheduling): the host time per step hides behind the GPU's, a
+    step taking max(GPU, host) (`pricing.cpu_overhead` with `overlap`)."""
     costs = catalog_unit_costs() if costs is None else costs
-    terms = basis(model, hw, engine)
+    terms = basis(model, hw, engine, overlapped)
     seconds = evaluate(terms, costs)
     coefficients = Coefficients(
         t_mem_s=seconds.get("t_mem_s", 0.0),
         t_flop_s_per_token=seconds.get("t_flop_s_per_token", 0.0),
+        t_flop_high_s_per_token=seconds.get("t_flop_high_s_per_token", 0.0),
+        ridge_tokens=ridge_tokens(model, hw),
         t_kv_s_per_token=seconds.get("t_kv_s_per_token", 0.0),
         t_attn_s_per_token2=seconds.get("t_attn_s_per_token2", 0.0),
     )
@@ -405,6 +457,12 @@ def events_profile(
             t_exchange_s=seconds.get("t_exchange_s", 0.0),
         )
     used = sorted({k for t in terms.values() for k in t if k != "const"})
+    pricing = None
+    if overlapped:
+        host = unit_key("host_s", hw, engine)
+        used = sorted({*used, host})
+        per_step = lookup(host, costs)[0]
+        pricing = PricingSpec(cpu_overhead=CpuOverheadSpec(per_step_s=per_step, overlap=True))
     units: dict[str, Any] = {}
     for key in used:
         name = key.removeprefix("inv:")
@@ -419,14 +477,17 @@ def events_profile(
         "unit_costs": units,
         "unit_costs_file": "sim/costs/unit_costs.yaml",
         "counts": {c: dict(sorted(t.items())) for c, t in sorted(terms.items())},
+        "host_time": "hidden behind the GPU's (asynchronous scheduling): max(GPU, host) per "
+        "step" if overlapped else "added to the GPU's (a synchronous loop)",
         "date": None,
     }
     return Profile(
         schema_version=1,
         name=f"events-{engine}-{layout_stem(model, hw)}",
         source="roofline",
-        model_form="extended",
+        model_form="two_regime",
         coefficients=coefficients,
         provenance=provenance,
         experts=experts,
+        pricing=pricing,
     )

@@ -34,7 +34,7 @@ from sim.costs.figures import (
     resolve_model,
 )
 from sim.costs.memory_tiers import TierGeometry
-from sim.costs.profile import BUILTIN_PROFILES, Profile, is_builtin, is_counted, resolve_profile
+from sim.costs.profile import BUILTIN_PROFILES, Profile, is_builtin, resolve_profile
 from sim.errors import ScenarioError
 from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
@@ -320,17 +320,18 @@ def _resolve(
         path, note = _where("model", variant, override)
         raise ScenarioError(str(exc) + note, file=file, path=path) from None
     path, note = _where("profile", variant, override)
-    profile = _profile(
-        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name,
-        placed=model.placed,
-    )  # fmt: skip
-    scoped = scope_preset(spec.engine, profile.name, prices_host=profile.source == "roofline")
     speculative = spec.policy.speculative
-    scoped = resolve_engine_loop(
-        scoped, is_counted(profile),
+    looped = resolve_engine_loop(  # before the profile: its host time hides behind the GPU's
+        spec.engine, spec.profile is None or spec.profile == "events",
         speculative.method if speculative is not None and speculative.active else None,
         spec.hardware.pipeline_parallel,
     )  # fmt: skip
+    overlapped = bool(looped.async_scheduling)
+    profile = _profile(
+        spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name,
+        placed=model.placed, overlapped=overlapped,
+    )  # fmt: skip
+    scoped = scope_preset(looped, profile.name, prices_host=profile.source == "roofline")
     if scoped is not spec.engine:
         spec = spec.model_copy(update={"engine": scoped})
     groups = []
@@ -363,7 +364,7 @@ def _resolve(
             raw_profile = g.profile if g.profile is not None else spec.profile
             group_profile = _profile(
                 raw_profile, spec.model, hw, base_dir, file, where, note, spec.engine.name,
-                group=True, placed=figures.placed,
+                group=True, placed=figures.placed, overlapped=overlapped,
             )  # fmt: skip
         if hw.pipeline_parallel > 1 and spec.kv_tiers is not None and spec.kv_tiers.given():
             where, note = _where(
@@ -501,6 +502,7 @@ def _profile(
     *,
     group: bool = False,
     placed: Placement | None = None,
+    overlapped: bool = False,
 ) -> Profile:
     """The step-cost profile `raw` of `model` on `hw`, for the key `where` (`note`: the variant
     it is in): the scenario's, a group's own (`group`: its file is read as it resolves, and a
@@ -512,7 +514,10 @@ def _profile(
         except ScenarioError as exc:
             raise ScenarioError(f"{exc.message()}{note}", file=file, path=where) from None
     try:
-        return resolve_profile(raw, model, hw, base_dir, key=where, engine=engine, placed=placed)
+        return resolve_profile(
+            raw, model, hw, base_dir, key=where, engine=engine, placed=placed,
+            overlapped=overlapped,
+        )  # fmt: skip
     except ScenarioError as exc:
         if exc.file is None:
             path = exc.path if group else blamed_on(exc, where)

@@ -13,6 +13,7 @@ from calibration.published_events import (
     cold_started,
     expressible,
     inline_profile,
+    overlapped,
     point_rows,
     scenario,
     seconds,
@@ -90,7 +91,7 @@ OTHER_COSTS = {
 
 def _simulated_at(row: SimpleNamespace, costs: dict[str, float]) -> dict[str, float]:
     model, hw, engine = specs(row)
-    profile = events_profile(model, hw, engine, costs=costs)
+    profile = events_profile(model, hw, engine, costs=costs, overlapped=overlapped(row))
     inline = inline_profile(row, costs)
     assert inline["coefficients"] == profile.coefficients.model_dump(exclude_none=True)
     cold = costs.get("cold_start_s@vllm", PRIORS["cold_start_s"][0])

@@ -138,12 +138,13 @@ def test_knobs_are_off_by_default_and_merge_scenario_over_profile() -> None:
 
 
 def knob_scenario(**engine: Any) -> dict[str, Any]:
-    """Chunked prefill on the model's own pricing; `engine` is the scenario's engine block."""
+    """Chunked prefill on the model's roofline (no engine effects of its own); `engine` is the
+    scenario's engine block."""
     return scenario(
         seed=5,
         workload=poisson(120, 8.0, lognormal(300, 0.8, 2000), lognormal(100, 0.8, 800)),
         policy=chunked(max_num_batched_tokens=512),
-        profile=None,
+        profile="roofline",
         engine=engine,
     )
 

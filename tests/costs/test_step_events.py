@@ -150,13 +150,17 @@ def test_a_scenario_runs_on_the_events_profile_of_its_engine() -> None:
     policy = {"name": "chunked", "max_num_seqs": 8, "max_num_batched_tokens": 512}
     base = scenario(policy=policy, workload=workload, model="llama-3-8b", hardware="h100-sxm",
                     profile="events")
-    tpot = {}
-    for engine in ("vllm", "sglang"):
-        result = run(base | {"engine": {"name": engine, "version": "x"}})
-        tpot[engine] = result.summary()["tpot_mean_s"]
     costs = catalog_unit_costs()
-    gap = costs.get("host_s@sglang", prior("host_s@sglang")) - costs.get(
-        "host_s@vllm", prior("host_s@vllm")
-    )
-    # requests one at a time (100 s apart): every decode step pays the engine's host time
-    assert tpot["sglang"] - tpot["vllm"] == pytest.approx(gap, rel=1e-6, abs=1e-9)
+
+    def unit(key: str) -> float:
+        return costs.get(key, prior(key))
+
+    for overlapped, kind in ((False, "host_s"), (True, "gap_s")):
+        tpot = {}
+        for engine in ("vllm", "sglang"):
+            loop = {"name": engine, "version": "x", "async_scheduling": overlapped}
+            tpot[engine] = run(base | {"engine": loop}).summary()["tpot_mean_s"]
+        # requests one at a time (100 s apart): every decode step pays the engine's host time
+        # (a synchronous loop) or only its GPU gap (an overlapped one hides the host's time)
+        gap = unit(f"{kind}@sglang") - unit(f"{kind}@vllm")
+        assert tpot["sglang"] - tpot["vllm"] == pytest.approx(gap, rel=1e-6, abs=1e-9), kind

@@ -1,0 +1,214 @@
+"""Published prefill/decode-disaggregated and MTP deployments as scenarios, and their errors.
+
+The training file's rows that one instance cannot reproduce (`calibration.published_events.
+expressible`): Dynamo with TensorRT-LLM or SGLang on GB200 NVL72 racks, and SGLang's own
+disaggregation on MI355X, some with DeepSeek-R1's multi-token prediction (MTP). Each becomes a
+`disaggregation:` scenario: a prefill pool of `prefill_workers` instances and a decode pool of
+`decode_workers`, each instance `num_*_gpu / *_workers` GPUs laid out as the row says
+(data-parallel attention with expert parallelism over all of its GPUs: wide EP; else tensor
+parallel), the KV carried over each prefill GPU's link, the same closed-loop clients.
+
+Not fitted: a pool's step depends on the other's through the clients' loop, so a point is no
+linear function of the unit costs; these points judge the default step model (the shipped unit
+costs) on deployments it never saw. Stated assumptions, since the rows do not publish them:
+
+- MTP: three speculative tokens (`num_nextn_predict_layers: 3`, TensorRT-LLM's and SGLang's
+  DeepSeek-R1 recipes), accepted at 0.85, 0.7 and 0.55 by position (the DeepSeek-V3 report
+  gives 85-90 % for the first; each further step of the one reused module a little less): an
+  acceptance length of about 2.7 tokens.
+- KV transfer: over NVLink inside a GB200 NVL72 rack (NIXL; 0.8 of a GPU's 900 GB/s one way),
+  over each GPU's 400 Gb/s NIC between MI355X nodes (0.8 of 50 GB/s); one link per prefill GPU.
+- Scheduling: each pool runs its engine's policy (`published_events.policy_fields`), prefill
+  pools with no decode of their own.
+
+    python -m calibration.published_pd            # every point: measured and simulated
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from calibration.published_events import (
+    ENGINES as TRAINING_ENGINES,
+)
+from calibration.published_events import (
+    GPUS,
+    MODELS,
+    engine_version,
+    model_fields,
+    policy_fields,
+)
+from sim.errors import ScenarioError
+from sim.scenario.engine_loop import async_by_default
+from sim.simulate import simulate
+
+ENGINES_PD = {"dynamo-trt": "trt-llm", "dynamo-sglang": "sglang", "sglang-disagg": "sglang"}
+MTP_TOKENS = 3
+MTP_ACCEPTANCE = [0.85, 0.7, 0.55]
+LINK_GB_PER_S = {"gb200": 0.8 * 900.0, "mi355x": 0.8 * 50.0}
+LINK_LATENCY_S = {"gb200": 5e-6, "mi355x": 10e-6}
+
+
+def expressible_pd(row: Any) -> str | None:
+    """Why a disaggregated or MTP row cannot be mapped, or None."""
+    if not bool(row.disagg):
+        return "not disaggregated: calibration.published_events maps it"
+    if row.framework not in ENGINES_PD:
+        return f"engine {row.framework}"
+    if row.model_key not in MODELS or row.gpu not in GPUS or row.gpu not in LINK_GB_PER_S:
+        return "model or GPU outside the catalog"
+    return None
+
+
+def _pool_hardware(row: Any, role: str) -> dict[str, Any]:
+    workers = int(getattr(row, f"{role}_workers"))
+    gpus = int(getattr(row, f"num_{role}_gpu")) // max(workers, 1)
+    out: dict[str, Any] = {"name": GPUS[row.gpu]}
+    dp_attention = bool(getattr(row, f"{role}_dp_attention"))
+    ep = int(getattr(row, f"{role}_ep"))
+    if dp_attention:
+        out |= {"tensor_parallel": 1, "data_parallel": gpus}
+        if row.model_key != "llama70b":
+            out["expert_parallel"] = gpus  # wide EP: experts over every rank
+    else:
+        out["tensor_parallel"] = gpus
+        if ep > 1:
+            out["expert_parallel"] = min(ep, gpus)
+    return out
+
+
+def pd_scenario(row: Any, profile: Any = None) -> dict[str, Any]:
+    """The scenario that reproduces one disaggregated (and maybe MTP) point."""
+    conc = int(row.conc)
+    ratio = float(row.random_range_ratio)
+    name = ENGINES_PD[row.framework]
+    version = engine_version(row)
+    speculative = str(row.spec_decoding) == "mtp"
+    engine: dict[str, Any] = {"name": name}
+    if version is not None and row.framework == "sglang-disagg":
+        engine["version"] = version
+    # SGLang turns its overlap off with speculative decoding (sim/scenario/engine_loop.py)
+    engine["async_scheduling"] = async_by_default(name, None) and not (
+        speculative and name == "sglang"
+    )
+    as_row = _AsRow(row, name)
+    decode_policy = dict(policy_fields(as_row))
+    if speculative:
+        decode_policy["speculative"] = {
+            "method": "mtp",
+            "num_speculative_tokens": MTP_TOKENS,
+            "acceptance": {"rate": list(MTP_ACCEPTANCE)},
+        }
+    prefill_policy = dict(policy_fields(as_row))
+
+    def lengths(nominal: int) -> dict[str, Any]:
+        low = int(nominal * ratio)
+        if low >= nominal:
+            return {"dist": "fixed", "value": nominal}
+        return {"dist": "uniform", "low": low, "high": nominal}
+
+    raw: dict[str, Any] = {
+        "name": "published_pd",
+        "seed": 1,
+        "workload": {
+            "num_requests": 10 * conc,
+            "clients": {
+                "num_clients": conc,
+                "prompt_tokens": lengths(int(row.isl)),
+                "output_tokens": lengths(int(row.osl)),
+            },
+        },
+        "model": model_fields(row),
+        "hardware": _pool_hardware(row, "decode"),
+        "policy": decode_policy,
+        "engine": engine,
+        "disaggregation": {
+            "prefill": {
+                "count": int(row.prefill_workers),
+                "hardware": _pool_hardware(row, "prefill"),
+                "policy": prefill_policy,
+            },
+            "decode": {
+                "count": int(row.decode_workers),
+                "hardware": _pool_hardware(row, "decode"),
+                "policy": decode_policy,
+            },
+            "link": {
+                "bandwidth_gb_per_s": LINK_GB_PER_S[row.gpu],
+                "latency_s": LINK_LATENCY_S[row.gpu],
+                "num_links": int(row.num_prefill_gpu),
+            },
+        },
+    }
+    if profile is not None:
+        raw["profile"] = profile
+    return raw
+
+
+class _AsRow:
+    """A row seen as the single-instance mapping's engine (for its scheduling fields)."""
+
+    def __init__(self, row: Any, engine: str) -> None:
+        self._row = row
+        self.framework = {v: k for k, v in TRAINING_ENGINES.items()}[engine]
+        self.conc = row.conc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._row, name)
+
+
+def pd_errors(row: Any) -> dict[str, float]:
+    """Simulate the point with the default step model; signed errors in % (simulated /
+    measured - 1) of throughput per GPU (every prefill and decode GPU), mean TPOT and TTFT."""
+    result = next(iter(simulate(pd_scenario(row)).variants.values()))
+    summary = result.summary()
+    done = result.requests[~result.requests["rejected"]]
+    tokens = float(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum())
+    gpus = int(row.num_prefill_gpu) + int(row.num_decode_gpu)
+    tput = tokens / float(summary["duration_s"]) / gpus
+    return {
+        "tput_err": (tput / float(row.tput_per_gpu) - 1) * 100,
+        "tpot_err": (float(summary["tpot_mean_s"]) / float(row.tpot_mean_s) - 1) * 100,
+        "ttft_err": (float(summary["ttft_mean_s"]) / float(row.ttft_mean_s) - 1) * 100,
+    }
+
+
+def pd_points(path: Any = None) -> pd.DataFrame:
+    from calibration.fit_unit_costs import TRAINING
+
+    rows = pd.read_csv(path or TRAINING)
+    return rows[[expressible_pd(r) is None for r in rows.itertuples()]].reset_index(drop=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None, help="only the first N points")
+    args = parser.parse_args(argv)
+    points = pd_points()
+    if args.limit is not None:
+        points = points.head(args.limit)
+    out = []
+    for row in points.itertuples():
+        try:
+            errs = pd_errors(row)
+        except ScenarioError as exc:  # a layout the catalog cannot place, said so
+            print(f"{row.framework} {row.gpu} c{row.conc}: not simulated: {exc.message()}")
+            continue
+        out.append(errs)
+        print(f"{row.framework:14s} {row.gpu:7s} {row.model_key:7s} {row.precision} "
+              f"{row.isl}/{row.osl} mtp={row.spec_decoding} P{row.prefill_workers}x"
+              f"{row.num_prefill_gpu} D{row.decode_workers}x{row.num_decode_gpu} c{row.conc}: "
+              f"tput {errs['tput_err']:+.1f} % tpot {errs['tpot_err']:+.1f} % "
+              f"ttft {errs['ttft_err']:+.1f} %", flush=True)  # fmt: skip
+    for metric in ("tput_err", "tpot_err", "ttft_err"):
+        values = [abs(e[metric]) for e in out]
+        print(f"{metric}: median {statistics.median(values):.1f} %, worst {max(values):.1f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
