@@ -351,15 +351,18 @@ __all__ = [
 
 
 def simulated_errors(
-    row: Any, frontend_s: float = 0.0, profile: Any = "events"
+    row: Any, frontend_s: float = 0.0, profile: Any = None
 ) -> dict[str, float]:
-    """Simulate the point (by default with the events profile and the catalog's unit costs) and
+    """Simulate the point (by default with the default step model, as a scenario without a
+    `profile` key gets it: counted events at the catalog's unit costs) and
     return its signed errors in % (simulated / measured - 1): throughput per GPU, mean TPOT,
     and mean TTFT with `frontend_s` added (the fitted front-end time of its engine)."""
     from sim.costs.step_events import catalog_unit_costs
 
     cold = value_of(f"cold_start_s@{ENGINES[row.framework]}", catalog_unit_costs())
     raw = scenario(row, profile=profile, cold_start_s=cold)
+    if profile is None:
+        del raw["profile"]  # as a user writes it
     result = next(iter(simulate(raw).variants.values()))
     summary = result.summary()
     done = result.requests[~result.requests["rejected"]]

@@ -21,6 +21,7 @@ from collections import deque
 from sim.core.request import Request
 
 FOREVER_S = float("inf")
+INSTANT_S = 1e-9  # two times closer than this are one instant (float rounding of step ends)
 
 
 class Lookahead:
@@ -81,7 +82,9 @@ class Lookahead:
         held = self._held
         if now_s != self._last_end_s:
             return self.release_all()
-        cutoff = self._last_start_s
+        # before the start by more than a rounding error: a closed-loop arrival computed as that
+        # step's end, a few ulps either side of its start, came at that very instant
+        cutoff = self._last_start_s - INSTANT_S
         out = []
         while held and held[0].arrival_s + self._frontend_s < cutoff:
             req = held.popleft()

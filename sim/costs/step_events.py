@@ -15,7 +15,8 @@ unit cost:
   (monotone in t: a one-shot all-reduce reads every peer's buffer), plus the bytes over the link;
   expert parallelism under tensor-parallel attention runs no all-to-all (every rank holds every
   token; the second all-reduce combines the experts' outputs); data-parallel attention with
-  expert parallelism dispatches and combines once each per MoE layer (`dispatch_s[vendor]`);
+  expert parallelism dispatches and combines once each per MoE layer (`dispatch_s[vendor]`,
+  growing past 8 GPUs as DeepEP's published latencies do: `exchange_growth`);
 * **bytes and FLOPs**: weight and expert reads over HBM at `stream_eff[gen/storage]` (weight
   streaming at decode sizes; each packed 4-bit block format streams apart from plain
   bf16/fp16/fp8 weights),
@@ -38,6 +39,7 @@ A generation's unit cost the fit had no deployment of takes its vendor's fitted 
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -321,6 +323,30 @@ def basis(
     return out
 
 
+# DeepEP's published low-latency dispatch + combine latency by expert-parallel size (deepseek-ai/
+# DeepEP README, MIT: 128 tokens per rank, hidden 7168, top-8; dispatch 77/118/155/173/192/194
+# us and combine 114/195/273/314/369/360 us at EP 8/16/32/64/128/256): every rank signals and
+# waits on more peers. Its growth over EP 8 scales `dispatch_s` (the level: fitted at EP <= 8).
+EXCHANGE_EP = (8, 16, 32, 64, 128, 256)
+EXCHANGE_US = (191.0, 313.0, 428.0, 487.0, 561.0, 554.0)
+
+
+def exchange_growth(ep: int) -> float:
+    """A dispatch-and-combine's latency at expert parallelism `ep` over its latency at EP 8
+    (1 at 8 GPUs or fewer, one node's all-to-all; log-linear between DeepEP's sizes)."""
+    if ep <= EXCHANGE_EP[0]:
+        return 1.0
+    if ep >= EXCHANGE_EP[-1]:
+        return EXCHANGE_US[-1] / EXCHANGE_US[0]
+    for i in range(1, len(EXCHANGE_EP)):
+        if ep <= EXCHANGE_EP[i]:
+            lo, hi = math.log2(EXCHANGE_EP[i - 1]), math.log2(EXCHANGE_EP[i])
+            a = (math.log2(ep) - lo) / (hi - lo)
+            us = EXCHANGE_US[i - 1] + a * (EXCHANGE_US[i] - EXCHANGE_US[i - 1])
+            return us / EXCHANGE_US[0]
+    return 1.0  # unreachable
+
+
 def ridge_tokens(model: ModelSpec, hw: HardwareSpec) -> float:
     """The step's tokens (all data-parallel ranks') where the dense GEMMs turn from streaming
     their weights to computing: the datasheet's ridge, peak FLOP/s over HBM bytes/s times the
@@ -357,7 +383,8 @@ def _expert_basis(out: Basis, model: ModelSpec, hw: HardwareSpec, engine: str) -
         k = model.experts_per_token or 1
         sent = layers * k * model.hidden_size * (DISPATCH_BYTES + COMBINE_BYTES)
         per_token = sent * (g - 1) / g / g
-        _add(out, "t_exchange_s", unit_key("dispatch_s", hw, engine), 2.0 * layers)
+        growth = exchange_growth(hw.expert_parallel)
+        _add(out, "t_exchange_s", unit_key("dispatch_s", hw, engine), 2.0 * layers * growth)
     else:  # experts split by tensor over the ranks: gather the tokens, scatter the outputs
         per_token = float(layers * 2 * (g - 1) / g * model.hidden_size * ACTIVATION_BYTES)
         _add(out, "t_exchange_s", unit_key("allreduce_s", hw, engine), 2.0 * layers)
