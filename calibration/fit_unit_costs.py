@@ -63,6 +63,8 @@ ACCURACY_DOC = ROOT / "docs/accuracy.md"
 SCATTER = ROOT / "docs/accuracy_scatter.png"
 GATE = ROOT / "calibration/training/accuracy_gate.json"
 CACHE = ROOT / "results/.published_rows.pkl"
+# sim/ packages whose code a point's counted schedule depends on (the cache's key)
+SCHEDULE_PACKAGES = ("core", "policies", "topology", "costs", "scenario", "workload")
 # per unit cost, on z = log(value / prior): chosen among 0.05, 0.1, 0.2 and 0.4 by the
 # leave-one-configuration-out error (0.2 the lowest median for dense and MoE alike)
 RIDGE = 0.2
@@ -95,7 +97,12 @@ def _counts(points: pd.DataFrame, cache: Path | None) -> list[PointCounts]:
 
     import calibration.published_events as counting
 
-    source = hashlib.sha256(Path(counting.__file__).read_bytes()).hexdigest()
+    # the schedule's code: the mapping and every package a simulated step goes through
+    digest = hashlib.sha256(Path(counting.__file__).read_bytes())
+    for package in SCHEDULE_PACKAGES:
+        for path in sorted((ROOT / "sim" / package).rglob("*.py")):
+            digest.update(path.read_bytes())
+    source = digest.hexdigest()
     content = points.drop(columns=["config_id", "row_index"])
     frame = int(pd.util.hash_pandas_object(content, index=False).sum())
     key = f"{frame}-{source}"
