@@ -25,9 +25,10 @@ unit cost:
   peak over `attn_eff[gen]`. With `eff(M) = eff_max * M / (M + M_ridge)`
   a GEMM of M tokens takes `F * M / (peak * eff_max)` plus a fixed part; the weight read is that
   fixed part, so the sum of the two terms is the GEMM's efficiency against M;
-* **host**: `host_s[engine]` per step in a synchronous loop; an overlapped one (asynchronous
-  scheduling: `overlapped`) runs it beside the GPU, a step taking max(GPU, host), and leaves
-  `gap_s[engine]` per step of GPU idle between steps.
+* **host**: `host_s[engine]` per step in a synchronous loop, plus `workers_s[engine]` on a
+  multi-GPU instance (each step handed to worker processes); an overlapped loop (asynchronous
+  scheduling: `overlapped`) runs the host's time beside the GPU, a step taking max(GPU, host),
+  and leaves `gap_s[engine]` per step of GPU idle between steps.
 
 Every term is a unit cost times a count, so a step's time is linear in the unit costs: `basis`
 returns each profile coefficient as `{unit cost: multiplier}`, which the profile evaluates with
@@ -161,6 +162,13 @@ PRIORS: dict[str, tuple[float, str]] = {
         "0.21 us (Llama-2-7B, A100), 0.69 us (CodeLlama-34B, A100); calibration/profiles/"
         "imported/vidur, docs/profiles.md",
     ),
+    "workers_s": (
+        0.2e-3,
+        "host time per step that only a multi-GPU instance spends: the engine hands each step "
+        "to worker processes and gathers their output (vLLM's MultiprocExecutor broadcasts the "
+        "scheduler output over a shared-memory queue, vllm/v1/executor/multiproc_executor.py; "
+        "one GPU runs in the engine's own process, UniProcExecutor)",
+    ),
     "gap_s": (
         0.1e-3,
         "the GPU's idle time per step that an overlapped loop (asynchronous scheduling) "
@@ -217,7 +225,7 @@ def unit_key(kind: str, hw: HardwareSpec, engine: str, dtype: str = "") -> str:
         dtype = "bf16"
     if kind in ("allreduce_s", "allreduce_peer_s", "dispatch_s"):
         return f"{kind}@{VENDOR[gen]}"
-    if kind in ("host_s", "gap_s"):
+    if kind in ("host_s", "gap_s", "workers_s"):
         return f"{kind}@{engine}"
     if kind in ("gemm_eff", "stream_eff"):
         return f"{kind}@{gen}/{dtype}"
@@ -273,6 +281,8 @@ def basis(
     # the host's time per step: serial in a synchronous loop; an overlapped loop hides it
     # (priced as max(GPU, host)) but for the gap its step leaves on the GPU
     _add(out, "t_mem_s", unit_key("gap_s" if overlapped else "host_s", hw, engine), 1.0)
+    if hw.stage_gpus > 1 and not overlapped:  # workers in processes of their own
+        _add(out, "t_mem_s", unit_key("workers_s", hw, engine), 1.0)
     _add(out, "t_mem_s", unit_key("kernel_s", hw, engine), float(kernels_per_step(model)))
     allreduces = 2 * model.num_layers if tp > 1 else 0
     _add(out, "t_mem_s", unit_key("allreduce_s", hw, engine), float(allreduces))

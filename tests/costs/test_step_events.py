@@ -50,6 +50,7 @@ def test_the_fixed_step_time_grows_with_tensor_parallelism() -> None:
         "allreduce_peer_s@nvidia": 1e-6,
         "kernel_s@hopper": 3e-6,
         "host_s@vllm": 0.0,
+        "workers_s@vllm": 0.0,  # its own test below
     }
     fixed = []
     for tp in (1, 2, 4, 8):
@@ -62,6 +63,17 @@ def test_the_fixed_step_time_grows_with_tensor_parallelism() -> None:
     assert fixed[1] == pytest.approx(floor + 160 * 10e-6)
     assert fixed[3] == pytest.approx(floor + 160 * (10e-6 + 6 * 1e-6))
     assert fixed == sorted(fixed) and len(set(fixed)) == 4
+
+
+def test_a_multi_gpu_instance_hands_each_step_to_its_workers_unless_overlapped() -> None:
+    model = _model("llama-3.3-70b", weight_dtype="fp8")
+    one = basis(model, _hw("h200", tensor_parallel=1))["t_mem_s"]
+    four = basis(model, _hw("h200", tensor_parallel=4))["t_mem_s"]
+    hidden = basis(model, _hw("h200", tensor_parallel=4), overlapped=True)["t_mem_s"]
+    assert "workers_s@vllm" not in one and four["workers_s@vllm"] == 1.0
+    # an overlapped loop hides the host's time, the hand-off with it, but for its GPU gap
+    assert "workers_s@vllm" not in hidden and "host_s@vllm" not in hidden
+    assert hidden["gap_s@vllm"] == 1.0
 
 
 def test_expert_parallelism_under_tensor_parallel_attention_runs_no_all_to_all() -> None:
@@ -91,6 +103,7 @@ def test_the_profile_prices_the_basis_with_the_unit_costs() -> None:
     fixed = (
         kernels_per_step(model) * 2e-6
         + 1e-3
+        + prior("workers_s@sglang")  # four GPUs: worker processes
         + 160 * (prior("allreduce_s@nvidia") + 2 * prior("allreduce_peer_s@nvidia"))
     )
     assert profile.coefficients.t_mem_s == pytest.approx(fixed + weights / 0.5)
@@ -164,3 +177,28 @@ def test_a_scenario_runs_on_the_events_profile_of_its_engine() -> None:
         # (a synchronous loop) or only its GPU gap (an overlapped one hides the host's time)
         gap = unit(f"{kind}@sglang") - unit(f"{kind}@vllm")
         assert tpot["sglang"] - tpot["vllm"] == pytest.approx(gap, rel=1e-6, abs=1e-9), kind
+
+
+def test_the_exchange_grows_past_one_node_as_deeps_latencies_do() -> None:
+    from sim.costs.step_events import EXCHANGE_US, exchange_growth
+
+    assert exchange_growth(2) == exchange_growth(8) == 1.0
+    assert exchange_growth(32) == pytest.approx(EXCHANGE_US[2] / EXCHANGE_US[0])
+    grown = [exchange_growth(ep) for ep in (8, 12, 16, 24, 32, 64, 128)]
+    assert grown == sorted(grown) and len(set(grown)) == len(grown)
+    wide = basis(_model("deepseek-v3"), _hw("gb200", data_parallel=32, expert_parallel=32))
+    narrow = basis(_model("deepseek-v3"), _hw("gb200", data_parallel=8, expert_parallel=8))
+    ratio = wide["t_exchange_s"]["dispatch_s@nvidia"] / narrow["t_exchange_s"]["dispatch_s@nvidia"]
+    assert ratio == pytest.approx(exchange_growth(32))
+
+
+def test_the_gemms_ridge_is_the_datasheets() -> None:
+    from sim.costs.step_events import ridge_tokens
+
+    # H100 bf16: 989 TFLOP/s x 2 bytes per parameter / (2 x 3.35 TB/s) = 295 tokens per rank
+    assert ridge_tokens(_model("llama-3-8b"), _hw("h100-sxm")) == pytest.approx(295.2, abs=0.1)
+    fp8 = ridge_tokens(_model("llama-3.3-70b", weight_dtype="fp8"), _hw("h100-sxm"))
+    assert fp8 == pytest.approx(295.4, abs=1.0)  # twice the FLOP/s, half the bytes
+    ranks = ridge_tokens(_model("deepseek-v3"), _hw("b200", data_parallel=8, expert_parallel=8))
+    one = ridge_tokens(_model("deepseek-v3"), _hw("b200", tensor_parallel=8, expert_parallel=8))
+    assert ranks == pytest.approx(8 * one)  # every data-parallel rank's tokens
