@@ -395,12 +395,10 @@ def regime_row(label: str, points: pd.DataFrame, errs: pd.DataFrame) -> str:
     """A markdown row: the regime, its points and configurations, median and worst |error| of
     throughput per GPU, TPOT and mean TTFT, the share of optimistic throughput, and per kind
     (dense, mixture of experts) the throughput and TPOT medians."""
+    from calibration.accuracy_doc import error_cells
+
     frame = points.assign(**errs)
-    cells = [label, str(len(frame)), str(frame["config_id"].nunique())]
-    for metric in ("tput_err", "tpot_err", "ttft_err"):
-        a = frame[metric].abs()
-        cells.append(f"{a.median():.1f} % / {a.max():.1f} %")
-    cells.append(f"{(frame['tput_err'] > 0).mean() * 100:.0f} %")
+    cells = error_cells(label, frame)
     for kind in ("dense", "mixture of experts"):
         g = frame[frame["kind"] == kind]
         cells.append(
