@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -51,6 +52,7 @@ from sim.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT_COSTS = ROOT / "sim/costs/unit_costs.yaml"
+TRAINING_NAME = {v: k for k, v in TRAINING_ENGINES.items()}  # trt-llm -> trt
 ENGINES_PD = {"dynamo-trt": "trt-llm", "dynamo-sglang": "sglang", "sglang-disagg": "sglang"}
 MTP_TOKENS = 3
 MTP_ACCEPTANCE = [0.85, 0.7, 0.55]
@@ -103,7 +105,8 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
     engine["async_scheduling"] = async_by_default(name, None) and not (
         speculative and name == "sglang"
     )
-    as_row = _AsRow(row, name)
+    # each pool schedules as its engine does alone (the training file's name for the engine)
+    as_row = SimpleNamespace(framework=TRAINING_NAME[name], conc=row.conc)
     decode_policy = dict(policy_fields(as_row))
     if speculative:
         decode_policy["speculative"] = {
@@ -157,18 +160,6 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
     return raw
 
 
-class _AsRow:
-    """A row seen as the single-instance mapping's engine (for its scheduling fields)."""
-
-    def __init__(self, row: Any, engine: str) -> None:
-        self._row = row
-        self.framework = {v: k for k, v in TRAINING_ENGINES.items()}[engine]
-        self.conc = row.conc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._row, name)
-
-
 def pd_errors(row: Any, waves: int = WAVES) -> dict[str, float]:
     """Simulate the point with the default step model; signed errors in % (simulated /
     measured - 1) of throughput per GPU (every prefill and decode GPU), mean TPOT and TTFT.
@@ -188,6 +179,7 @@ def pd_errors(row: Any, waves: int = WAVES) -> dict[str, float]:
     }
 
 
+@lru_cache(maxsize=None)
 def frontend_s(engine: str) -> float:
     """The engine's front-end time the fit found on single instances (sim/costs/unit_costs.yaml
     `frontend_s`, by the training file's engine names), added to TTFT as there."""
