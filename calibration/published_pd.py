@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 from concurrent.futures import ProcessPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -179,7 +179,7 @@ def pd_errors(row: Any, waves: int = WAVES) -> dict[str, float]:
     }
 
 
-@lru_cache(maxsize=None)
+@cache
 def frontend_s(engine: str) -> float:
     """The engine's front-end time the fit found on single instances (sim/costs/unit_costs.yaml
     `frontend_s`, by the training file's engine names), added to TTFT as there."""
