@@ -4,16 +4,20 @@ rewrite it.
 
 A `Quote` is a document, a regular expression that matches exactly one place in it (a space
 also matches a line break inside a YAML or Markdown comment), and one
-function per capture group computing the number that group quotes from fresh runs (each
-shipped scenario run once, cached). A quoted number holds when it is within half a unit of its
+function per capture group computing the number that group quotes from runs of this code (each
+variant run once). A quoted number holds when it is within half a unit of its
 last digit or `REL_TOL` (1 %) of the computed value, whichever is larger.
 
 A quote whose run reads a file outside the repository (a public trace) names it in `needs`.
 Where the file is absent its text is still matched but its values are not computed, and
 `coverage()` counts them per missing file, so no figure goes unchecked without saying so.
 
-    python tests/quoted_figures.py           # list the figures that drifted
+    python tests/quoted_figures.py           # list the figures that drifted; store the runs
     python tests/quoted_figures.py --write   # rewrite them in place (same number of decimals)
+
+Each run a quote reads is stored in tests/quoted_runs.json under a key of the code that can
+change it (tests/quoted_runs.py): the check reads a stored run where this code made it and
+repeats the others; running this file stores them again.
 
 Not quoted here, on purpose: wall-clock timings (docs/speed.md, install and test times), which
 depend on the machine and come from `benchmarks/`; and the roofline-vs-measured ratios, computed
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from quoted_runs import Store, Summary, recording, track
 
 ROOT = Path(__file__).resolve().parents[1]
 REL_TOL = 0.01
@@ -40,27 +45,47 @@ NUM = r"([\d.]+)"
 Value = Callable[[], float]
 
 
+STORE = Store()  # the stored runs (tests/quoted_runs.py), used where this code made them
+
+
 @functools.cache
-def _loaded(scenario: str, *overrides: str) -> Any:
+def _loaded(scenario: str, *overrides: str) -> tuple[Any, frozenset[str]]:
+    """A shipped scenario, loaded, and the files it read outside the repository."""
     from sim.scenario.load import load_scenario
 
-    return load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", overrides=list(overrides))
+    with recording() as reads:
+        loaded = load_scenario(ROOT / "scenarios" / f"{scenario}.yaml", overrides=list(overrides))
+    return loaded, frozenset(reads)
 
 
-@functools.cache
-def variant_summary(scenario: str, variant: str, *overrides: str) -> dict[str, float]:
-    """metric -> value of one variant of a shipped scenario, run alone (once per set of
-    overrides): a variant's run does not depend on the others, and a check that quotes a few
-    variants of a large scenario runs only those."""
+def fresh_summary(scenario: str, variant: str, *overrides: str) -> tuple[Summary, set[str]]:
+    """metric -> value of one variant of a shipped scenario, run alone now, and the files the
+    run read outside the repository: a variant's run does not depend on the others, and a check
+    that quotes a few variants of a large scenario runs only those."""
     import dataclasses
 
     from sim.simulate import simulate
 
-    loaded = _loaded(scenario, *overrides)
+    loaded, load_reads = _loaded(scenario, *overrides)
     one = [v for v in loaded.variants if v.variant == variant]
     assert one, f"{scenario} has no variant {variant!r}"
-    result = simulate(dataclasses.replace(loaded, variants=one))
-    return next(iter(result.variants.values())).summary()
+    with recording() as reads:
+        result = simulate(dataclasses.replace(loaded, variants=one))
+    return next(iter(result.variants.values())).summary(), reads | load_reads
+
+
+def run_name(scenario: str, variant: str, *overrides: str) -> str:
+    return " ".join((f"{scenario}:{variant}", *overrides))
+
+
+@functools.cache
+def variant_summary(scenario: str, variant: str, *overrides: str) -> dict[str, float]:
+    """metric -> value of one variant of a shipped scenario: its stored run where this code
+    made it, else a fresh one (stored when this file runs as a script)."""
+    return STORE.get(
+        run_name(scenario, variant, *overrides),
+        functools.partial(fresh_summary, scenario, variant, *overrides),
+    )
 
 
 class _Summaries:
@@ -504,10 +529,13 @@ def rewrite(drifts: list[Drift], root: Path = ROOT) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    track()  # the files the runs use key the stored runs
     found = check()
     for drift in found:
         print(drift)
     print(coverage())
+    STORE.save()
+    print(STORE)
     if "--write" in sys.argv[1:]:
         rewrite(found)
         print(f"rewrote {len(found)} figures")

@@ -14,10 +14,24 @@ below, so a quote moving from one subset to the other, or disappearing, fails he
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from quoted_figures import AZURE, MOONCAKE, NUM, QUOTES, Quote, check, coverage, rewrite
+from quoted_figures import (
+    AZURE,
+    MOONCAKE,
+    NUM,
+    QUOTES,
+    STORE,
+    Quote,
+    check,
+    coverage,
+    fresh_summary,
+    rewrite,
+)
+from quoted_runs import Store, code_key
 
 # quoted values per subset (update with the quotes: each count is a statement of coverage)
 IN_REPO_VALUES = 245
@@ -145,3 +159,75 @@ def test_a_quote_whose_input_is_absent_is_counted_and_its_text_still_checked(
     short = Quote("doc.md", rf"hit rate {NUM} %", (never, never), absent)
     with pytest.raises(AssertionError, match="has 1 numbers for 2 values"):
         check([short], tmp_path)
+
+
+# --- the stored runs (tests/quoted_runs.py) -----------------------------------------------
+
+
+def test_a_stored_run_is_read_only_while_what_it_used_is_unchanged(tmp_path: Path) -> None:
+    code, trace = tmp_path / "repo" / "sim" / "step.py", tmp_path / "trace.jsonl"
+    code.parent.mkdir(parents=True)
+    code.write_text("COST = 1\n")
+    trace.write_text("{}\n")
+    root, path = tmp_path / "repo", tmp_path / "repo" / "tests" / "runs.json"
+    path.parent.mkdir()
+    runs: list[str] = []
+
+    def run(value: float) -> Callable[[], tuple[dict[str, float], set[str]]]:
+        def compute() -> tuple[dict[str, float], set[str]]:
+            runs.append("ran")
+            return {"ttft_p50_s": value}, {"../trace.jsonl"}
+
+        return compute
+
+    store = Store(path, root)
+    store.files = ("sim/step.py",)  # what a tracked process would have recorded
+    assert store.get("a:b", run(1.5)) == {"ttft_p50_s": 1.5} and len(runs) == 1
+    store.save()
+    assert str(store) == (
+        "quoted runs: 0 read from runs.json, 1 run here "
+        "(stored again by: python tests/quoted_figures.py)"
+    )
+
+    again = Store(path, root)
+    assert again.get("a:b", run(9.0)) == {"ttft_p50_s": 1.5} and len(runs) == 1  # read back
+    assert (again.hits, again.misses) == (1, 0)
+    code_key.cache_clear()
+    code.write_text("COST = 2\n")  # the code changed: the run is repeated
+    assert Store(path, root).get("a:b", run(2.5)) == {"ttft_p50_s": 2.5} and len(runs) == 2
+    code_key.cache_clear()
+    code.write_text("COST = 1\n")
+    trace.write_text('{"t": 1}\n')  # the trace changed
+    assert Store(path, root).get("a:b", run(3.5)) == {"ttft_p50_s": 3.5} and len(runs) == 3
+    trace.unlink()  # or is gone
+    assert not Store(path, root).current("a:b")
+
+
+def _cheapest_stored(count: int) -> list[str]:
+    """The `count` stored in-repository runs that took least time to compute."""
+    runs = STORE.runs
+    local = [name for name in runs if not runs[name]["reads"]]
+    return sorted(local, key=lambda n: (runs[n].get("seconds", float("inf")), n))[:count]
+
+
+def test_stored_runs_are_what_this_core_computes_now() -> None:
+    """A few stored runs, repeated here (on the compiled core in CI): the same summary, number
+    for number. Where the store is not that of this code the runs are repeated by the checks
+    above anyway, and this says so."""
+    names = _cheapest_stored(4)
+    stale = [n for n in names if not STORE.current(n)]
+    if not names or stale:
+        pytest.skip(f"stored runs not of this code ({', '.join(stale) or 'none stored'}): "
+                    "python tests/quoted_figures.py stores them again")  # fmt: skip
+    for name in names:
+        scenario_variant, *overrides = name.split(" ")
+        scenario, variant = scenario_variant.split(":")
+        fresh, _ = fresh_summary(scenario, variant, *overrides)
+        stored = STORE.runs[name]["summary"]
+        assert fresh.keys() == stored.keys(), name
+        differ = {k: (fresh[k], stored[k]) for k in fresh if not _same(fresh[k], stored[k])}
+        assert not differ, (name, differ)
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))

@@ -32,7 +32,6 @@ on the one before it of its own type only).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -47,7 +46,7 @@ from sim.scenario.load import ScenarioSet, load_scenario_dict, source_of
 from sim.simulate import simulate
 from sim.whatif.autoscale_space import AutoscaleSpace, Candidate, candidates
 from sim.whatif.capacity import SLO
-from sim.whatif.sweep_backends import check_ray, ray_session, run_local, run_ray
+from sim.whatif.sweep_backends import check_ray, local_pool, ray_session, run_local, run_ray
 
 REPLACED = ("hardware", "cluster", "disaggregation")
 REPORTED = (
@@ -226,8 +225,8 @@ def autoscale_search(
     for c in cands:
         doc = _doc(raw, _auto_group(c), space.router, seed0)
         load_scenario_dict(doc, file=file, base_dir=Path(base_dir))
-    # one Ray start for every batch of the search
-    session = ray_session(address, workers) if backend == "ray" else contextlib.nullcontext()
+    # one Ray start, or one pool of local workers, for every batch of the search
+    session = ray_session(address, workers) if backend == "ray" else local_pool(workers)
     with session:
         return _search(raw, base_dir, seed0, cands, space, slos, seeds, verify, static_limit,
                        _runner(backend, workers, address, say))  # fmt: skip

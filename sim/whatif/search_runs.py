@@ -18,14 +18,14 @@ import hashlib
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sim.io.destination import mark_sweep_folder
 from sim.whatif.search_probe import Task, run_task
 from sim.whatif.search_records import check_record
-from sim.whatif.sweep_backends import Progress, ray_session, run_local, run_ray
+from sim.whatif.sweep_backends import Progress, local_pool, ray_session, run_local, run_ray
 from sim.whatif.sweep_store import write_atomic
 
 Result = dict[str, Any]
@@ -105,7 +105,8 @@ class Runner:
 
     @contextmanager
     def session(self) -> Iterator[None]:
-        with ray_session(self.address, self.workers) if self.backend == "ray" else nullcontext():
+        ray = self.backend == "ray"
+        with ray_session(self.address, self.workers) if ray else local_pool(self.workers):
             yield
 
     def run(self, tasks: list[Task], desc: str) -> dict[str, Result]:

@@ -7,6 +7,7 @@ finishes; the caller saves it at once, which is what makes an interrupted sweep 
 * local: a `ProcessPoolExecutor` with the "spawn" start method. Spawn costs an import of the
   simulator per worker (well under a second) but is safe after threads have started (Ray's, or a
   notebook's) and behaves the same on Linux and macOS. One worker runs in-process, without a pool.
+  A search runs several batches inside `local_pool`, which keeps one pool for all of them.
   A spawned worker normally re-imports the parent's `__main__` script, which in a plain script
   without an `if __name__ == "__main__":` guard runs the sweep again inside every worker (and
   breaks the pool). The runner never needs `__main__`, so workers are started with it hidden.
@@ -30,6 +31,7 @@ import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sim.errors import ScenarioError
@@ -105,6 +107,47 @@ def _main_hidden() -> Iterator[None]:
             main.__dict__.update(saved)
 
 
+@dataclass
+class _Held:
+    """The pool a `local_pool` block holds (started by the first batch that needs one)."""
+
+    workers: int
+    pool: ProcessPoolExecutor | None = None
+
+
+_held: list[_Held] = []
+
+
+@contextmanager
+def local_pool(workers: int) -> Iterator[None]:
+    """One pool of worker processes for every `run_local` call inside the block: a search runs
+    its points in several batches (candidates, probes, checks on other seeds), and a pool per
+    batch would start its workers, and import the simulator in each, once per batch. The pool
+    starts with the first batch that needs one and is shut down when the block ends."""
+    _held.append(_Held(workers))
+    try:
+        yield
+    finally:
+        pool = _held.pop().pool
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _spawned(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _pool(workers: int) -> tuple[ProcessPoolExecutor, bool]:
+    """A pool of at least `workers` processes and whether it is the held one (kept after the
+    batch)."""
+    if _held and _held[-1].workers >= workers:
+        held = _held[-1]
+        if held.pool is None:
+            held.pool = _spawned(held.workers)
+        return held.pool, True
+    return _spawned(workers), False
+
+
 def run_local(
     tasks: list[T], runner: Callable[[T], R], workers: int, on_result: Callable[[T, R], None]
 ) -> None:
@@ -112,8 +155,7 @@ def run_local(
         for task in tasks:
             on_result(task, runner(task))
         return
-    context = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+    pool, held = _pool(workers)
     pending: dict[Future[R], T] = {}
     try:
         with _main_hidden():  # the workers start during the first submit
@@ -125,15 +167,26 @@ def run_local(
     except KeyboardInterrupt:
         # points not started are dropped; the running ones would hold up the exit anyway (the
         # pool joins its workers), so wait for them and save them. A second Ctrl-C skips this.
-        pool.shutdown(wait=False, cancel_futures=True)
+        _cancel(pool, held, pending)
         for future, task in pending.items():
             if not future.cancelled() and future.exception() is None:
                 on_result(task, future.result())
         raise
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _cancel(pool, held, pending)
         raise
-    pool.shutdown(wait=True)
+    if not held:
+        pool.shutdown(wait=True)
+
+
+def _cancel(pool: ProcessPoolExecutor, held: bool, pending: dict[Future[R], T]) -> None:
+    """Drop the points not started: the batch's own pool is shut down; a held one keeps
+    running (its block shuts it down) and only this batch's futures are cancelled."""
+    if held:
+        for future in pending:
+            future.cancel()
+    else:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def check_ray(address: str | None) -> None:
