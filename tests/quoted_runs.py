@@ -52,6 +52,7 @@ def _ours(path: Path, root: Path = ROOT) -> str | None:
 # --- the files this process opened ----------------------------------------------------------
 
 _opened: set[str] = set()  # repository files, since `track()`
+_tracked_since: list[float] = []  # when `track()` was called
 _recording: list[set[str]] = []  # per open `recording()` block: files outside the repository
 
 
@@ -79,6 +80,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 def track() -> None:
     """Record from now on the files this process opens (a process that stores runs calls it
     before its first run; a check that only reads the store does not need it)."""
+    _tracked_since.append(time.time())
     sys.addaudithook(_audit)
 
 
@@ -184,6 +186,12 @@ class Store:
         if not self.misses and set(self.runs) == self.used:
             return
         files = tuple(sorted(set(self.files) | used_files(self.root)))
+        since = _tracked_since[0] if _tracked_since else float("inf")  # untracked: no runs read
+        changed = [f for f in files if (self.root / f).stat().st_mtime >= since]
+        if changed:  # the runs may have read the old content: a key of the new would lie
+            raise RuntimeError(
+                f"{', '.join(changed[:3])} changed while the runs ran: nothing stored, run again"
+            )
         runs = {}
         for name in sorted(self.used):
             run = self.runs[name]

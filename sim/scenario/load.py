@@ -40,6 +40,7 @@ from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.control_plane import AutoscaleSpec
+from sim.scenario.engine_limits import engine_limits
 from sim.scenario.engine_loop import resolve_engine_loop
 from sim.scenario.engine_preset import apply_engine_preset, scope_preset
 from sim.scenario.overrides import (
@@ -327,6 +328,11 @@ def _resolve(
         spec.hardware.pipeline_parallel,
     )  # fmt: skip
     overlapped = bool(looped.async_scheduling)
+    counted = spec.profile is None or spec.profile == "events"
+    unset_policy = spec.policy  # each group's limits are its own GPU's (engine_limits)
+    limited = _limits(unset_policy, spec, spec.hardware, counted, "policy", variant, override, file)
+    if limited is not spec.policy:
+        spec = spec.model_copy(update={"policy": limited})
     profile = _profile(
         spec.profile, spec.model, spec.hardware, base_dir, file, path, note, spec.engine.name,
         placed=model.placed, overlapped=overlapped,
@@ -338,8 +344,10 @@ def _resolve(
     for i, (role, group_name, g) in enumerate(spec.groups()):
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
         hw = g.hardware or spec.hardware
-        policy = g.policy or spec.policy
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
+        policy = _limits(
+            g.policy or unset_policy, spec, hw, counted, policy_key, variant, override, file
+        )
         speculative = policy.speculative
         # a draft model's weights take memory too, and every token has its KV in the draft
         draft_model = (
@@ -398,6 +406,24 @@ def _resolve(
         variant=name, spec=spec, profile=profile, base_dir=base_dir, raw=raw,
         groups=tuple(groups), model_figures=model, workload_plan=plan_of(spec.workload),
     )  # fmt: skip
+
+
+def _limits(
+    policy: Any, spec: Scenario, hw: HardwareSpec, counted: bool, key: str,
+    variant: str | None, override: dict[str, Any], file: str,
+) -> Any:  # fmt: skip
+    """`policy` with the limits it leaves unset taken from the engine (engine_limits)."""
+    try:
+        return engine_limits(policy, spec.engine.name, hw, counted)
+    except ValueError as exc:
+        where, note = _where(key, variant, override)
+        reason = str(exc.errors()[0]["msg"]) if isinstance(exc, ValidationError) else str(exc)
+        raise ScenarioError(
+            f"{reason.removeprefix('Value error, ')} (the unset limits are vLLM's defaults on "
+            f"{hw.name}: set them){note}",
+            file=file,
+            path=where,
+        ) from None
 
 
 def _tier_geometry(

@@ -86,6 +86,8 @@ def test_a_slow_client_and_a_vanished_one_leave_it_serving(server) -> None:  # t
         gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         gone.recv(100)  # streaming has begun
+    # the abort takes milliseconds; 10 s is the margin a busy machine may need, and only a
+    # handler that never ends uses it all
     deadline = time.monotonic() + 10
     while srv.inflight and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -152,6 +154,7 @@ def test_gauges_are_the_engine_state_at_the_scrape(server) -> None:  # type: ign
         return gauges, counted
 
     seen_running = 0
+    # scrape until the clients finish (seconds of paced streaming); 20 s only bounds a hang
     deadline = time.monotonic() + 20
     while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
         gauges, (running, waiting, blocks, ahead) = asyncio.run_coroutine_threadsafe(

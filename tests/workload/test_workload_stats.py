@@ -7,7 +7,6 @@ exclusive upper bound, swapped weights) fails.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +85,16 @@ def test_duration_count_matches_rate() -> None:
     assert abs(len(arrays) - 100_000) < 5 * np.sqrt(100_000)
 
 
-def test_million_requests_is_fast() -> None:
-    start = time.perf_counter()
+def test_a_million_requests_are_drawn_whole() -> None:
+    """A million requests in one draw, their lengths in bounds (how long it takes is
+    benchmarks/bench_sim.py's table "the workload alone", not a timed assertion here)."""
     arrays = draw(
         1_000_000,
         arrival={"process": "gamma", "rate": 4.0, "cv": 3.0},
         prompt_tokens={"dist": "lognormal", "median": 1000, "sigma": 1.0, "max": 8192},
         output_tokens={"dist": "uniform", "low": 1, "high": 1000},
     )
-    elapsed = time.perf_counter() - start
     assert len(arrays) == 1_000_000
-    assert elapsed < 3.0  # about 0.15 s here; the slack absorbs slow CI machines
+    assert arrays.prompt_tokens.min() >= 1 and arrays.prompt_tokens.max() <= 8192
+    assert arrays.output_tokens.min() >= 1 and arrays.output_tokens.max() <= 1000
+    assert np.all(np.diff(arrays.arrival_s) >= 0)
