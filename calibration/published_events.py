@@ -95,11 +95,24 @@ def model_fields(row: Any) -> dict[str, Any]:
     return out
 
 
+# InferenceX's SGLang launch scripts pass their own `--mem-fraction-static` (0.8 in its
+# benchmarks/dsr1_fp4_mi355x_docker.sh, for one; the rows do not carry it): the catalog's memory
+# stands in for it, stated, instead of SGLang's computed default (sim/scenario/engine_limits.py),
+# which a deployment that sets its own never runs with
+STATED_MEMORY = {"gpu_memory_utilization": 0.9, "activation_reserve_bytes": 2**30}
+
+
+def memory_fields(framework: str) -> dict[str, Any]:
+    """The KV memory a row's deployment is taken to run with (`STATED_MEMORY` for SGLang)."""
+    return dict(STATED_MEMORY) if "sglang" in framework else {}
+
+
 def hardware_fields(row: Any) -> dict[str, Any]:
     """`tp` GPUs: one tensor-parallel rank, or with DP attention `tp` ranks of one GPU, with
     expert parallelism over all of them where `ep` says so."""
     gpus, ep = int(row.tp), int(row.ep)
     out: dict[str, Any] = {"name": GPUS[row.gpu], "tensor_parallel": gpus}
+    out |= memory_fields(str(row.framework))
     if bool(row.dp_attention):
         out |= {"tensor_parallel": 1, "data_parallel": gpus}
     if ep > 1:

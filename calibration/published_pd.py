@@ -43,6 +43,7 @@ from calibration.published_events import (
     GPUS,
     MODELS,
     engine_version,
+    memory_fields,
     model_fields,
     policy_fields,
 )
@@ -74,7 +75,7 @@ def expressible_pd(row: Any) -> str | None:
 def _pool_hardware(row: Any, role: str) -> dict[str, Any]:
     workers = int(getattr(row, f"{role}_workers"))
     gpus = int(getattr(row, f"num_{role}_gpu")) // max(workers, 1)
-    out: dict[str, Any] = {"name": GPUS[row.gpu]}
+    out: dict[str, Any] = {"name": GPUS[row.gpu], **memory_fields(str(row.framework))}
     dp_attention = bool(getattr(row, f"{role}_dp_attention"))
     ep = int(getattr(row, f"{role}_ep"))
     if dp_attention:

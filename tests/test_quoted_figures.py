@@ -58,7 +58,7 @@ def test_the_subsets_are_the_pinned_ones() -> None:
     assert everything.checked >= IN_REPO_VALUES
 
 
-def test_figures_from_the_repository_match_a_fresh_run() -> None:
+def test_figures_from_the_repository_match_the_runs_of_this_code() -> None:
     drifts = check(IN_REPO)
     assert not drifts, _failure(drifts)
     assert coverage(IN_REPO).checked == IN_REPO_VALUES  # none of them can be skipped

@@ -40,7 +40,7 @@ from sim.inputs.messages import as_error, blamed_on, problems
 from sim.inputs.strict_yaml import load_yaml
 from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.control_plane import AutoscaleSpec
-from sim.scenario.engine_limits import engine_limits
+from sim.scenario.engine_limits import engine_limits, engine_memory
 from sim.scenario.engine_loop import resolve_engine_loop
 from sim.scenario.engine_preset import apply_engine_preset, scope_preset
 from sim.scenario.overrides import (
@@ -315,6 +315,10 @@ def _resolve(
             raise ScenarioError(exc.reason + note, file=file, path=where) from None
         raise
     spec = _validate(raw, file, variant, override)
+    counted = spec.profile is None or spec.profile == "events"
+    memory = engine_memory(spec.hardware, spec.engine.name, counted)
+    if memory is not spec.hardware:
+        spec = spec.model_copy(update={"hardware": memory})
     try:
         model = resolve_model(spec.model, spec.hardware)
     except LayoutProblem as exc:
@@ -328,7 +332,6 @@ def _resolve(
         spec.hardware.pipeline_parallel,
     )  # fmt: skip
     overlapped = bool(looped.async_scheduling)
-    counted = spec.profile is None or spec.profile == "events"
     unset_policy = spec.policy  # each group's limits are its own GPU's (engine_limits)
     limited = _limits(unset_policy, spec, spec.hardware, counted, "policy", variant, override, file)
     if limited is not spec.policy:
@@ -344,6 +347,8 @@ def _resolve(
     for i, (role, group_name, g) in enumerate(spec.groups()):
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
         hw = g.hardware or spec.hardware
+        if g.hardware is not None:  # the scenario's hardware has the engine's memory already
+            hw = engine_memory(hw, spec.engine.name, counted)
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
         policy = _limits(
             g.policy or unset_policy, spec, hw, counted, policy_key, variant, override, file
@@ -414,7 +419,7 @@ def _limits(
 ) -> Any:  # fmt: skip
     """`policy` with the limits it leaves unset taken from the engine (engine_limits)."""
     try:
-        return engine_limits(policy, spec.engine.name, hw, counted)
+        return engine_limits(policy, spec.engine.name, hw, counted, spec.model)
     except ValueError as exc:
         where, note = _where(key, variant, override)
         reason = str(exc.errors()[0]["msg"]) if isinstance(exc, ValidationError) else str(exc)

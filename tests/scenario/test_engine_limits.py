@@ -1,7 +1,8 @@
-"""The batch limits a scenario leaves unset are its engine's: `vllm serve`'s defaults on the
-scenario's GPU under the default step model (8192 tokens and 1024 sequences on a GPU of 70 GiB
-or more that is not an A100, else 2048 and 256), the schema's under `roofline` and for the
-engines whose defaults are not modelled; limits the scenario gives are kept."""
+"""The batch limits and KV memory a scenario leaves unset are its engine's under the default
+step model: `vllm serve`'s limits on the scenario's GPU (8192 tokens and 1024 sequences on a GPU
+of 70 GiB or more that is not an A100, else 2048 and 256), SGLang's chunk, request limit and
+static memory fraction; the schema's under `roofline` and for the engines whose defaults are
+not modelled. What the scenario gives is kept."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import pytest
 from scenario_factory import chunked, continuous, poisson, scenario, static
 
+from sim.costs.catalog import HardwareSpec
 from sim.errors import ScenarioError
+from sim.scenario.engine_limits import sglang_memory_fraction, sglang_sizes
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
@@ -43,7 +46,8 @@ def test_given_limits_are_kept_and_seats_never_exceed_the_budget() -> None:
 
 def test_roofline_and_other_engines_keep_the_schema_defaults() -> None:
     assert limits(profile="roofline") == (2048, 256)
-    assert limits(engine={"name": "sglang"}) == (2048, 256)
+    assert limits(profile="roofline", engine={"name": "sglang"}) == (2048, 256)
+    assert limits(engine={"name": "trt-llm"}) == (2048, 256)
     assert limits(profile="events") == (8192, 1024)  # the counted model, named
     assert limits(engine={"name": "vllm"}) == (8192, 1024)
     raw = scenario(workload=poisson(20, 2.0, 200, 20), model="llama-3-8b", hardware="h100-sxm",
@@ -78,3 +82,44 @@ def test_a_seat_limit_above_the_default_budget_names_the_field() -> None:
                    policy=chunked(max_num_seqs=16384), profile=None)  # fmt: skip
     with pytest.raises(ScenarioError, match="max_num_seqs"):
         load_scenario_dict(raw)
+
+
+def gpu(name: str, **fields: Any) -> HardwareSpec:
+    return HardwareSpec.model_validate({"name": name, **fields})
+
+
+def test_sglang_sizes_by_gpu_memory_as_its_server_args_do() -> None:
+    # (chunked_prefill_size, cuda_graph_max_bs): RTX 4090 24 GiB, L40S 45 GiB, H100 80, H200 141,
+    # B200 179; the graph size at TP 4 or more is the larger one
+    assert sglang_sizes(gpu("rtx-4090")) == (2048, 24)
+    assert sglang_sizes(gpu("l40s")) == (4096, 32)
+    assert sglang_sizes(gpu("h100-sxm")) == (8192, 256)
+    assert sglang_sizes(gpu("h100-sxm", tensor_parallel=4)) == (8192, 512)
+    assert sglang_sizes(gpu("h200")) == (8192, 256)
+    assert sglang_sizes(gpu("b200")) == (16384, 512)
+
+
+def test_sglang_static_memory_fraction_by_hand() -> None:
+    # H100 (81,559 MiB), TP 1: 512 + 1.5 x 8192 + 2 x 256 + 1024 / 8 = 13,440 MiB reserved
+    assert sglang_memory_fraction(gpu("h100-sxm")) == round((81559 - 13440) / 81559, 3)
+    # TP 8: graphs up to 512 and 1 GiB for the group: 512 + 12288 + 1024 + 1024 = 14,848
+    assert sglang_memory_fraction(gpu("h100-sxm", tensor_parallel=8)) == round(
+        (81559 - 14848) / 81559, 3
+    )
+    # L40S (46,068 MiB, under 60 GiB: no 10 GiB floor): 512 + 6144 + 64 + 128 = 6,848
+    assert sglang_memory_fraction(gpu("l40s")) == round((46068 - 6848) / 46068, 3)
+
+
+def test_sglang_takes_its_memory_chunk_and_request_limit() -> None:
+    raw = scenario(workload=poisson(20, 2.0, 200, 20), model="llama-3-8b", hardware="h100-sxm",
+                   policy=continuous(), profile=None, engine={"name": "sglang"})  # fmt: skip
+    (variant,) = load_scenario_dict(raw).variants
+    (group,) = variant.groups
+    assert variant.spec.hardware.gpu_memory_utilization == 0.835
+    assert variant.spec.hardware.activation_reserve_bytes == 0  # inside SGLang's fraction
+    # its request pool: min(max(KV tokens / 8192 x 512, 2048), 4096) -> 4096
+    assert (group.policy.max_num_batched_tokens, group.policy.max_num_seqs) == (16384, 4096)
+    vllm = load_scenario_dict({**raw, "engine": {"name": "vllm"}}).variants[0].groups[0]
+    assert group.figures.kv_blocks < vllm.figures.kv_blocks  # 0.835 of the GPU against 0.9
+    given = {**raw, "hardware": {"name": "h100-sxm", "gpu_memory_utilization": 0.7}}
+    assert load_scenario_dict(given).variants[0].spec.hardware.gpu_memory_utilization == 0.7
