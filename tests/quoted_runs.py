@@ -51,7 +51,7 @@ def _ours(path: Path, root: Path = ROOT) -> str | None:
 
 # --- the files this process opened ----------------------------------------------------------
 
-_opened: set[str] = set()  # repository files, since `track()`
+_opened: set[str] = set()  # repository files opened inside a `recording()` since `track()`
 _tracked_since: list[float] = []  # when `track()` was called
 _recording: list[set[str]] = []  # per open `recording()` block: files outside the repository
 
@@ -67,11 +67,13 @@ def _external(path: Path) -> bool:
 def _audit(event: str, args: tuple[Any, ...]) -> None:
     if event != "open" or not isinstance(args[0], (str, os.PathLike)):
         return
+    if not _recording:  # only what a run opens: not the documents a check reads
+        return
     path = Path(os.path.abspath(os.fsdecode(args[0])))
     ours = _ours(path)
     if ours is not None:
         _opened.add(ours)
-    elif _recording and _external(path):
+    elif _external(path):
         for reads in _recording:
             reads.add(os.path.relpath(path, ROOT))
 
@@ -97,8 +99,8 @@ def recording() -> Iterator[set[str]]:
 
 
 def used_files(root: Path = ROOT) -> set[str]:
-    """The repository files this process used: the modules it imported and the files it
-    opened."""
+    """The repository files this process's runs used: the modules it imported and the files
+    opened inside `recording()` blocks."""
     files = set(_opened)
     for module in list(sys.modules.values()):
         name = getattr(module, "__file__", None)
