@@ -17,9 +17,10 @@ stretches one late request's effect; GuideLLM's is within 1.1 ms).
 
 A client's time is its own and moves with the machine's load: a run that misses is run once
 more, and both runs are printed (CI runs these tests alone, after the suites). Every request
-the server served is accounted for by its id (the X-Request-Id a client sends): one a loaded
-client left out of its result file is named and the rest compared, not counted as a mismatch;
-a client whose file lacks requests and whose ids the server does not know misses, and runs
+the server served is accounted for by its id (the X-Request-Id a client sends; for a client
+that sends none, by the order and output lengths of its requests, which vary, where they match
+one way only): one a loaded client left out of its result file is named and the rest compared,
+not counted as a mismatch; a client whose dropped requests cannot be named misses, and runs
 again. A request the server failed fails the test at once.
 
 The clients live in a venv of their own (they pull transformers and friends, which batchsim does
@@ -178,6 +179,30 @@ def accounted(
     return kept[[i in theirs for i in ours]], dropped
 
 
+def aligned(theirs: list[int], ours: list[int]) -> list[int] | None:
+    """Where a client that sends no request id dropped requests from its file: the positions in
+    the server's record (arrival order) of the client's requests (its own arrival order),
+    matched by output length (they vary); None unless the client's lengths are the server's
+    with some left out, matched one way only (the earliest and the latest match agree)."""
+
+    def earliest(a: list[int], b: list[int]) -> list[int] | None:
+        out, j = [], 0
+        for length in a:
+            while j < len(b) and b[j] != length:
+                j += 1
+            if j == len(b):
+                return None
+            out.append(j)
+            j += 1
+        return out
+
+    first = earliest(theirs, ours)
+    last = earliest(theirs[::-1], ours[::-1])
+    if first is None or last is None:
+        return None
+    return first if first == [len(ours) - 1 - j for j in last[::-1]] else None
+
+
 def compare(measured_file: Path, results_parent: Path, warmup: int = 0) -> list[str]:
     """Each metric's (measured, simulated) p50 and p90, printed; the misses of the agreement.
     The server's first `warmup` arrivals were the client's warm-up, which it does not report."""
@@ -189,10 +214,15 @@ def compare(measured_file: Path, results_parent: Path, warmup: int = 0) -> list[
     assert len(simulated) == COUNT + warmup
     kept = np.arange(warmup, len(simulated))
     kept, dropped = accounted(measured.request_id, simulated.request_id, kept)
-    if dropped is not None:  # the client's file lacks requests the server served
-        if not len(kept):  # no request of its file is known by id: nothing to compare
+    if dropped is not None and not len(kept):  # ids unknown: matched by output length
+        every = np.arange(warmup, len(simulated))
+        where = aligned(measured.output_tokens.tolist(), simulated.output_tokens[every].tolist())
+        if where is None:
             return [f"{measured.format} reported {len(measured)} of {COUNT} requests, its "
-                    "ids unknown to the server"]  # fmt: skip
+                    "ids unknown to the server and its lengths matching no one way"]  # fmt: skip
+        kept = every[where]
+        dropped = [str(simulated.request_id[i]) for i in sorted(set(every) - set(kept))]
+    if dropped is not None:  # the client's file lacks requests the server served
         print(f"{measured.format} dropped from its file {len(dropped)} request(s) the server "
               f"served: {', '.join(dropped)}; compared on the other {len(kept)}")  # fmt: skip
     # the filler is counted as simulated: the same output lengths, which vary
@@ -256,3 +286,13 @@ def test_a_request_the_client_dropped_is_named_not_counted_as_a_mismatch() -> No
     # a client whose ids are not the server's: nothing can be matched (a miss, run again)
     unknown, none_known = accounted(np.array(["0", "1", "2"], dtype=object), server, kept)
     assert none_known == [] and not len(unknown)
+
+
+def test_a_client_without_ids_has_its_dropped_request_named_by_its_lengths() -> None:
+    # the server's record in arrival order; the client's file lacks the third request
+    server = [40, 71, 55, 90, 63]
+    assert aligned([40, 71, 90, 63], server) == [0, 1, 3, 4]
+    assert aligned(server, server) == [0, 1, 2, 3, 4]
+    # two equal lengths side by side: which one was dropped is ambiguous, so nothing is named
+    assert aligned([40, 55, 90], [40, 55, 55, 90]) is None
+    assert aligned([40, 99], server) is None  # a length the server never served
