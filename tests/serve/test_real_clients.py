@@ -15,8 +15,12 @@ wire (its `http_req_sending`), which no server sees; with 32 requests that is th
 measured 5-9 ms over the server's record (its p90 falls between two clusters of TTFT, which
 stretches one late request's effect; GuideLLM's is within 1.1 ms).
 
-A client's time is its own and moves with the machine's load: a run that misses is run once
-more, and both runs are printed (CI runs these tests alone, after the suites). Every request
+A client's time is its own and moves with the machine's load: on a machine with more runnable
+work than cores (runnable tasks per core while the client runs, `contention()`, printed with
+each run) the TTFT allowances grow by that factor, since the client's send path waits for a
+core that much longer. TPOT and E2E keep their 2 %: a loaded machine moved them under 1 %. A
+run that misses is run once more, and both runs are printed (CI runs these tests alone, after
+the suites, above other work in priority). Every request
 the server served is accounted for by its id (the X-Request-Id a client sends; for a client
 that sends none, by the order and output lengths of its requests, which vary, where they match
 one way only): one a loaded client left out of its result file is named and the rest compared,
@@ -37,6 +41,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -179,6 +184,36 @@ def accounted(
     return kept[[i in theirs for i in ours]], dropped
 
 
+@contextmanager
+def contention() -> Iterator[list[float]]:
+    """Runnable work per core while the block runs, at least 1 (one value in the list when it
+    ends): how long a runnable client waits for a core grows with it. Sampled every 0.1 s from
+    the kernel's count of runnable tasks (/proc/loadavg; the sampler itself not counted), else
+    the one-minute load average."""
+    cores = os.cpu_count() or 1
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.1):
+            try:
+                runnable = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+            except (OSError, ValueError, IndexError):
+                return
+            samples.append(max(runnable - 1, 0))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out: list[float] = []
+    try:
+        yield out
+    finally:
+        stop.set()
+        sampler.join()
+        busy = sum(samples) / len(samples) if samples else os.getloadavg()[0]
+        out.append(max(1.0, busy / cores))
+
+
 def aligned(theirs: list[int], ours: list[int]) -> list[int] | None:
     """Where a client that sends no request id dropped requests from its file: the positions in
     the server's record (arrival order) of the client's requests (its own arrival order),
@@ -203,7 +238,9 @@ def aligned(theirs: list[int], ours: list[int]) -> list[int] | None:
     return first if first == [len(ours) - 1 - j for j in last[::-1]] else None
 
 
-def compare(measured_file: Path, results_parent: Path, warmup: int = 0) -> list[str]:
+def compare(
+    measured_file: Path, results_parent: Path, warmup: int = 0, busy: float = 1.0
+) -> list[str]:
     """Each metric's (measured, simulated) p50 and p90, printed; the misses of the agreement.
     The server's first `warmup` arrivals were the client's warm-up, which it does not report."""
     measured = read_measured(measured_file)
@@ -237,10 +274,12 @@ def compare(measured_file: Path, results_parent: Path, warmup: int = 0) -> list[
         for q, g, w in zip((50, 90), got, want, strict=True):
             table[f"{metric} p{q}"] = (g, w)
             allowed = max(REL * w, TTFT_TAIL_S if (metric, q) == ("ttft_s", 90) else ABS_S)
+            if metric == "ttft_s":  # the client's own send path waits for a core
+                allowed *= busy
             if abs(g - w) > allowed:
                 misses.append(f"{metric} p{q}: measured {g * 1e3:.2f} ms, simulated "
                               f"{w * 1e3:.2f} ms")  # fmt: skip
-    print(json.dumps({"client": measured.format}
+    print(json.dumps({"client": measured.format, "contention": round(busy, 2)}
                      | {k: [round(v * 1e3, 3) for v in gw] for k, gw in table.items()}))
     return misses
 
@@ -255,9 +294,9 @@ def test_a_real_client_measures_what_the_server_simulated(tool: str, tmp_path: P
         out = tmp_path / f"run{attempt}"
         out.mkdir()
         results = out / "results"
-        with served(results) as port:
+        with served(results) as port, contention() as busy:
             file = runner(port, out)
-        runs.append(compare(file, results, warmup))
+        runs.append(compare(file, results, warmup, busy[0]))
         if not runs[-1]:
             return
     pytest.fail(f"{tool} missed the agreement in both runs: {runs}")
