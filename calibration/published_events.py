@@ -54,12 +54,48 @@ def expressible(row: Any) -> str | None:
     if bool(row.disagg):
         return "prefill/decode-disaggregated (multi-node pools)"
     if str(row.spec_decoding) != "none":
-        return "speculative decoding (MTP) acceptance not published"
+        return "speculative decoding (MTP): judged by calibration.published_pd, not fitted"
     if row.framework not in ENGINES:
         return f"engine {row.framework}"
     if row.model_key not in MODELS or row.gpu not in GPUS:
         return "model or GPU outside the catalog"
     return None
+
+
+# DeepSeek-R1's multi-token prediction as the rows' deployments run it. Draft tokens per step,
+# from their launch scripts: TensorRT-LLM 3 (InferenceX benchmarks/dsr1_*_trt_mtp.sh: 1 with
+# data-parallel attention; .github/configs/nvidia-master.yaml DECODE_MTP_SIZE 3 for Dynamo-TRT,
+# 1 only at its two highest-concurrency layouts), SGLang 1 on MI355X (billishyahao/sglang_disagg
+# sglang_disagg_server.sh `--speculative-num-steps 1`), SGLang alone 2 on B200 and 3 on MI355X
+# (InferenceX benchmarks/dsr1_fp8_b200_mtp.sh, dsr1_fp8_mi355x_mtp.sh), 3 for any other engine.
+# Acceptance by position, each given the ones before: the rows publish no acceptance, but their
+# streamed chunks count it. A chunk carries the tokens of `stream_interval` steps, so a row's
+# mean ITL over its mean TPOT is the tokens per chunk; over the same deployment's chunk without
+# MTP (Dynamo-TRT 19.8 tokens, SGLang on MI355X 1.0) it is the tokens each step emits. The
+# training rows give 1.76 per step with one draft (TensorRT-LLM, NVFP4 experts: 6 points),
+# 1.93 with one draft (SGLang, FP8: 29 points) and 2.32 with three (TensorRT-LLM: 24 points,
+# 2.31 at 1k prompts and 2.44 at 8k): first-position rates 0.76 and 0.93, and 0.50 for each
+# later position (1 + 0.76 + 0.76 * 0.5 + 0.76 * 0.5^2 = 2.33). A count, not a timing fit.
+MTP_FIRST_RATE = {"trt-llm": 0.76, "sglang": 0.93}
+MTP_LATER_RATE = 0.5
+
+
+def mtp_tokens(framework: str, gpu: str, dp_attention: bool) -> int:
+    """Draft tokens per step the row's deployment ran MTP with (`MTP_FIRST_RATE`'s note)."""
+    if framework == "trt":
+        return 1 if dp_attention else 3
+    if framework == "sglang-disagg":
+        return 1
+    if framework == "sglang" and gpu in ("b200", "gb200"):
+        return 2
+    return 3
+
+
+def mtp_speculation(engine: str, tokens: int) -> dict[str, Any]:
+    """`policy.speculative` of an MTP row: `tokens` drafts at the stated rates by position."""
+    first = MTP_FIRST_RATE.get(engine, MTP_FIRST_RATE["trt-llm"])
+    rates = [first] + [MTP_LATER_RATE] * (tokens - 1)
+    return {"method": "mtp", "num_speculative_tokens": tokens, "acceptance": {"rate": rates}}
 
 
 def cold_started(row: Any) -> bool:
@@ -80,7 +116,7 @@ def weight_dtype(row: Any) -> str:
 
 
 def model_fields(row: Any) -> dict[str, Any]:
-    """The scenario's `model:` (Llama ran with an fp8 KV cache; the MoE rows with bf16).
+    """The scenario's `model:`, its KV cache in the dtype the deployment ran (`kv_dtype`).
 
     The FP4 DeepSeek-R1 checkpoints (nvidia/DeepSeek-R1-FP4, amd/DeepSeek-R1-MXFP4) quantize
     the routed experts to FP4 and keep attention, dense layers and shared experts in FP8; the
@@ -91,20 +127,42 @@ def model_fields(row: Any) -> dict[str, Any]:
         out |= {"weight_dtype": "fp8", "expert_weight_dtype": weight_dtype(row)}
     elif row.model_key != "gptoss":
         out["weight_dtype"] = weight_dtype(row)
-    out["kv_dtype"] = "fp8" if row.model_key == "llama70b" else "bf16"
+    out["kv_dtype"] = kv_dtype(row)
     return out
 
 
-# InferenceX's SGLang launch scripts pass their own `--mem-fraction-static` (0.8 in its
-# benchmarks/dsr1_fp4_mi355x_docker.sh, for one; the rows do not carry it): the catalog's memory
-# stands in for it, stated, instead of SGLang's computed default (sim/scenario/engine_limits.py),
-# which a deployment that sets its own never runs with
+def kv_dtype(row: Any) -> str:
+    """The KV cache's dtype as the row's launch script set it (InferenceX benchmarks/*.sh of the
+    rows' dates): fp8 for Llama (`--kv-cache-dtype fp8`, the README), for TensorRT-LLM
+    (`kv_cache_config: dtype: fp8`) but gpt-oss on Hopper (`auto`), for ATOM (`--kv_cache_dtype
+    fp8`), for SGLang's DeepSeek-R1 on B200 and in FP4 on MI355X (`--kv-cache-dtype fp8_e4m3`),
+    and for the disaggregated pools (Dynamo's and InferenceX's SGLang recipes,
+    billishyahao/sglang_disagg); else the checkpoint's bf16 (SGLang's DeepSeek-R1 on H200,
+    MI300X and in FP8 on MI355X; vLLM's gpt-oss: its B200 script set fp8 only from 2026-01)."""
+    framework, gpu = str(row.framework), str(row.gpu)
+    if row.model_key == "llama70b" or framework == "atom" or bool(getattr(row, "disagg", False)):
+        return "fp8"
+    if framework == "trt":
+        return "bf16" if row.model_key == "gptoss" and gpu in ("h100", "h200") else "fp8"
+    if framework == "sglang" and row.model_key == "dsr1":
+        fp8 = gpu in ("b200", "gb200") or (gpu == "mi355x" and row.precision == "fp4")
+        return "fp8" if fp8 else "bf16"
+    return "bf16"
+
+
+# InferenceX's SGLang and TensorRT-LLM launch scripts pass their own memory share
+# (`--mem-fraction-static` 0.8 in its benchmarks/dsr1_fp4_mi355x_docker.sh; `free_gpu_memory_
+# fraction` 0.8 in dsr1_*_trt_mtp.sh, DECODE_GPU_MEM_FRACTION 0.6-0.9 for Dynamo; the rows do not
+# carry it): the catalog's memory stands in for it, stated, instead of the engine's computed
+# default (sim/scenario/engine_limits.py), which a deployment that sets its own never runs with
 STATED_MEMORY = {"gpu_memory_utilization": 0.9, "activation_reserve_bytes": 2**30}
 
 
 def memory_fields(framework: str) -> dict[str, Any]:
-    """The KV memory a row's deployment is taken to run with (`STATED_MEMORY` for SGLang)."""
-    return dict(STATED_MEMORY) if "sglang" in framework else {}
+    """The KV memory a row's deployment is taken to run with (`STATED_MEMORY` for SGLang and
+    TensorRT-LLM)."""
+    stated = "sglang" in framework or framework in ("trt", "dynamo-trt")
+    return dict(STATED_MEMORY) if stated else {}
 
 
 def hardware_fields(row: Any) -> dict[str, Any]:
@@ -355,6 +413,8 @@ __all__ = [
     "evaluate",
     "expressible",
     "inline_profile",
+    "mtp_speculation",
+    "mtp_tokens",
     "point_counts",
     "point_rows",
     "rows_for",

@@ -1,7 +1,8 @@
 """Published prefill/decode-disaggregated and MTP deployments as scenarios, and their errors.
 
-The training file's rows that one instance cannot reproduce (`calibration.published_events.
-expressible`): Dynamo with TensorRT-LLM or SGLang on GB200 NVL72 racks, and SGLang's own
+The training file's rows the step model's fit leaves out (`calibration.published_events.
+expressible`): MTP rows of one instance (the fit's scenario with the deployment's speculation),
+and Dynamo with TensorRT-LLM or SGLang on GB200 NVL72 racks, and SGLang's own
 disaggregation on MI355X, some with DeepSeek-R1's multi-token prediction (MTP). Each becomes a
 `disaggregation:` scenario: a prefill pool of `prefill_workers` instances and a decode pool of
 `decode_workers`, each instance `num_*_gpu / *_workers` GPUs laid out as the row says
@@ -12,10 +13,9 @@ Not fitted: a pool's step depends on the other's through the clients' loop, so a
 linear function of the unit costs; these points judge the default step model (the shipped unit
 costs) on deployments it never saw. Stated assumptions, since the rows do not publish them:
 
-- MTP: three speculative tokens (`num_nextn_predict_layers: 3`, TensorRT-LLM's and SGLang's
-  DeepSeek-R1 recipes), accepted at 0.85, 0.7 and 0.55 by position (the DeepSeek-V3 report
-  gives 85-90 % for the first; each further step of the one reused module a little less): an
-  acceptance length of about 2.7 tokens.
+- MTP: the draft tokens each deployment's launch script sets and the acceptance by position
+  that the training rows' streamed chunks count (`calibration.published_events.mtp_tokens`,
+  `MTP_FIRST_RATE`: about 2.3 tokens a step with three drafts, 1.76-1.93 with one).
 - KV transfer: over NVLink inside a GB200 NVL72 rack (NIXL; 0.8 of a GPU's 900 GB/s one way),
   over each GPU's 400 Gb/s NIC between MI355X nodes (0.8 of 50 GB/s); one link per prefill GPU.
 - Scheduling: each pool runs its engine's policy (`published_events.policy_fields`), prefill
@@ -45,7 +45,10 @@ from calibration.published_events import (
     engine_version,
     memory_fields,
     model_fields,
+    mtp_speculation,
+    mtp_tokens,
     policy_fields,
+    scenario,
 )
 from sim.errors import ScenarioError
 from sim.scenario.engine_loop import async_by_default
@@ -55,8 +58,6 @@ ROOT = Path(__file__).resolve().parents[1]
 UNIT_COSTS = ROOT / "sim/costs/unit_costs.yaml"
 TRAINING_NAME = {v: k for k, v in TRAINING_ENGINES.items()}  # trt-llm -> trt
 ENGINES_PD = {"dynamo-trt": "trt-llm", "dynamo-sglang": "sglang", "sglang-disagg": "sglang"}
-MTP_TOKENS = 3
-MTP_ACCEPTANCE = [0.85, 0.7, 0.55]
 LINK_GB_PER_S = {"gb200": 0.8 * 900.0, "mi355x": 0.8 * 50.0}
 LINK_LATENCY_S = {"gb200": 5e-6, "mi355x": 10e-6}
 
@@ -64,7 +65,13 @@ LINK_LATENCY_S = {"gb200": 5e-6, "mi355x": 10e-6}
 def expressible_pd(row: Any) -> str | None:
     """Why a disaggregated or MTP row cannot be mapped, or None."""
     if not bool(row.disagg):
-        return "not disaggregated: calibration.published_events maps it"
+        if str(row.spec_decoding) != "mtp":
+            return "one instance without speculation: calibration.published_events maps it"
+        if row.framework not in TRAINING_ENGINES:
+            return f"engine {row.framework}"
+        if row.model_key not in MODELS or row.gpu not in GPUS:
+            return "model or GPU outside the catalog"
+        return None
     if row.framework not in ENGINES_PD:
         return f"engine {row.framework}"
     if row.model_key not in MODELS or row.gpu not in GPUS or row.gpu not in LINK_GB_PER_S:
@@ -93,7 +100,10 @@ WAVES = 4  # requests per client: the steady state of a closed loop, in a few mi
 
 
 def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, Any]:
-    """The scenario that reproduces one disaggregated (and maybe MTP) point."""
+    """The scenario that reproduces one disaggregated (and maybe MTP) point, or one instance's
+    MTP point (the fit's scenario with the deployment's speculation, as a user writes it)."""
+    if not bool(row.disagg):
+        return _single_mtp(row, profile, waves)
     conc = int(row.conc)
     ratio = float(row.random_range_ratio)
     name = ENGINES_PD[row.framework]
@@ -110,11 +120,8 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
     as_row = SimpleNamespace(framework=TRAINING_NAME[name], conc=row.conc)
     decode_policy = dict(policy_fields(as_row))
     if speculative:
-        decode_policy["speculative"] = {
-            "method": "mtp",
-            "num_speculative_tokens": MTP_TOKENS,
-            "acceptance": {"rate": list(MTP_ACCEPTANCE)},
-        }
+        tokens = mtp_tokens(str(row.framework), str(row.gpu), bool(row.decode_dp_attention))
+        decode_policy["speculative"] = mtp_speculation(name, tokens)
     prefill_policy = dict(policy_fields(as_row))
 
     def lengths(nominal: int) -> dict[str, Any]:
@@ -161,6 +168,27 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
     return raw
 
 
+def _single_mtp(row: Any, profile: Any, waves: int) -> dict[str, Any]:
+    """One instance's MTP point: `published_events.scenario` with the deployment's drafts."""
+    raw = scenario(row, profile=profile)
+    if profile is None:
+        del raw["profile"]  # as a user writes it
+    name = raw["engine"]["name"]
+    raw["workload"]["num_requests"] = waves * int(row.conc)
+    tokens = mtp_tokens(str(row.framework), str(row.gpu), bool(row.dp_attention))
+    raw["policy"]["speculative"] = mtp_speculation(name, tokens)
+    if name == "sglang":  # SGLang turns its overlap off with speculative decoding
+        raw["engine"]["async_scheduling"] = False
+    return raw
+
+
+def gpus_of(row: Any) -> int:
+    """The GPUs a point's throughput divides by: every prefill and decode GPU, or the TP."""
+    if bool(row.disagg):
+        return int(row.num_prefill_gpu) + int(row.num_decode_gpu)
+    return int(row.tp)
+
+
 def pd_errors(row: Any, waves: int = WAVES) -> dict[str, float]:
     """Simulate the point with the default step model; signed errors in % (simulated /
     measured - 1) of throughput per GPU (every prefill and decode GPU), mean TPOT and TTFT.
@@ -170,9 +198,9 @@ def pd_errors(row: Any, waves: int = WAVES) -> dict[str, float]:
     summary = result.summary()
     done = result.requests[~result.requests["rejected"]]
     tokens = float(done["num_prompt_tokens"].sum() + done["num_output_tokens"].sum())
-    gpus = int(row.num_prefill_gpu) + int(row.num_decode_gpu)
-    tput = tokens / float(summary["duration_s"]) / gpus
-    ttft = float(summary["ttft_mean_s"]) + frontend_s(ENGINES_PD[row.framework])
+    tput = tokens / float(summary["duration_s"]) / gpus_of(row)
+    engine = ENGINES_PD.get(row.framework) or TRAINING_ENGINES[row.framework]
+    ttft = float(summary["ttft_mean_s"]) + frontend_s(engine)
     return {
         "tput_err": (tput / float(row.tput_per_gpu) - 1) * 100,
         "tpot_err": (float(summary["tpot_mean_s"]) / float(row.tpot_mean_s) - 1) * 100,
@@ -200,9 +228,12 @@ JUDGED = ROOT / "calibration/training/pd_judged.csv"
 
 
 def _label(row: Any) -> str:
-    return (f"{row.framework} {row.gpu} {row.model_key} {row.precision} {row.isl}/{row.osl} "
-            f"mtp={row.spec_decoding} P{int(row.prefill_workers)}x{int(row.num_prefill_gpu)} "
-            f"D{int(row.decode_workers)}x{int(row.num_decode_gpu)}")  # fmt: skip
+    head = f"{row.framework} {row.gpu} {row.model_key} {row.precision} {row.isl}/{row.osl}"
+    if not bool(row.disagg):
+        return f"{head} mtp={row.spec_decoding} TP{int(row.tp)} EP{int(row.ep)}" + (
+            " DP-attention" if bool(row.dp_attention) else "")
+    return (f"{head} mtp={row.spec_decoding} P{int(row.prefill_workers)}x"
+            f"{int(row.num_prefill_gpu)} D{int(row.decode_workers)}x{int(row.num_decode_gpu)}")
 
 
 def _judge(fields: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,10 @@ unit cost:
   expert parallelism under tensor-parallel attention runs no all-to-all (every rank holds every
   token; the second all-reduce combines the experts' outputs); data-parallel attention with
   expert parallelism dispatches and combines once each per MoE layer (`dispatch_s[vendor]`,
-  growing past 8 GPUs as DeepEP's published latencies do: `exchange_growth`);
+  growing past 8 GPUs as DeepEP's published latencies do: `exchange_growth`); beyond the
+  GPU's scale-up domain (8 GPUs of an HGX or MI355X node; 72 of a GB200 NVL72) the share of the
+  bytes bound for other nodes crosses each GPU's scale-out NIC, whichever link is slower
+  setting the time, plus the NIC's latency per exchange (as `sim.costs.parallel` prices it);
 * **bytes and FLOPs**: weight and expert reads over HBM at `stream_eff[gen/storage]` (weight
   streaming at decode sizes; each packed 4-bit block format streams apart from plain
   bf16/fp16/fp8 weights),
@@ -404,7 +407,15 @@ def _expert_basis(out: Basis, model: ModelSpec, hw: HardwareSpec, engine: str) -
             unit_key("allreduce_peer_s", hw, engine),
             2.0 * layers * max(g - 2, 0),
         )
-    _add(out, "t_exchange_s_per_token", "const", per_token / one_way)
+    seconds_per_byte = 1 / one_way
+    domain = hw.scaleup_domain_gpus
+    if g > domain:  # part of each exchange leaves the NVLink / Infinity Fabric domain
+        assert hw.scaleout_bandwidth_bytes_per_s is not None  # check_parallelism
+        outside = (g - domain) / (g - 1)
+        scaleout = hw.scaleout_bandwidth_bytes_per_s * LINK_EFFICIENCY
+        seconds_per_byte = max((1 - outside) / one_way, outside / scaleout)
+        _add(out, "t_exchange_s", "const", 2.0 * layers * hw.scaleout_latency_s)
+    _add(out, "t_exchange_s_per_token", "const", per_token * seconds_per_byte)
 
 
 def prior(key: str) -> float:

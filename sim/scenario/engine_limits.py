@@ -21,7 +21,13 @@ Read from each engine's source:
   pool), the pool min(max(KV tokens / context length x 512, 2048), 4096). A prefill batch holds
   up to `max_prefill_tokens` 16384 (a `continuous` policy's budget); a `chunked` policy's budget
   is the chunk.
-- TensorRT-LLM and ATOM: the schema's defaults (theirs are not modelled).
+- TensorRT-LLM (`trtllm-serve`, tensorrt_llm/commands/serve.py `get_llm_args`; `BuildConfig`
+  in tensorrt_llm/builder.py) passes `max_batch_size` 2048 and `max_num_tokens` 8192 (a step's
+  tokens: a `chunked` policy's budget, a `continuous` policy's prefill batch) and a KV cache of
+  `free_gpu_memory_fraction` 0.9 of the memory left once the weights are loaded and a profiling
+  run has taken its activations: per GPU 0.9 (memory - weights - activations), held here as the
+  `gpu_memory_utilization` that leaves the same KV with no reserve beside it.
+- ATOM: the schema's defaults (its own are not modelled).
 
 Applied as the engine loop is (sim/scenario/engine_loop.py): under the counted-events step model
 (the default `profile`, or `events`), which models the engine as it runs, to the fields a
@@ -33,7 +39,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.costs.catalog import GiB, HardwareSpec, ModelSpec, kv_capacity_tokens
+from sim.costs.catalog import (
+    GiB,
+    HardwareSpec,
+    ModelSpec,
+    kv_capacity_tokens,
+    stored_weight_bytes,
+)
 
 MiB = 2**20
 LARGE_GPU_BYTES = 70 * GiB
@@ -45,6 +57,9 @@ SGLANG_MAX_PREFILL_TOKENS = 16384
 SGLANG_SIZES = ((35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160),
                 (160 * 1024, 8192, 256, 512))  # fmt: skip
 SGLANG_LARGEST = (16384, 512, 512)
+# trtllm-serve's (max_num_tokens, max_batch_size) and its KV share of the free memory
+TRTLLM_LIMITS = (8192, 2048)
+TRTLLM_FREE_FRACTION = 0.9
 
 
 def vllm_limits(hw: HardwareSpec) -> tuple[int, int]:
@@ -77,16 +92,31 @@ def sglang_memory_fraction(hw: HardwareSpec) -> float:
     return round((mib - reserved) / mib, 3)
 
 
-def engine_memory(hw: HardwareSpec, engine: str | None, counted: bool) -> HardwareSpec:
+def trtllm_memory_fraction(hw: HardwareSpec, model: ModelSpec) -> float:
+    """The `gpu_memory_utilization` that leaves TensorRT-LLM's KV cache with no reserve:
+    0.9 of each GPU's memory less its weights and `hw`'s activation reserve, plus the weights."""
+    weights = stored_weight_bytes(model, hw) / hw.num_gpus
+    free = hw.memory_bytes - weights - hw.activation_reserve_bytes
+    used = TRTLLM_FREE_FRACTION * max(free, 0.0) + weights
+    return round(min(used / hw.memory_bytes, 1.0), 4)
+
+
+def engine_memory(
+    hw: HardwareSpec, engine: str | None, counted: bool, model: ModelSpec | None = None
+) -> HardwareSpec:
     """`hw` with the KV memory fields it leaves unset taken from the engine (SGLang's memory
-    fraction holds the activations and graphs: no reserve beside it)."""
-    if not counted or engine != "sglang":
+    fraction holds the activations and graphs, TensorRT-LLM's is a share of what they leave
+    (`model`'s weights): no reserve beside either)."""
+    if not counted or engine not in ("sglang", "trt-llm"):
         return hw
     given = hw.model_fields_set
     update: dict[str, Any] = {}
     if "gpu_memory_utilization" not in given:
-        update["gpu_memory_utilization"] = sglang_memory_fraction(hw)
-    if "activation_reserve_bytes" not in given:
+        if engine == "sglang":
+            update["gpu_memory_utilization"] = sglang_memory_fraction(hw)
+        elif model is not None:
+            update["gpu_memory_utilization"] = trtllm_memory_fraction(hw, model)
+    if update and "activation_reserve_bytes" not in given:
         update["activation_reserve_bytes"] = 0
     return hw.model_copy(update=update) if update else hw
 
@@ -99,12 +129,14 @@ def engine_limits(
     when none applies. Raises ValueError when a limit the scenario gives contradicts a default
     (more seats than the default token budget)."""
     engine = engine or "vllm"
-    if not counted or engine not in ("vllm", "sglang"):
+    if not counted or engine not in ("vllm", "sglang", "trt-llm"):
         return policy
     if policy.name not in ("chunked", "continuous"):
         return policy
     if engine == "vllm":
         budget, seqs = vllm_limits(hw)
+    elif engine == "trt-llm":
+        budget, seqs = TRTLLM_LIMITS
     else:
         chunk, _ = sglang_sizes(hw)
         budget = chunk if policy.name == "chunked" else SGLANG_MAX_PREFILL_TOKENS
@@ -113,7 +145,8 @@ def engine_limits(
         seqs = max(min(tokens // 2, pool), 1)
     given = policy.model_fields_set
     update: dict[str, int] = {}
-    if (policy.name == "chunked" or engine == "sglang") and "max_num_batched_tokens" not in given:
+    budgeted = policy.name == "chunked" or engine in ("sglang", "trt-llm")
+    if budgeted and "max_num_batched_tokens" not in given:
         update["max_num_batched_tokens"] = budget
     if "max_num_seqs" not in given:
         # vLLM: at most the token budget; a chunked step holds every running request's decode

@@ -316,7 +316,7 @@ def _resolve(
         raise
     spec = _validate(raw, file, variant, override)
     counted = spec.profile is None or spec.profile == "events"
-    memory = engine_memory(spec.hardware, spec.engine.name, counted)
+    memory = engine_memory(spec.hardware, spec.engine.name, counted, spec.model)
     if memory is not spec.hardware:
         spec = spec.model_copy(update={"hardware": memory})
     try:
@@ -348,7 +348,7 @@ def _resolve(
         key = f"cluster.instances.{i}" if role == "serve" else f"disaggregation.{role}"
         hw = g.hardware or spec.hardware
         if g.hardware is not None:  # the scenario's hardware has the engine's memory already
-            hw = engine_memory(hw, spec.engine.name, counted)
+            hw = engine_memory(hw, spec.engine.name, counted, spec.model)
         policy_key = f"{key}.policy" if g.policy is not None else "policy"
         policy = _limits(
             g.policy or unset_policy, spec, hw, counted, policy_key, variant, override, file

@@ -13,6 +13,8 @@ from calibration.published_events import (
     cold_started,
     expressible,
     inline_profile,
+    kv_dtype,
+    model_fields,
     overlapped,
     point_rows,
     scenario,
@@ -121,7 +123,32 @@ def test_rows_batchsim_cannot_express_are_named() -> None:
     assert expressible(_row()) is None
     assert "disaggregated" in str(expressible(_row(disagg=True)))
     assert "MTP" in str(expressible(_row(spec_decoding="mtp")))
+    assert "published_pd" in str(expressible(_row(spec_decoding="mtp")))  # judged there
     assert "engine" in str(expressible(_row(framework="dynamo-trt")))
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, "fp8"),  # Llama: --kv-cache-dtype fp8
+        ({"model_key": "gptoss", "framework": "trt", "gpu": "b200"}, "fp8"),
+        ({"model_key": "gptoss", "framework": "trt", "gpu": "h200"}, "bf16"),  # dtype: auto
+        ({"model_key": "gptoss", "framework": "vllm", "gpu": "b200"}, "bf16"),
+        ({"model_key": "gptoss", "framework": "atom", "gpu": "mi355x"}, "fp8"),
+        ({"model_key": "dsr1", "framework": "sglang", "gpu": "b200"}, "fp8"),
+        ({"model_key": "dsr1", "framework": "sglang", "gpu": "h200"}, "bf16"),
+        ({"model_key": "dsr1", "framework": "sglang", "gpu": "mi355x", "precision": "fp4"}, "fp8"),
+        ({"model_key": "dsr1", "framework": "sglang", "gpu": "mi355x"}, "bf16"),
+        ({"model_key": "dsr1", "framework": "sglang-disagg", "gpu": "mi355x",
+          "disagg": True}, "fp8"),
+    ],
+)
+def test_each_row_runs_the_kv_dtype_its_launch_script_set(
+    fields: dict[str, Any], expected: str
+) -> None:
+    row = _row(**fields)
+    assert kv_dtype(row) == expected
+    assert model_fields(row)["kv_dtype"] == expected
 
 
 def test_cold_started_points_are_the_ones_whose_first_wave_stalled() -> None:

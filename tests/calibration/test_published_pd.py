@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from calibration.published_pd import (
-    MTP_ACCEPTANCE,
-    MTP_TOKENS,
-    expressible_pd,
-    pd_errors,
-    pd_scenario,
+from calibration.published_events import (
+    MTP_FIRST_RATE,
+    MTP_LATER_RATE,
+    STATED_MEMORY,
+    mtp_tokens,
 )
+from calibration.published_pd import expressible_pd, gpus_of, pd_errors, pd_scenario
 from sim.scenario.load import load_scenario_dict
 
 
@@ -35,16 +35,22 @@ def _row(**fields: Any) -> SimpleNamespace:
 
 def test_rows_the_mapping_takes_and_refuses() -> None:
     assert expressible_pd(_row()) is None
-    assert "not disaggregated" in str(expressible_pd(_row(disagg=False)))
+    assert "one instance without speculation" in str(expressible_pd(_row(disagg=False)))
     assert "engine" in str(expressible_pd(_row(framework="vllm-disagg")))
+    # one instance's MTP row: judged here, since the fit leaves speculation out
+    single = _row(disagg=False, spec_decoding="mtp", framework="trt", tp=8, ep=8,
+                  dp_attention=False, model_key="dsr1")  # fmt: skip
+    assert expressible_pd(single) is None
+    assert "engine" in str(expressible_pd(_row(disagg=False, spec_decoding="mtp")))
 
 
 def test_pools_links_and_loop_as_the_row_says() -> None:
     raw = pd_scenario(_row(prefill_workers=3, num_prefill_gpu=12, prefill_tp=4))
     pools = raw["disaggregation"]
     assert pools["prefill"]["count"] == 3
-    assert pools["prefill"]["hardware"] == {"name": "gb200", "tensor_parallel": 4}
-    assert pools["decode"]["hardware"] == {"name": "gb200", "tensor_parallel": 4}
+    # the memory share the deployment set, stated (the rows do not carry it)
+    assert pools["prefill"]["hardware"] == {"name": "gb200", "tensor_parallel": 4, **STATED_MEMORY}
+    assert pools["decode"]["hardware"] == {"name": "gb200", "tensor_parallel": 4, **STATED_MEMORY}
     assert pools["link"]["num_links"] == 12  # one per prefill GPU
     assert raw["engine"] == {"name": "trt-llm", "async_scheduling": True}
     assert raw["workload"]["clients"]["num_clients"] == 4
@@ -53,21 +59,46 @@ def test_pools_links_and_loop_as_the_row_says() -> None:
                             prefill_tp=4, num_prefill_gpu=4))  # fmt: skip
     hw = wide["disaggregation"]["decode"]["hardware"]
     assert hw == {"name": "gb200", "tensor_parallel": 1, "data_parallel": 16,
-                  "expert_parallel": 16}  # fmt: skip
+                  "expert_parallel": 16, **STATED_MEMORY}  # fmt: skip
     (variant,) = load_scenario_dict(wide).variants
     assert variant.spec.disaggregation is not None
 
 
-def test_mtp_rows_speculate_with_the_stated_acceptance() -> None:
+def test_mtp_rows_speculate_as_their_deployments_ran_it() -> None:
     raw = pd_scenario(_row(model_key="dsr1", spec_decoding="mtp", num_decode_gpu=8))
     speculative = raw["disaggregation"]["decode"]["policy"]["speculative"]
-    assert speculative == {"method": "mtp", "num_speculative_tokens": MTP_TOKENS,
-                           "acceptance": {"rate": MTP_ACCEPTANCE}}  # fmt: skip
+    # Dynamo-TRT: three drafts, the first accepted at TensorRT-LLM's rate, the later at 0.5
+    first = MTP_FIRST_RATE["trt-llm"]
+    assert speculative == {"method": "mtp", "num_speculative_tokens": 3,
+                           "acceptance": {"rate": [first, MTP_LATER_RATE, MTP_LATER_RATE]}}
+    assert 2.2 < 1 + first + first * MTP_LATER_RATE + first * MTP_LATER_RATE**2 < 2.45
     assert "speculative" not in raw["disaggregation"]["prefill"]["policy"]
     # SGLang turns its overlap scheduler off with speculation
     sglang = pd_scenario(_row(model_key="dsr1", spec_decoding="mtp", framework="dynamo-sglang",
                               num_decode_gpu=8))  # fmt: skip
     assert sglang["engine"]["async_scheduling"] is False
+    # SGLang's MI355X pools draft one token (`--speculative-num-steps 1`)
+    amd = pd_scenario(_row(model_key="dsr1", spec_decoding="mtp", framework="sglang-disagg",
+                           gpu="mi355x", precision="fp8", num_decode_gpu=8))  # fmt: skip
+    assert amd["disaggregation"]["decode"]["policy"]["speculative"]["acceptance"] == {
+        "rate": [MTP_FIRST_RATE["sglang"]]}
+    # TensorRT-LLM alone drafts one token with data-parallel attention, three without
+    assert (mtp_tokens("trt", "b200", True), mtp_tokens("trt", "b200", False)) == (1, 3)
+    assert mtp_tokens("sglang", "b200", False) == 2
+
+
+def test_one_instances_mtp_row_is_the_fits_scenario_with_speculation() -> None:
+    row = _row(disagg=False, spec_decoding="mtp", framework="trt", tp=4, ep=4,
+               dp_attention=False, model_key="dsr1", isl=128, osl=16, conc=2,
+               framework_version="nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc2")  # fmt: skip
+    raw = pd_scenario(row)
+    assert "profile" not in raw and "disaggregation" not in raw  # as a user writes it
+    assert raw["hardware"] == {"name": "gb200", "tensor_parallel": 4, "expert_parallel": 4,
+                               **STATED_MEMORY}  # fmt: skip
+    assert raw["policy"]["speculative"]["num_speculative_tokens"] == 3
+    assert gpus_of(row) == 4 and gpus_of(_row()) == 5
+    errors = pd_errors(row)
+    assert set(errors) == {"tput_err", "tpot_err", "ttft_err"}
 
 
 def test_a_small_point_simulates_and_reports_its_errors() -> None:

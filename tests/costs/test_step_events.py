@@ -202,3 +202,21 @@ def test_the_gemms_ridge_is_the_datasheets() -> None:
     ranks = ridge_tokens(_model("deepseek-v3"), _hw("b200", data_parallel=8, expert_parallel=8))
     one = ridge_tokens(_model("deepseek-v3"), _hw("b200", tensor_parallel=8, expert_parallel=8))
     assert ranks == pytest.approx(8 * one)  # every data-parallel rank's tokens
+
+
+def test_an_exchange_beyond_the_nodes_link_domain_crosses_the_nic() -> None:
+    """16 MI355X GPUs (two 8-GPU nodes) exchange 8/15 of their bytes over the 50 GB/s NICs:
+    the slower link sets the time, and each exchange pays the NIC's latency."""
+    model = _model("deepseek-v3")
+    inside = basis(model, _hw("mi355x", tensor_parallel=1, data_parallel=8, expert_parallel=8))
+    across = basis(model, _hw("mi355x", tensor_parallel=1, data_parallel=16, expert_parallel=16))
+    assert "const" not in inside["t_exchange_s"]
+    hw = _hw("mi355x", tensor_parallel=1, data_parallel=16, expert_parallel=16)
+    assert across["t_exchange_s"]["const"] == pytest.approx(2 * 58 * hw.scaleout_latency_s)
+    per_token = 58 * 8 * 7168 * 3 * (15 / 16) / 16
+    nic = hw.scaleout_bandwidth_bytes_per_s * 0.8
+    expected = per_token * (8 / 15) / nic
+    assert across["t_exchange_s_per_token"]["const"] == pytest.approx(expected)
+    # a GB200 NVL72 rack keeps 32 GPUs inside one NVLink domain: no NIC
+    rack = basis(model, _hw("gb200", tensor_parallel=1, data_parallel=32, expert_parallel=32))
+    assert "const" not in rack["t_exchange_s"]

@@ -1,8 +1,9 @@
 """The batch limits and KV memory a scenario leaves unset are its engine's under the default
 step model: `vllm serve`'s limits on the scenario's GPU (8192 tokens and 1024 sequences on a GPU
 of 70 GiB or more that is not an A100, else 2048 and 256), SGLang's chunk, request limit and
-static memory fraction; the schema's under `roofline` and for the engines whose defaults are
-not modelled. What the scenario gives is kept."""
+static memory fraction, `trtllm-serve`'s batch (2048 requests, 8192 tokens) and its KV share of
+the free memory; the schema's under `roofline` and for ATOM, whose defaults are not modelled.
+What the scenario gives is kept."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from typing import Any
 import pytest
 from scenario_factory import chunked, continuous, poisson, scenario, static
 
-from sim.costs.catalog import HardwareSpec
+from sim.costs.catalog import HardwareSpec, ModelSpec, stored_weight_bytes
 from sim.errors import ScenarioError
-from sim.scenario.engine_limits import sglang_memory_fraction, sglang_sizes
+from sim.scenario.engine_limits import (
+    sglang_memory_fraction,
+    sglang_sizes,
+    trtllm_memory_fraction,
+)
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import simulate
 
@@ -47,7 +52,8 @@ def test_given_limits_are_kept_and_seats_never_exceed_the_budget() -> None:
 def test_roofline_and_other_engines_keep_the_schema_defaults() -> None:
     assert limits(profile="roofline") == (2048, 256)
     assert limits(profile="roofline", engine={"name": "sglang"}) == (2048, 256)
-    assert limits(engine={"name": "trt-llm"}) == (2048, 256)
+    assert limits(engine={"name": "atom"}) == (2048, 256)
+    assert limits(profile="roofline", engine={"name": "trt-llm"}) == (2048, 256)
     assert limits(profile="events") == (8192, 1024)  # the counted model, named
     assert limits(engine={"name": "vllm"}) == (8192, 1024)
     raw = scenario(workload=poisson(20, 2.0, 200, 20), model="llama-3-8b", hardware="h100-sxm",
@@ -123,3 +129,29 @@ def test_sglang_takes_its_memory_chunk_and_request_limit() -> None:
     assert group.figures.kv_blocks < vllm.figures.kv_blocks  # 0.835 of the GPU against 0.9
     given = {**raw, "hardware": {"name": "h100-sxm", "gpu_memory_utilization": 0.7}}
     assert load_scenario_dict(given).variants[0].spec.hardware.gpu_memory_utilization == 0.7
+
+
+def test_trtllm_serve_takes_its_batch_and_a_share_of_the_free_memory() -> None:
+    raw = scenario(workload=poisson(20, 2.0, 200, 20), model="llama-3-8b", hardware="h100-sxm",
+                   policy=chunked(), profile=None, engine={"name": "trt-llm"})  # fmt: skip
+    (variant,) = load_scenario_dict(raw).variants
+    (group,) = variant.groups
+    # tensorrt_llm/commands/serve.py: BuildConfig's max_batch_size 2048, max_num_tokens 8192
+    assert (group.policy.max_num_batched_tokens, group.policy.max_num_seqs) == (8192, 2048)
+    assert limits(policy=continuous(), engine={"name": "trt-llm"}) == (8192, 2048)
+    # KV: 0.9 of (memory - weights - activations), by hand for Llama-3-8B in bf16 on an H100
+    hw = variant.spec.hardware
+    assert hw.activation_reserve_bytes == 0  # inside TensorRT-LLM's share
+    plain = gpu("h100-sxm")
+    weights = stored_weight_bytes(ModelSpec.model_validate({"name": "llama-3-8b"}), plain)
+    kv = 0.9 * (plain.memory_bytes - weights - plain.activation_reserve_bytes)
+    assert hw.gpu_memory_utilization == round((kv + weights) / plain.memory_bytes, 4)
+    # more of the GPU than vLLM's 0.9 of it less the weights when the weights are small
+    vllm = load_scenario_dict({**raw, "engine": {"name": "vllm"}}).variants[0].groups[0]
+    assert group.figures.kv_blocks > vllm.figures.kv_blocks
+    # a model too large for the GPU gets no free memory to share: the fit check says so
+    big = ModelSpec.model_validate({"name": "llama-3.3-70b"})
+    assert trtllm_memory_fraction(plain, big) == 1.0
+    given = {**raw, "hardware": {"name": "h100-sxm", "gpu_memory_utilization": 0.7}}
+    kept = load_scenario_dict(given).variants[0].spec.hardware
+    assert (kept.gpu_memory_utilization, kept.activation_reserve_bytes) == (0.7, 2**30)
