@@ -10,7 +10,7 @@ simulated requests), its wall time on `--workers` processes and the best configu
 Without `--trace` the workload is synthetic and Azure-like (lognormal prompts, median 1020
 tokens; outputs median 129), so the benchmark runs anywhere.
 
-    python benchmarks/bench_search.py --trace ../shared/traces/azure_llm_2023_conv.csv
+    python benchmarks/bench_search.py --trace scenarios/traces/azure_llm_2023_conv_6000.csv
     python benchmarks/bench_search.py --exhaustive      # every fleet sized, nothing pruned
 """
 

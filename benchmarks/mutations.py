@@ -102,8 +102,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "budget-chunk-over-by-one",
         "sim/policies/iteration.py",
-        "                tokens = min(tokens, budget)\n",
-        "                tokens = min(tokens, budget + 1)\n",
+        "                tokens = min(tokens, budget, self.max_chunk_tokens)\n",
+        "                tokens = min(tokens, budget + 1, self.max_chunk_tokens)\n",
         BUDGET,
         "a newly admitted prompt chunk may exceed the step's token budget by one",
     ),

@@ -88,8 +88,11 @@ def pd_section(path: Path) -> list[str]:
         "and MTP's draft tokens (each deployment's launch script: three for TensorRT-LLM, one for",
         "SGLang on MI355X) and acceptance (counted from the training rows' streamed chunks:",
         "first position 0.76 with TensorRT-LLM and 0.93 with SGLang, 0.5 after; about 2.3 tokens",
-        "a step with three drafts). Throughput per GPU counts every prefill and decode GPU; TTFT",
-        "adds the engine's front-end time as above.",
+        "a step with three drafts). Dynamo's SGLang pools place the 32 redundant experts their",
+        "recipe sets (so EP 48 holds DeepSeek-R1's 256), each data-parallel rank chunks its own",
+        "prompts (SGLang divides its chunk over the ranks), and a point that ran cold waits the",
+        "engine's fitted cold start, as above. Throughput per GPU counts every prefill and",
+        "decode GPU; TTFT adds the engine's front-end time as above.",
         "",
         "| group | points | configurations | throughput/GPU median / worst | TPOT median / worst "
         "| mean TTFT median / worst | throughput optimistic |",
@@ -103,13 +106,19 @@ def pd_section(path: Path) -> list[str]:
     lines += [
         "",
         f"{within} of {len(done)} points are within 15 % in both throughput and TPOT.",
-        f"{len(skipped)} points are not simulated: their layout does not fit the catalog's "
-        "memory (DeepSeek-R1 in fp8 on 4 GB200s with data-parallel attention, each rank "
-        "holding the dense weights) or needs an expert count the expert-parallel degree does "
-        "not divide (redundant experts are not placed).",
-        "",
     ]
-    return lines
+    reasons = skipped["not_simulated"].astype(str)
+    memory = int(reasons.str.contains("does not fit").sum())
+    if memory:
+        lines.append(
+            f"{memory} points are not simulated: their layout does not fit the catalog's memory "
+            "(DeepSeek-R1 in fp8 on 4 GB200s with data-parallel attention, each rank holding "
+            "the dense weights)."
+        )
+    if len(skipped) > memory:
+        other = reasons[~reasons.str.contains("does not fit")].iloc[0]
+        lines.append(f"{len(skipped) - memory} more are not simulated: {other}.")
+    return [*lines, ""]
 
 
 def write_accuracy_doc(

@@ -19,7 +19,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from sim.cli.args import examples, positive_int
+from sim.cli.args import examples, int_between, positive_int
 from sim.errors import ScenarioError
 
 IMPORT_EXAMPLE = "batchsim profile import VIDUR_ROOT --out calibration/profiles/imported/vidur"
@@ -102,7 +102,8 @@ def register(sub: Any) -> None:
     imp.add_argument("--model", help="catalog model (default: every model found)")
     imp.add_argument("--hardware", help="catalog GPU (default: every GPU found)")
     imp.add_argument(
-        "--tensor-parallel", type=positive_int, help="degree (default: the smallest that fits)"
+        "--tensor-parallel", type=int_between(1, 1024),  # sim.costs.catalog.HardwareSpec's bound
+        help="degree (default: the smallest that fits)",
     )
     imp.set_defaults(handler=_import)
     tab = verbs.add_parser(

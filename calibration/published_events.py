@@ -178,19 +178,28 @@ def hardware_fields(row: Any) -> dict[str, Any]:
     return out
 
 
-def policy_fields(row: Any) -> dict[str, Any]:
+def policy_fields(row: Any, data_parallel: int = 1) -> dict[str, Any]:
     """The engine's scheduling: SGLang runs prompts as prefill batches of their own (its default
     `--chunked-prefill-size 8192`, no mixed chunks), the others mix prompt chunks into decode
     steps under an 8,192-token budget (vLLM V1's default; TensorRT-LLM and ATOM batch in flight
-    the same way)."""
+    the same way). With `data_parallel` attention ranks each rank chunks its own prompts
+    (sim/scenario/engine_limits.py): TensorRT-LLM's ranks have 8,192 tokens each, SGLang's
+    share its 16,384."""
     conc = int(row.conc)
-    if row.framework == "sglang":
+    if row.framework in ("sglang", "dynamo-sglang", "sglang-disagg"):
+        if data_parallel > 1:
+            return {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": 16384,
+                    "long_prefill_token_threshold": 16384 // data_parallel}  # fmt: skip
         return {
             "name": "continuous",
             "max_num_seqs": conc,
             "max_num_batched_tokens": 16384,
             "mode": "prefill_first",
         }
+    if data_parallel > 1:
+        return {"name": "chunked", "max_num_seqs": conc,
+                "max_num_batched_tokens": 8192 * data_parallel,
+                "long_prefill_token_threshold": 8192}  # fmt: skip
     return {"name": "chunked", "max_num_seqs": conc, "max_num_batched_tokens": 8192}
 
 
@@ -228,7 +237,7 @@ def scenario(row: Any, profile: Any = "events", cold_start_s: float = 0.0) -> di
         "model": model_fields(row),
         "hardware": hardware_fields(row),
         "profile": profile,
-        "policy": policy_fields(row),
+        "policy": policy_fields(row, hardware_fields(row).get("data_parallel", 1)),
         "engine": engine,
     }
 

@@ -18,8 +18,14 @@ costs) on deployments it never saw. Stated assumptions, since the rows do not pu
   `MTP_FIRST_RATE`: about 2.3 tokens a step with three drafts, 1.76-1.93 with one).
 - KV transfer: over NVLink inside a GB200 NVL72 rack (NIXL; 0.8 of a GPU's 900 GB/s one way),
   over each GPU's 400 Gb/s NIC between MI355X nodes (0.8 of 50 GB/s); one link per prefill GPU.
+- Cold starts: a point whose p99 TTFT shows the engine's first-use compilation
+  (`published_events.cold_started`: the first point of some sweeps) waits the engine's fitted
+  `cold_start_s`, as single instances do in the fit.
 - Scheduling: each pool runs its engine's policy (`published_events.policy_fields`), prefill
   pools with no decode of their own.
+- Redundant experts: Dynamo's SGLang pools place 32 replicas beside DeepSeek-R1's 256 experts
+  (`--ep-num-redundant-experts 32`, prefill and decode, in Dynamo's
+  components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh), which lets EP 48 hold them.
 
     python -m calibration.published_pd            # every point: measured and simulated
 """
@@ -42,6 +48,7 @@ from calibration.published_events import (
 from calibration.published_events import (
     GPUS,
     MODELS,
+    cold_started,
     engine_version,
     memory_fields,
     model_fields,
@@ -50,6 +57,7 @@ from calibration.published_events import (
     policy_fields,
     scenario,
 )
+from sim.costs.step_events import catalog_unit_costs, value_of
 from sim.errors import ScenarioError
 from sim.scenario.engine_loop import async_by_default
 from sim.simulate import simulate
@@ -58,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 UNIT_COSTS = ROOT / "sim/costs/unit_costs.yaml"
 TRAINING_NAME = {v: k for k, v in TRAINING_ENGINES.items()}  # trt-llm -> trt
 ENGINES_PD = {"dynamo-trt": "trt-llm", "dynamo-sglang": "sglang", "sglang-disagg": "sglang"}
+REDUNDANT_EXPERTS = {"dynamo-sglang": 32}  # --ep-num-redundant-experts of the pools' recipes
 LINK_GB_PER_S = {"gb200": 0.8 * 900.0, "mi355x": 0.8 * 50.0}
 LINK_LATENCY_S = {"gb200": 5e-6, "mi355x": 10e-6}
 
@@ -89,6 +98,9 @@ def _pool_hardware(row: Any, role: str) -> dict[str, Any]:
         out |= {"tensor_parallel": 1, "data_parallel": gpus}
         if row.model_key != "llama70b":
             out["expert_parallel"] = gpus  # wide EP: experts over every rank
+            extra = REDUNDANT_EXPERTS.get(str(row.framework), 0)
+            if extra and gpus > 1:
+                out["redundant_experts"] = extra
     else:
         out["tensor_parallel"] = gpus
         if ep > 1:
@@ -112,17 +124,20 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
     engine: dict[str, Any] = {"name": name}
     if version is not None and row.framework == "sglang-disagg":
         engine["version"] = version
+    if cold_started(row):  # the sweep's first point ran without warm-up, as single ones do
+        engine["cold_start_s"] = _cold_start_s(row)
     # SGLang turns its overlap off with speculative decoding (sim/scenario/engine_loop.py)
     engine["async_scheduling"] = async_by_default(name, None) and not (
         speculative and name == "sglang"
     )
     # each pool schedules as its engine does alone (the training file's name for the engine)
     as_row = SimpleNamespace(framework=TRAINING_NAME[name], conc=row.conc)
-    decode_policy = dict(policy_fields(as_row))
+    prefill_hw, decode_hw = _pool_hardware(row, "prefill"), _pool_hardware(row, "decode")
+    decode_policy = dict(policy_fields(as_row, decode_hw.get("data_parallel", 1)))
     if speculative:
         tokens = mtp_tokens(str(row.framework), str(row.gpu), bool(row.decode_dp_attention))
         decode_policy["speculative"] = mtp_speculation(name, tokens)
-    prefill_policy = dict(policy_fields(as_row))
+    prefill_policy = dict(policy_fields(as_row, prefill_hw.get("data_parallel", 1)))
 
     def lengths(nominal: int) -> dict[str, Any]:
         low = int(nominal * ratio)
@@ -142,18 +157,18 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
             },
         },
         "model": model_fields(row),
-        "hardware": _pool_hardware(row, "decode"),
+        "hardware": decode_hw,
         "policy": decode_policy,
         "engine": engine,
         "disaggregation": {
             "prefill": {
                 "count": int(row.prefill_workers),
-                "hardware": _pool_hardware(row, "prefill"),
+                "hardware": prefill_hw,
                 "policy": prefill_policy,
             },
             "decode": {
                 "count": int(row.decode_workers),
-                "hardware": _pool_hardware(row, "decode"),
+                "hardware": decode_hw,
                 "policy": decode_policy,
             },
             "link": {
@@ -170,7 +185,7 @@ def pd_scenario(row: Any, profile: Any = None, waves: int = WAVES) -> dict[str, 
 
 def _single_mtp(row: Any, profile: Any, waves: int) -> dict[str, Any]:
     """One instance's MTP point: `published_events.scenario` with the deployment's drafts."""
-    raw = scenario(row, profile=profile)
+    raw = scenario(row, profile=profile, cold_start_s=_cold_start_s(row))
     if profile is None:
         del raw["profile"]  # as a user writes it
     name = raw["engine"]["name"]
@@ -180,6 +195,13 @@ def _single_mtp(row: Any, profile: Any, waves: int) -> dict[str, Any]:
     if name == "sglang":  # SGLang turns its overlap off with speculative decoding
         raw["engine"]["async_scheduling"] = False
     return raw
+
+
+def _cold_start_s(row: Any) -> float:
+    """The engine's fitted cold start (sim/costs/unit_costs.yaml `cold_start_s@<engine>`; its
+    prior where the fit has none), for a point that ran cold (`published_events.cold_started`)."""
+    name = ENGINES_PD.get(row.framework) or TRAINING_ENGINES[row.framework]
+    return value_of(f"cold_start_s@{TRAINING_NAME[name]}", catalog_unit_costs())
 
 
 def gpus_of(row: Any) -> int:

@@ -479,8 +479,8 @@ def resolve(source: Source, tp: int | None) -> tuple[ModelSpec, HardwareSpec]:
     if names is None:
         raise ScenarioError(f"{source.gpu}/{source.model_dir} has no catalog model and GPU")
     model, base = MODELS[names[0]], HARDWARE[names[1]]
-    if tp is not None and tp < 1:  # 0 or -2 would otherwise quietly become the default
-        raise ScenarioError(f"{tp} must be at least 1", path="--tensor-parallel")
+    if tp is not None and not 1 <= tp <= 1024:  # 0 or -2 would otherwise quietly become the default
+        raise ScenarioError(f"{tp} must be from 1 to 1024", path="--tensor-parallel")
     tp = tp or min_tensor_parallel(model, base)
     if tp is None:
         raise ScenarioError(f"{model.name} does not fit on {base.name} at any degree")

@@ -253,6 +253,7 @@ def run_workload(
             instance.on_finish = source.turn_finished
 
         cluster.each_instance(follow)
+        log.on_rejected = source.turn_rejected  # and so does a refused one
     if progress is not None:
 
         def clock() -> float:  # an instance running ahead of SimPy knows the later time
@@ -338,7 +339,7 @@ def tables_result(
     instances, events, context = _fleet_tables(resolved, cluster, _context(resolved, cluster))
     counters = _counters(resolved, cluster, more)
     steps = steps_table([inst.steps for inst in cluster.instances])
-    itl_parts = [inst.itl.arrays() for inst in cluster.instances]
+    itl_parts = [inst.itl.arrays() for inst in cluster.instances] or [ItlLog().arrays()]
     for inst in cluster.instances:
         inst.itl.drop()  # the runs' rows, expanded into the table now
     if len(itl_parts) == 1:  # no copy: the gap table is the largest one
@@ -479,8 +480,9 @@ def pulls_arrivals(cluster: Cluster, workload: Workload) -> bool:
 
 
 def steps_table(logs: list[StepLog]) -> pd.DataFrame:
-    """Every instance's step groups, ordered by start time (then instance)."""
-    parts = [log.columns() for log in logs]
+    """Every instance's step groups, ordered by start time (then instance); none (a fleet that
+    never launched an instance) is an empty table."""
+    parts = [log.columns() for log in logs] or [StepLog(0).columns()]
     if len(parts) == 1:
         columns = parts[0]
     else:

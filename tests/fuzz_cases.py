@@ -15,6 +15,7 @@ from fuzz_corpus_clients import client_cases
 from fuzz_corpus_day_profile import day_profile_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
+from fuzz_corpus_front_door import front_door_cases
 from fuzz_corpus_measured import measured_cases
 from fuzz_corpus_profile_cmds import profile_cmd_cases
 from fuzz_corpus_replay import replay_cases
@@ -38,6 +39,7 @@ CORPUS: list[Case] = [
     *profile_cmd_cases(),
     *bounds_cases(),
     *day_profile_cases(),
+    *front_door_cases(),
 ]
 
 

@@ -109,6 +109,14 @@ def schema_cases() -> list[Case]:
         for path, (where, labels) in SCHEMA_KEYS.items()
         for label in labels
     ]
+    cases += [
+        scenario_case(
+            f"schema-policy.long_prefill_token_threshold-{label}",
+            dump(edited("policy", {"name": "chunked", "long_prefill_token_threshold": BAD[label]})),
+            "policy.long_prefill_token_threshold",
+        )
+        for label in ALL
+    ]
     policy = copy.deepcopy(BASE)
     del policy["policy"]["name"]
     cases += [

@@ -5,10 +5,11 @@ multi-token prediction.
   dtype, routing skew, latent attention, sliding windows, MTP modules) given each value of the
   wrong type or out of range;
 - every new hardware field (fp4 FLOP/s, data and expert parallelism, scale-up domain,
-  scale-out bandwidth and latency, expert imbalance) the same;
+  scale-out bandwidth and latency, expert imbalance, redundant experts) the same;
 - combinations that cannot work: half a mixture of experts, top-k above the experts, a skew
   past its bounds, expert parallelism that is neither 1 nor every GPU or does not divide the
-  experts, data parallelism on a dense model, an instance wider than its scale-up domain with
+  experts (with their replicas), replicas without expert parallelism, data parallelism on a
+  dense model, an instance wider than its scale-up domain with
   no scale-out network, MTP on a model without a prediction module, sliding windows that
   leave no KV block;
 - the same through a variant and through `--set`.
@@ -46,6 +47,7 @@ HARDWARE_KEYS: dict[str, tuple[str, ...]] = {
     "fp4_peak_flops": NUMBERS, "data_parallel": NUMBERS, "expert_parallel": NUMBERS,
     "scaleup_domain_gpus": NUMBERS, "scaleout_bandwidth_bytes_per_s": NUMBERS,
     "scaleout_latency_s": NUMBERS, "expert_imbalance": NUMBERS, "pipeline_parallel": NUMBERS,
+    "redundant_experts": NUMBERS,
 }  # fmt: skip
 # in range for the type, past the documented bounds: (key, value, gist)
 MODEL_PAST = (
@@ -64,6 +66,7 @@ HARDWARE_PAST = (
     ("scaleout_latency_s", 2, "<= 1"),
     ("pipeline_parallel", 0, ">= 1"),
     ("pipeline_parallel", 65, "<= 64"),
+    ("redundant_experts", 4097, "<= 4096"),
 )
 
 
@@ -144,6 +147,15 @@ def _combination_cases() -> list[Case]:
                                                       "scaleout_bandwidth_bytes_per_s": 5e10},
                                          MOE_BASE))),
                       "hardware", "must divide"),
+        scenario_case("moe-replicas-not-dividing",
+                      dump(edited("hardware", {"name": "h100-sxm", "data_parallel": 8,
+                                               "expert_parallel": 8, "redundant_experts": 4},
+                                  MOE_BASE)),
+                      "hardware", "num_experts + redundant_experts (32 + 4)"),
+        scenario_case("moe-replicas-without-ep",
+                      dump(edited("hardware", {"name": "h100-sxm", "tensor_parallel": 2,
+                                               "redundant_experts": 2}, MOE_BASE)),
+                      "hardware", "needs expert_parallel > 1"),
         scenario_case("moe-wide-without-scaleout",
                       dump(edited("hardware.name", "h100-pcie", wide)),
                       "hardware", "scaleout_bandwidth_bytes_per_s is required"),

@@ -37,6 +37,18 @@ def nonnegative_int(text: str) -> int:
     return value
 
 
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """A type for an integer from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} must be from {low} to {high}")
+        return value
+
+    return parse
+
+
 def seed_count(text: str) -> int:
     """Runs per variant of `run --seeds`: 2 to 1000."""
     value = _integer(text)

@@ -1,17 +1,22 @@
 """`batchsim calibrate-engine --points FILE... --scenario S --out preset.yaml`: engine terms from
 closed-loop benchmark points (`sim.whatif.calibrate_points`), written as an engine preset with the
 fit's error, its cross-validated error and the error of a re-simulation at the fitted terms, and
-a per-point table beside the preset (`<preset stem>.points.csv`)."""
+a per-point table in a batchsim folder beside the preset (`<preset stem>.points/points.csv`,
+marked as batchsim's: a folder of that name that batchsim did not write is never used)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ScenarioError
+
+POINTS_KIND = "points"  # the marker's kind of the folder beside the preset
+POINTS_TABLE = "points.csv"
 
 
 def _base(args: argparse.Namespace, options: Any, first: Any) -> tuple[dict[str, Any], dict]:
@@ -41,6 +46,8 @@ def _base(args: argparse.Namespace, options: Any, first: Any) -> tuple[dict[str,
 def resolved(scenario: Any, notes: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The scenario's first variant as a mapping (preset and defaults resolved), and the setup
     a preset records of it."""
+    from sim.scenario.engine_preset import BATCHSIM_KEYS
+
     spec = scenario.variants[0].spec
     dumped = json.loads(spec.model_dump_json())
     setup = {
@@ -51,6 +58,10 @@ def resolved(scenario: Any, notes: list[str]) -> tuple[dict[str, Any], dict[str,
         "policy": spec.policy.name,
         "engine_log": notes,
     }
+    # what batchsim set from the engine preset goes: the preset, still named, sets it again
+    # when each point's scenario is loaded
+    for key in BATCHSIM_KEYS:
+        dumped["engine"].pop(key, None)
     return {k: v for k, v in dumped.items() if k != "variants"}, setup
 
 
@@ -76,8 +87,10 @@ def calibrate_points(args: argparse.Namespace, options: Any, terms: tuple[str, .
     if options.prefix_tokens:
         raise ScenarioError("applies to measured runs, not to --points", path="--prefix-tokens")
     check_preset_out(args.out)
+    folder = check_points_folder(args.out)
     points = read_points(list(args.points))
     base, setup = _base(args, options, points[0])
+    check_models(points, setup["model"])
     check_terms(terms, base)
     progress = None if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     fit = fit_points(base, points, terms, progress=progress)
@@ -87,8 +100,7 @@ def calibrate_points(args: argparse.Namespace, options: Any, terms: tuple[str, .
     engine = fit.engine_fields(preset_base(base))
     name = args.name or args.out.stem
     doc = points_preset_document(fit, name=name, engine=engine, files=files, setup=setup)
-    table = args.out.with_name(args.out.stem + ".points.csv")
-    write_atomically(table, points_table(fit).to_csv(index=False))
+    table = write_points_table(folder, points_table(fit).to_csv(index=False))
     write_atomically(args.out, yaml.safe_dump(doc, sort_keys=False, default_flow_style=None,
                                               width=96))
     if not args.quiet:
@@ -126,6 +138,61 @@ def check_preset_out(out: Path) -> None:
         )
     if not out.parent.is_dir():
         raise ScenarioError("its folder does not exist", file=str(out))
+
+
+def file_model(named: str) -> str | None:
+    """The catalog model a points file's model names (`name (path)` as InferenceX writes it, a
+    path or a served name), or None when it names none the catalog has."""
+    from sim.whatif.replay import catalog_model
+
+    outside, _, inside = named.partition(" (")
+    for candidate in (named, outside, inside.rstrip(")")):
+        if candidate.strip() and (found := catalog_model(candidate.strip())) is not None:
+            return found
+    return None
+
+
+def check_models(points: Any, model: str) -> None:
+    """Every point was measured on the scenario's model, where the file says which (a point of
+    a model outside the catalog, or of a scenario's own model, cannot be told apart)."""
+    from sim.costs.catalog import MODELS
+
+    if model not in MODELS:
+        return
+    for point in points:
+        found = file_model(point.model) if point.model else None
+        if found is not None and found != model:
+            raise ScenarioError(
+                f"{point.label}: measured on {point.model!r} ({found} in the catalog), but the "
+                f"scenario runs {model}: give the scenario of that model, or --model {found}",
+                path="--points",
+            )
+
+
+def check_points_folder(out: Path) -> Path:
+    """The folder the per-point table goes to (`<preset stem>.points/` beside the preset): absent,
+    empty, or a points folder batchsim wrote (its marker says so), checked before any fit."""
+    from sim.io.destination import check_sweep_folder
+
+    folder = out.with_name(out.stem + ".points")
+    check_sweep_folder(folder, POINTS_KIND)
+    table = folder / POINTS_TABLE
+    if os.path.lexists(table) and (table.is_symlink() or not table.is_file()):
+        raise ScenarioError("exists and is not a file; batchsim will not replace it",
+                            file=str(table))
+    return folder
+
+
+def write_points_table(folder: Path, text: str) -> Path:
+    """Write the per-point table into its folder (created and marked as batchsim's)."""
+    from sim.io.destination import mark_sweep_folder
+    from sim.io.workload_export import write_atomically
+
+    folder.mkdir(exist_ok=True)
+    mark_sweep_folder(folder, POINTS_KIND)
+    table = folder / POINTS_TABLE
+    write_atomically(table, text)
+    return table
 
 
 def _is_preset(path: Path) -> bool:

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.cli.args import examples, positive_int
+from sim.cli.args import examples, int_between
+
+# the bounds of sim.costs.catalog.HardwareSpec and of a scenario's policy.block_size
+MAX_TP = MAX_DP = 1024
+MAX_PP = 64
+MAX_BLOCK_SIZE = 8192
 
 
 def register(sub: Any) -> None:
@@ -32,13 +37,13 @@ def register(sub: Any) -> None:
     cat.add_argument("--hardware", help="catalog GPU: show KV capacity on it")
     cat.add_argument(
         "--tensor-parallel",
-        type=positive_int,
+        type=int_between(1, MAX_TP),
         default=1,
         metavar="N",
         help="GPUs per instance (default 1)",
     )
     cat.add_argument(
-        "--data-parallel", type=positive_int, default=1, metavar="N",
+        "--data-parallel", type=int_between(1, MAX_DP), default=1, metavar="N",
         help="data-parallel attention ranks of a mixture of experts (default 1)",
     )  # fmt: skip
     cat.add_argument(
@@ -46,13 +51,14 @@ def register(sub: Any) -> None:
         help="whole experts on every GPU of a stage (default: experts split by tensor)",
     )  # fmt: skip
     cat.add_argument(
-        "--pipeline-parallel", type=positive_int, default=1, metavar="N",
+        "--pipeline-parallel", type=int_between(1, MAX_PP), default=1, metavar="N",
         help="pipeline stages (default 1)",
     )  # fmt: skip
     cat.add_argument("--weight-dtype", choices=["bf16", "fp16", "fp8", "int4", "mxfp4", "nvfp4"])
     cat.add_argument("--kv-dtype", choices=["bf16", "fp16", "fp8", "nvfp4"])
     cat.add_argument(
-        "--block-size", type=positive_int, default=16, help="tokens per KV block (default 16)"
+        "--block-size", type=int_between(1, MAX_BLOCK_SIZE), default=16,
+        help="tokens per KV block (default 16)",
     )
     cat.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="F")
     cat.set_defaults(handler=_catalog)

@@ -10,10 +10,12 @@ import argparse
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
 from sim.costs.catalog import (
     HARDWARE,
     MODELS,
+    TP_CANDIDATES,
     GiB,
     HardwareSpec,
     ModelSpec,
@@ -25,6 +27,16 @@ from sim.costs.catalog import (
 from sim.costs.fits import check_fits, min_tensor_parallel
 from sim.costs.prices import PRICES_AS_OF
 from sim.errors import ScenarioError
+from sim.inputs.messages import problems
+
+
+def _flag_error(exc: ValidationError) -> ScenarioError:
+    """A model's or GPU's failed check as one line naming the flag that set the field."""
+    model = exc.title == ModelSpec.__name__
+    path, reason = problems(exc, ModelSpec if model else HardwareSpec)[0]
+    field = path.split(".")[0]
+    flag = f"--{field.replace('_', '-')}" if field else ("--model" if model else "--hardware")
+    return ScenarioError(reason, path=flag)
 
 
 def _pick(name: str | None, table: dict[str, Any], kind: str, flag: str) -> list[str]:
@@ -130,6 +142,21 @@ def hardware_table(gpus: list[HardwareSpec]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _least_degree(m: ModelSpec, h: HardwareSpec) -> int | None:
+    """The smallest tensor degree at which `m` fits on `h`'s layout: with whole experts on every
+    GPU of a stage (`--expert-parallel`), at every degree."""
+    if h.expert_parallel == 1:
+        return min_tensor_parallel(m, h)
+    for tp in TP_CANDIDATES:
+        update = {"tensor_parallel": tp, "expert_parallel": tp * h.data_parallel}
+        try:
+            check_fits(m, HardwareSpec.model_validate(h.model_dump() | update))
+        except ValueError:  # a pydantic check of the degrees included
+            continue
+        return tp
+    return None
+
+
 def capacity_table(
     models: list[ModelSpec], gpus: list[HardwareSpec], block_size: int
 ) -> pd.DataFrame:
@@ -151,7 +178,7 @@ def capacity_table(
                     row["note"] = "dense: no data or expert parallelism"
                     rows.append(row)
                     continue
-                need = min_tensor_parallel(m, h)
+                need = _least_degree(m, h)
                 reason = "cannot shard" if "_parallel (" in str(exc) else "too big"
                 row["note"] = f"{reason}; fits at tp {need}" if need else f"{reason}; no tp fits"
                 rows.append(row)
@@ -179,8 +206,8 @@ def _fmt(df: pd.DataFrame) -> str:
 def catalog_command(args: argparse.Namespace) -> int:
     try:
         models, gpus = _models(args), _hardware(args)
-    except ValueError as exc:  # a pydantic check (e.g. dtype combination)
-        raise ScenarioError(str(exc).splitlines()[-1].strip()) from None
+    except ValidationError as exc:  # a pydantic check (a dtype combination, a degree's bound)
+        raise _flag_error(exc) from None
     if args.model is not None and args.hardware is not None:
         try:
             check_fits(models[0], gpus[0])

@@ -153,14 +153,21 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
 
 
 def _prepare(args: argparse.Namespace, run_path: Path, options: ReplayOptions) -> Any:
-    """(the measured run, its replay scenario's mapping, notes from the engine log)."""
+    """(the measured run, its replay scenario's mapping, notes from the engine log, its `Load`); a
+    closed-loop benchmark is replayed by as many clients as it had (`sim.measured.load`), and
+    the line that says so, or why it cannot be, is printed (stderr for a caveat)."""
     from sim.measured import read_measured, read_vllm_log
+    from sim.measured.load import load_of
     from sim.scenario.load import read_scenario
     from sim.whatif.replay import replay_raw
 
     base = read_scenario(args.scenario)
     run = read_measured(run_path, options.format, benchmark=options.benchmark,
                         drop_duplicates=args.drop_duplicates)
+    load = load_of(run)
+    if load.note and not args.quiet:
+        print(("batchsim: note: " if load.caveat else "") + load.note,
+              file=sys.stderr if load.caveat else sys.stdout)  # fmt: skip
     engine = None
     if options.vllm_log is not None:
         engine = read_vllm_log(Path(options.vllm_log))
@@ -176,8 +183,9 @@ def _prepare(args: argparse.Namespace, run_path: Path, options: ReplayOptions) -
         hardware=options.hardware,
         log_file=options.vllm_log or "",
         drop_duplicates=args.drop_duplicates,
+        clients=load.clients,
     )
-    return run, raw, notes
+    return run, raw, notes, load
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -189,11 +197,13 @@ def _replay(args: argparse.Namespace) -> int:
     from sim.whatif.replay import load_replay, replay
 
     options = _options(args)
-    run, raw, notes = _prepare(args, args.run, options)
+    run, raw, notes, load = _prepare(args, args.run, options)
     scenario = load_replay(raw, str(args.scenario), args.scenario.resolve().parent, args.overrides)
     folder = args.name or f"{scenario.name}-replay"
     dest = check_destination(args.out, folder)
-    result = replay(scenario, run, notes)
+    result = replay(scenario, run, notes, load_note=load.note)
+    if result.window_note and not args.quiet:
+        print(f"batchsim: note: {result.window_note}", file=sys.stderr)
     out_dir = write_results(
         result.results,
         dest,
@@ -258,7 +268,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     setup: dict[str, Any] = {}
     for role, paths in (("fit", args.runs), ("holdout", args.holdout)):
         for path in paths:
-            run, raw, notes = _prepare(args, path, options)
+            run, raw, notes, _ = _prepare(args, path, options)
             scenario = load_replay(raw, str(args.scenario), base_dir, args.overrides)
             raw, this_setup = resolved(scenario, notes)
             setup = setup or this_setup

@@ -48,9 +48,12 @@ def _ignores_exceptions(frame: FrameType | None) -> bool:
 
 
 _reporting: list[bool] = []  # set once the command is saying it was interrupted
+_deferred: list[bool] = []  # set once the command finishes what a first signal began
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
+    if _deferred:  # a stop is finishing its work: the signal changes nothing
+        return
     if signum not in _pending:
         _received.append(signum)
     if _reporting:  # already on the way out: a second exception would only cut the report
@@ -79,6 +82,7 @@ def interrupts() -> Iterator[None]:
     _received.clear()
     _pending.clear()
     _reporting.clear()
+    _deferred.clear()
     try:
         previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
         previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, _retry)
@@ -89,8 +93,20 @@ def interrupts() -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        stopping = bool(_deferred)  # kept for an enclosing `interrupts()`: still exiting
         for sig, handler in previous.items():
+            # after a stop a signal began and the command finished (it wrote its results), the
+            # process is exiting: one more signal must not turn its exit status into 130 or 143
+            if stopping and sig in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.SIG_IGN
             signal.signal(sig, handler)
+
+
+def defer_interrupts() -> None:
+    """From now on (while `interrupts()` is active) SIGINT and SIGTERM are dropped: the command
+    is finishing what a first signal began (`batchsim serve`'s stop, which writes its results),
+    and a second one must not cut that short."""
+    _deferred.append(True)
 
 
 def raise_if_interrupted() -> None:

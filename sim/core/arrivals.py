@@ -224,11 +224,23 @@ class Source:
 
     def turn_finished(self, req: Request) -> None:
         """A session's turn finished: its next turn arrives a think time later."""
+        self._next_turn(req, req.finish_s)
+
+    def turn_rejected(self, req: Request) -> None:
+        """A session's turn was refused (longer than the context, shed) or given up on: the
+        session goes on as after a finished turn, from the moment it was refused (a closed-loop
+        client whose request is rejected sends its next one)."""
+        if self.next_turn is None:
+            return
+        ended = req.finish_s if req.finish_s == req.finish_s else self.env.now  # NaN: now
+        self._next_turn(req, max(ended, self.env.now))
+
+    def _next_turn(self, req: Request, ended_s: float) -> None:
         assert self.next_turn is not None and self.think_s is not None
         nxt = int(self.next_turn[req.id])
         if nxt < 0:
             return
-        at = req.finish_s + float(self.think_s[nxt])
+        at = ended_s + float(self.think_s[nxt])
         event = UrgentTimeout(self.env, at + self.frontend_s - self.env.now)
 
         def arrive(_: simpy.Event) -> None:

@@ -456,9 +456,9 @@ class Instance:
         self.engine.touch(self.env.now)
 
     def abort(self, req: Request) -> bool:
-        """Its client gave up on `req`: queued here, it leaves now; running here, it leaves at
-        the next step boundary (a run it is in is cut there, as an arrival cuts one), after the
-        step under way. False when it is in neither state (swapped, or in P/D hand-off)."""
+        """Its client gave up on `req`: queued here, it leaves now; running here, at the next
+        step boundary (any run it is in is cut there: the batch changes), after the step under
+        way. False when it is in neither state (swapped, or in P/D hand-off)."""
         self._touch()
         if req.state == WAITING and req.instance == self.index:
             if self._ahead.drop(req):  # held: the scheduler never saw it
@@ -469,7 +469,7 @@ class Instance:
                 self._aborts.append(req)
             if self._idle is not None:
                 self.wake()
-            elif self._run is not None and self._run.interruptible:
+            elif self._run is not None:
                 self._cut()
             return True
         else:

@@ -368,6 +368,9 @@ class RequestLog:
         capacity: int = 1 << 16,
     ) -> None:
         self.on_full = on_full
+        # told of every rejected (or aborted) request once it is recorded: a closed-loop client
+        # whose request was refused sends its next one (`Source.turn_rejected`)
+        self.on_rejected: Callable[[Request], None] | None = None
         rows = num_requests if on_full is None else min(capacity, max(1, num_requests))
         self.floats = {c: np.full(rows, np.nan) for c in self.FLOAT_COLUMNS}
         self.ints: dict[str, npt.NDArray[np.signedinteger[Any]]] = {
@@ -434,6 +437,8 @@ class RequestLog:
             n["reject_code"][i] = self.reasons.index(req.reject_reason)
         if self.on_full is not None and self.rows == len(self.ids):
             self.hand_over()
+        if req.reject_reason and self.on_rejected is not None:
+            self.on_rejected(req)
 
     def hand_over(self) -> None:
         """Streamed: give the rows held to `on_full` (`block()`) and start a new block."""

@@ -424,9 +424,14 @@ class Request:
         self.state = REJECTED
         self.reject_reason = reason
 
-    def abort(self, now: float) -> None:
-        """Waiting or running -> rejected, \"aborted\": its client gave up at `now`."""
-        self._expect(WAITING, RUNNING)
+    def abort(self, now: float, *, stranded: bool = False) -> None:
+        """Waiting or running -> rejected, \"aborted\": its client gave up at `now`.
+        `stranded`: from any state it can still leave (the engine that held it stopped with
+        it inside: a live session's close, `sim.serve.live`)."""
+        if not stranded:
+            self._expect(WAITING, RUNNING)
+        elif self.state in (FINISHED, REJECTED):
+            raise AssertionError(f"request {self.id} has already left")
         self.state = REJECTED
         self.reject_reason = ABORTED
         self.finish_s = now

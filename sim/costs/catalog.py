@@ -307,7 +307,7 @@ class HardwareSpec(StrictModel):
     # per GPU, both directions together (datasheet NVLink or PCIe figure); needed for tp > 1
     interconnect_bandwidth_bytes_per_s: float | None = Field(default=None, gt=0)
     # GPUs per instance: weights and KV heads split across them, all-reduces between them
-    tensor_parallel: int = Field(default=1, ge=1)
+    tensor_parallel: int = Field(default=1, ge=1, le=1024)
     # rent per GPU-hour (US dollars), board power per GPU (watts); None: sim/costs/prices.py
     usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     tdp_w: float | None = Field(default=None, gt=0)
@@ -330,6 +330,10 @@ class HardwareSpec(StrictModel):
     scaleout_latency_s: float = Field(default=5e-6, ge=0, le=1)
     # busiest expert-parallel GPU's routed tokens over the mean (None: drawn, sim/costs/moe.py)
     expert_imbalance: float | None = Field(default=None, ge=1, le=1024)
+    # extra replicas of the hottest routed experts placed beside the model's own (SGLang's
+    # `--ep-num-redundant-experts`, vLLM's `--num-redundant-experts`): num_experts +
+    # redundant_experts must divide over expert_parallel; each replica takes its share of the load
+    redundant_experts: int = Field(default=0, ge=0, le=4096)
 
     @model_validator(mode="before")
     @classmethod
@@ -428,10 +432,12 @@ def sliding_kv_bytes_per_seq_on(model: ModelSpec, hw: HardwareSpec) -> float:
 def stored_weight_bytes(model: ModelSpec, hw: HardwareSpec) -> float:
     """Weight bytes the instance holds: with data-parallel attention every rank keeps its own
     copy of the dense part (attention, dense layers, shared experts, embeddings), while the
-    routed experts are held once across all GPUs."""
+    routed experts are held once across all GPUs, with any redundant replicas beside them."""
+    replicas = hw.redundant_experts * model.moe_layers * model.expert_parameters
+    held = model.weight_bytes + replicas * model.expert_bytes_per_parameter
     if hw.data_parallel == 1:
-        return model.weight_bytes
-    return model.weight_bytes + (hw.data_parallel - 1) * model.dense_weight_bytes
+        return held
+    return held + (hw.data_parallel - 1) * model.dense_weight_bytes
 
 
 def free_kv_bytes(

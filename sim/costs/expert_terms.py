@@ -44,6 +44,8 @@ class ExpertTerms(StrictModel):
     # busiest expert-parallel GPU's routed tokens over the mean (None: drawn from the routing)
     imbalance: float | None = Field(default=None, ge=1, le=65_536)
     data_parallel: int = Field(default=1, ge=1, le=65_536)  # attention ranks
+    # replicas of the hottest experts beside the model's own, on the expert-parallel ranks
+    redundant_experts: int = Field(default=0, ge=0, le=65_536)
     # seconds one GPU takes to read one whole routed expert of every MoE layer
     t_expert_read_s: float = Field(ge=0, le=MAX_TERM_S)
     # seconds one GPU takes to compute one token through one expert of every MoE layer
@@ -56,8 +58,13 @@ class ExpertTerms(StrictModel):
         e, k, ep = self.num_experts, self.experts_per_token, self.expert_parallel
         if k > e:
             raise ValueError(f"experts_per_token ({k}) cannot exceed num_experts ({e})")
-        if e % ep:
-            raise ValueError(f"expert_parallel ({ep}) must divide num_experts ({e})")
+        r = self.redundant_experts
+        if r and ep == 1:
+            raise ValueError(f"redundant_experts ({r}) needs expert_parallel > 1")
+        if (e + r) % ep:
+            raise ValueError(
+                f"expert_parallel ({ep}) must divide num_experts + redundant_experts ({e + r})"
+            )
         if ep > 1 and ep != self.gpus:
             raise ValueError(f"expert_parallel ({ep}) must be 1 or gpus ({self.gpus})")
         share = self.hottest_share
@@ -84,6 +91,7 @@ class ExpertStepCost:
             expert_parallel=terms.expert_parallel,
             gpus=terms.gpus,
             imbalance=terms.imbalance,
+            redundant=terms.redundant_experts,
         )
         self.data_parallel = terms.data_parallel
         self.t_read_s = terms.t_expert_read_s

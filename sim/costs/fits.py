@@ -73,21 +73,27 @@ def expert_layout_problem(
     problem = pipeline_problem(model, hw, placed)
     if problem:
         return problem
-    dp, ep = hw.data_parallel, hw.expert_parallel
+    dp, ep, extra = hw.data_parallel, hw.expert_parallel, hw.redundant_experts
     if not placed.is_moe:
-        if dp > 1 or ep > 1:
-            field = "data_parallel" if dp > 1 else "expert_parallel"
+        if dp > 1 or ep > 1 or extra:
+            field = "data_parallel" if dp > 1 else "expert_parallel" if ep > 1 else (
+                "redundant_experts")
             return (
                 f"hardware.{field} needs a mixture-of-experts model ({model.name} is dense; "
                 "replicas of a dense model are separate instances: `instances: N`)"
             )
         return None
     assert model.num_experts is not None
-    if ep > 1 and model.num_experts % ep:
+    if extra and ep == 1:
         return (
-            f"hardware.expert_parallel ({ep}) must divide {model.name}'s num_experts "
-            f"({model.num_experts})"
+            f"hardware.redundant_experts ({extra}) needs expert_parallel > 1 (replicas are "
+            "placed on expert-parallel ranks)"
         )
+    if ep > 1 and (model.num_experts + extra) % ep:
+        held = f"num_experts ({model.num_experts})"
+        if extra:
+            held = f"num_experts + redundant_experts ({model.num_experts} + {extra})"
+        return f"hardware.expert_parallel ({ep}) must divide {model.name}'s {held}"
     if placed.stage_gpus > 1 and hw.interconnect_bandwidth_bytes_per_s is None:
         return f"hardware.interconnect_bandwidth_bytes_per_s is required ({hw.name} has none)"
     if placed.stage_gpus > hw.scaleup_domain_gpus and hw.scaleout_bandwidth_bytes_per_s is None:

@@ -59,6 +59,18 @@ def routing_shares(num_experts: int, hottest_share: float | None) -> np.ndarray:
     return w / w.sum()
 
 
+def replica_shares(shares: np.ndarray, redundant: int) -> np.ndarray:
+    """Each physical expert's share of routed tokens when `redundant` replicas are given to the
+    hottest experts in turn (as the load balancers place them: DeepSeek's EPLB, SGLang's and
+    vLLM's redundant experts), a token going to one of its expert's copies at random."""
+    if redundant <= 0:
+        return shares
+    e = len(shares)
+    copies = np.ones(e, dtype=int) + redundant // e
+    copies[: redundant % e] += 1  # `shares` runs hottest first
+    return np.repeat(shares / copies, copies)
+
+
 def expected_distinct(q: np.ndarray, tokens: int) -> float:
     """Expected distinct experts that `tokens` independently routed tokens touch."""
     if tokens <= 0:
@@ -89,27 +101,29 @@ class ExpertRouting:
         expert_parallel: int = 1,
         gpus: int = 1,
         imbalance: float | None = None,
+        redundant: int = 0,
     ) -> None:
-        if num_experts % expert_parallel:
-            raise ValueError(f"expert_parallel {expert_parallel} must divide {num_experts}")
+        placed = num_experts + redundant  # physical experts: the model's and their replicas
+        if placed % expert_parallel:
+            raise ValueError(f"expert_parallel {expert_parallel} must divide {placed}")
         self.num_experts = num_experts
         self.top_k = experts_per_token
         self.expert_parallel = expert_parallel
         self.gpus = gpus
-        shares = routing_shares(num_experts, hottest_share)
+        shares = replica_shares(routing_shares(num_experts, hottest_share), redundant)
         q = _probabilities(experts_per_token * shares)
         self._memo: dict[int, float] = {}
-        per_rank = num_experts // expert_parallel
+        per_rank = placed // expert_parallel
         if expert_parallel == 1:
             self._ranks = [q]
             self.compute_share = 1.0 / gpus
             self.imbalance = 1.0
         elif imbalance is not None:
-            self._ranks = [np.full(per_rank, min(1.0, imbalance * experts_per_token / num_experts))]
+            self._ranks = [np.full(per_rank, min(1.0, imbalance * experts_per_token / placed))]
             self.compute_share = imbalance / expert_parallel
             self.imbalance = imbalance
         else:
-            order = np.random.default_rng(PLACEMENT_SEED).permutation(num_experts)
+            order = np.random.default_rng(PLACEMENT_SEED).permutation(placed)
             self._ranks = [q[order[r::expert_parallel]] for r in range(expert_parallel)]
             loads = np.array([s.sum() for s in self._ranks])
             self.compute_share = float(loads.max() / loads.sum())

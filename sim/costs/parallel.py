@@ -125,6 +125,7 @@ def expert_layout(
         "gpus": placed.stage_gpus,
         "imbalance": hw.expert_imbalance,
         "data_parallel": hw.data_parallel,
+        "redundant_experts": hw.redundant_experts,
     }
 
 

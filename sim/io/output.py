@@ -12,8 +12,9 @@ there while the simulation ran.
 
 Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario text),
 `summary.json` (per variant: metric -> value with NaN as null, plus the scenario name),
-`summary.csv` (variants as rows), `bench_summary.json` (the summary under the field names of
-`vllm bench serve --save-result`, `sim.io.bench_names`), `timeline.csv` (metrics per window of
+`summary.csv` (variants as rows), `bench_summary.json` (the summary as the flat object of
+`vllm bench serve --save-result`, one line per variant as `--append-result` writes them,
+`sim.io.bench_names`), `timeline.csv` (metrics per window of
 the run, `sim.metrics.timeline`, with a `variant` column; streamed runs too) and, for an
 autoscaled run, `fleet_events.csv` (its scaling events); the tables asked for (`tables`:
 `summary` writes none, `requests` the per-request table, `all` adds `steps` (step groups) and
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from sim.io.bench_names import bench_document
+from sim.io.bench_names import bench_lines
 from sim.io.destination import MARKER, check_destination, clean_leftovers, mark, temp_paths
 from sim.metrics.side_by_side import SUMMARY_ROWS, format_summary
 
@@ -106,10 +107,8 @@ def _steps(
         text = json.dumps(document, indent=2, allow_nan=False) + "\n"
         _write_text(folder / "summary.json", text)
         _write_csv(table, folder / "summary.csv", index=True)
-        # the same numbers under vLLM bench's names (sim.io.bench_names)
-        bench = bench_document(results.scenario_name, document["variants"])
-        text = json.dumps(bench, indent=2, allow_nan=False) + "\n"
-        _write_text(folder / "bench_summary.json", text)
+        # the same numbers in vLLM bench's result file, a line per variant (sim.io.bench_names)
+        _write_text(folder / "bench_summary.json", bench_lines(results, document["variants"]))
 
     def itl() -> pd.DataFrame:
         parts = [v.itl.assign(variant=name) for name, v in results.variants.items()]

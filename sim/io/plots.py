@@ -39,6 +39,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from sim.io.plot_units import latency_unit, log_ticks, time_axis
 from sim.io.plots_slots import slot_timeline_figure
 
 if TYPE_CHECKING:
@@ -81,9 +82,11 @@ def latency_cdf_figure(requests: pd.DataFrame) -> Figure:
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     for ax, (column, label) in zip(axes, shown, strict=True):
         lows, highs = [], []
+        scale, unit = (latency_unit(column.removesuffix("_s"), requests[column])
+                       if column in requests.columns else (1.0, "s"))  # fmt: skip
         for i, variant in enumerate(_variants(requests)):
             rows = requests[requests["variant"] == variant]
-            x, y = _cdf_points(rows[column].to_numpy(dtype=float))
+            x, y = _cdf_points(rows[column].to_numpy(dtype=float) * scale)
             if x.size:
                 ax.plot(x, y, drawstyle="steps-post", color=f"C{i}", label=variant)
                 lows.append(x[0])
@@ -91,8 +94,9 @@ def latency_cdf_figure(requests: pd.DataFrame) -> Figure:
         # log-x only helps when the sample spans more than a decade; it cannot show zeros
         if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
             ax.set_xscale("log")
+            log_ticks(ax.xaxis)
         ax.set_title(f"{label} CDF")
-        ax.set_xlabel(f"{label} (s)")
+        ax.set_xlabel(f"{label} ({unit})")
         ax.set_ylabel("fraction of requests")
         ax.set_ylim(0, 1.02)
         ax.grid(True, alpha=0.3)
@@ -224,7 +228,10 @@ def timeline_figure(
             "remote store once)"
         )
         panel["tiers"].set_ylabel("blocks held")
-    axes[-1].set_xlabel("simulated time (s)")
+    if len(steps):
+        time_axis(axes[-1], float(steps["end_s"].max() - steps["start_s"].min()))
+    else:
+        axes[-1].set_xlabel("simulated time (s)")
     for ax in axes:
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

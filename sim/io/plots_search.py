@@ -14,6 +14,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sim.io.plot_units import latency_unit
+
 
 def _fleet(row: pd.Series) -> str:
     if row["layout"] != "colocated" and pd.notna(row.get("prefill")):
@@ -26,6 +28,8 @@ def pareto_figure(table: pd.DataFrame, *, title: str = "") -> Figure:
     fig = Figure(figsize=(10, 6), layout="constrained")
     ax = fig.subplots()
     found = table[table["status"] == "found"]
+    scale, unit = latency_unit("ttft", found["ttft_p99_s"])
+    found = found.assign(ttft_p99_s=found["ttft_p99_s"] * scale)
     gpus = list(dict.fromkeys(found["gpu"]))
     for i, gpu in enumerate(gpus):
         for colocated in (True, False):
@@ -62,7 +66,7 @@ def pareto_figure(table: pd.DataFrame, *, title: str = "") -> Figure:
                 color="0.2",
             )
     ax.set_xlabel("fleet cost ($/h, fewest instances meeting the SLOs)")
-    ax.set_ylabel("TTFT p99 (s)")
+    ax.set_ylabel(f"TTFT p99 ({unit})")
     ax.set_title(title or "Cost against TTFT p99 of every configuration that meets the SLOs")
     ax.grid(True, alpha=0.3)
     if len(found):

@@ -34,6 +34,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from sim.io.plot_units import time_axis, time_unit
+
 DEFAULT_MAX_REQUESTS = 120
 
 
@@ -168,13 +170,15 @@ def slot_timeline_figure(
         ax.set_ylim(-0.6, max(num_slots, 1) - 0.4)
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1].set_xlim(*window)
-    axes[-1].set_xlabel("simulated time (s)")
+    time_axis(axes[-1], window[1] - window[0])
     handles = [Line2D([], [], color="0.4", linewidth=0.8, label="waiting in the queue"),
                Patch(facecolor="C0", label="request in its slot (colour per request)"),
                Patch(facecolor="0.85", edgecolor="0.5", hatch="///",
                      label="padding: finished, slot held until the batch ends")]  # fmt: skip
     fig.legend(handles=handles, loc="outside lower center", ncols=3)
     span = window[1] - window[0]
-    fig.suptitle(f"Batch slots over the first {span:.3g} s (up to {max_requests} arrivals)"
+    unit, name = time_unit(span) if math.isfinite(span) else (1.0, "s")
+    fig.suptitle(f"Batch slots over the first {span / unit:.3g} {name} (up to {max_requests} "
+                 "arrivals)"
                  if math.isfinite(span) else "Batch slots")  # fmt: skip
     return fig

@@ -35,6 +35,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from sim.io.plot_units import latency_unit, log_ticks, time_unit
+
 # event -> (marker, label) of the scaling events
 EVENT_MARKERS = {
     "launch": ("^", "launch"),
@@ -46,13 +48,6 @@ EVENT_MARKERS = {
 PLOT_NAME = "over_time"
 
 
-def time_unit(span_s: float) -> tuple[float, str]:
-    """(seconds per unit, unit name) of the time axis for a run of `span_s` seconds."""
-    if span_s > 2 * 3600:
-        return 3600.0, "h"
-    if span_s > 600:
-        return 60.0, "min"
-    return 1.0, "s"
 
 
 def windows_of(timelines: Mapping[str, pd.DataFrame]) -> int:
@@ -164,18 +159,20 @@ def _fleet_panel(ax: Axes, run: _Run) -> None:
 
 
 def _ttft_panel(ax: Axes, run: _Run) -> None:
-    for name, frame in run.drawn.items():
-        _stairs(ax, frame["ttft_p90_s"], run.edges(frame), color=run.color(name), linewidth=1.2,
-                label=name)  # fmt: skip
     targets = sorted({t for t in (run.slo_ttft_s.get(n) for n in run.drawn) if t is not None})
-    for target in targets:
-        ax.axhline(target, color="red", linestyle=":", linewidth=1.0,
-                   label=f"TTFT target {target:g} s")  # fmt: skip
     p90 = np.concatenate([t["ttft_p90_s"].to_numpy(dtype=float) for t in run.drawn.values()])
+    scale, unit = latency_unit("ttft", np.append(p90, targets))
+    for name, frame in run.drawn.items():
+        _stairs(ax, frame["ttft_p90_s"] * scale, run.edges(frame), color=run.color(name),
+                linewidth=1.2, label=name)  # fmt: skip
+    for target in targets:
+        ax.axhline(target * scale, color="red", linestyle=":", linewidth=1.0,
+                   label=f"TTFT target {target * scale:g} {unit}")  # fmt: skip
     p90 = p90[np.isfinite(p90) & (p90 > 0)]
     if p90.size and p90.max() > 50 * p90.min():  # variants or windows orders of magnitude apart
         ax.set_yscale("log")
-    ax.set_ylabel("TTFT p90 (s)")
+        log_ticks(ax.yaxis)
+    ax.set_ylabel(f"TTFT p90 ({unit})")
     ax.set_title("TTFT p90 of the requests arriving in each window")
 
 

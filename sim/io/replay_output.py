@@ -26,10 +26,19 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from sim.io.plot_units import latency_unit, log_ticks
 from sim.metrics.compare import PER_REQUEST
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
-LABELS = {"ttft": "TTFT (s)", "tpot": "TPOT (s)", "e2e": "E2E (s)"}
+NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
+
+
+def _unit(metric: str, measured: np.ndarray, result: Any) -> tuple[float, str]:
+    """The panel's unit (`latency_unit`) over both sides' values."""
+    n = len(result.run)
+    both = [measured, *(_simulated(v.requests, n)[metric]
+                        for v in result.results.variants.values())]  # fmt: skip
+    return latency_unit(metric, np.concatenate(both))
 
 
 def _measured(run: Any) -> dict[str, np.ndarray]:
@@ -54,10 +63,11 @@ def scatter_figure(result: Any) -> Figure:
     fig = Figure(figsize=(13 * len(shown) / 3, 4.2), layout="constrained")
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     for ax, metric in zip(axes, shown, strict=True):
-        meas = measured[metric]
+        scale, unit = _unit(metric, measured[metric], result)
+        meas = measured[metric] * scale
         low, high = np.inf, 0.0
         for k, (name, variant) in enumerate(result.results.variants.items()):
-            simv = _simulated(variant.requests, len(run))[metric]
+            simv = _simulated(variant.requests, len(run))[metric] * scale
             ok = np.isfinite(meas) & np.isfinite(simv) & (meas > 0) & (simv > 0)
             if not ok.any():
                 continue
@@ -69,8 +79,12 @@ def scatter_figure(result: Any) -> Figure:
             ax.plot([low, high], [low, high], color="black", lw=0.8, ls="--")
             ax.set_xscale("log")
             ax.set_yscale("log")
-        ax.set_xlabel(f"measured {LABELS[metric]}")
-        ax.set_ylabel(f"simulated {LABELS[metric]}")
+            ax.set_xlim(low / 1.1, high * 1.1)
+            ax.set_ylim(low / 1.1, high * 1.1)
+            log_ticks(ax.xaxis)
+            log_ticks(ax.yaxis)
+        ax.set_xlabel(f"measured {NAMES[metric]} ({unit})")
+        ax.set_ylabel(f"simulated {NAMES[metric]} ({unit})")
         ax.set_title(f"{metric.upper()} per request")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(loc="upper left", fontsize=8)
@@ -84,12 +98,14 @@ def cdf_figure(result: Any) -> Figure:
     fig = Figure(figsize=(13 * len(shown) / 3, 4.2), layout="constrained")
     axes = fig.subplots(1, len(shown), squeeze=False)[0]
     for ax, metric in zip(axes, shown, strict=True):
-        _cdf(ax, measured[metric], "measured", "black", 2.0)
+        scale, unit = _unit(metric, measured[metric], result)
+        _cdf(ax, measured[metric] * scale, "measured", "black", 2.0)
         for k, (name, variant) in enumerate(result.results.variants.items()):
-            simv = _simulated(variant.requests, len(run))[metric]
+            simv = _simulated(variant.requests, len(run))[metric] * scale
             _cdf(ax, simv, f"simulated: {name}", COLORS[k % len(COLORS)], 1.2)
         ax.set_xscale("log")
-        ax.set_xlabel(LABELS[metric])
+        log_ticks(ax.xaxis)
+        ax.set_xlabel(f"{NAMES[metric]} ({unit})")
         ax.set_ylabel("fraction of requests")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(loc="lower right", fontsize=8)

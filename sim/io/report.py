@@ -47,6 +47,7 @@ PLOTS = (
      "target; their SLO attainment; the fleet's rent in dollars per hour. A fleet or a rent "
      "that never changes has no panel."),
 )  # fmt: skip
+SESSION_FILE = "session.json"  # what `batchsim serve` served: scenario, variant, model, speed
 # the timeline's caption when a variant has KV tiers (its fourth panel)
 TIERS_CAPTION = (
     " The last panel: blocks held by each KV tier below the GPU (solid DRAM, dashed NVMe, "
@@ -71,7 +72,7 @@ thead th { background: #f4f4f4; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { color: #555; font-size: 0.95em; }
 pre { background: #f8f8f8; padding: 1em; overflow-x: auto; font-size: 12px; }
-.muted { color: #666; }
+.muted { color: #666; } .warn { color: #8a4b00; font-weight: 600; }
 """
 
 
@@ -250,6 +251,54 @@ def _comparison(folder: Path) -> str:
     return "\n".join(parts)
 
 
+def _json(path: Path, what: str) -> dict[str, Any] | None:
+    """The mapping in `path`, or None when the folder has no such file."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(read_text(path, what))
+    except ValueError as exc:
+        raise ScenarioError(f"not valid JSON: {exc}", file=str(path)) from None
+    if not isinstance(doc, dict):
+        raise ScenarioError("expected a JSON object", file=str(path))
+    return doc
+
+
+def _header(folder: Path, name: str, variants: dict[str, Any], scenario: dict[str, Any]) -> str:
+    """The report's title and the lines under it: what the folder is (a run of the scenario, a
+    replay of a measured run against it, a serve session of one of its variants)."""
+    replay = _json(folder / "comparison.json", "comparison")
+    session = _json(folder / SESSION_FILE, "serve session")
+    listed = f"{len(variants)} variant(s): {_esc(', '.join(variants))}."
+    if replay is not None:
+        measured = replay.get("measured", {})
+        file = Path(str(measured.get("file", ""))).name
+        clients = replay.get("replayed_by_clients")
+        sent = (f"sent by {clients} closed-loop client(s), as the benchmark sent them"
+                if clients else "at their measured arrivals")
+        notes = "".join(f'<p class="{kind}">{_esc(replay[key])}</p>'
+                        for key, kind in (("load_note", "muted"), ("window_note", "warn"))
+                        if replay.get(key))  # fmt: skip
+        return (f"<h1>batchsim report: replay of {_esc(file)} against {_esc(name)}</h1>"
+                f"<p>The measured run {_esc(file)} ({_esc(measured.get('format', ''))}, "
+                f"{_esc(measured.get('requests', ''))} requests) replayed through the scenario "
+                f"{_esc(name)}: its exact requests, {sent}.</p>{notes}"
+                f'<p class="muted">{listed} Simulated, each against the measurement.</p>')
+    if session is not None:
+        variant = str(session.get("variant", ""))
+        return (f"<h1>batchsim report: serve session of {_esc(name)} variant "
+                f"{_esc(variant)}</h1><p>The requests clients sent to <code>batchsim serve"
+                f"</code> (model {_esc(session.get('model', ''))}, speed "
+                f"{_esc(session.get('speed', ''))}), simulated live by variant {_esc(variant)} "
+                f"of the scenario {_esc(name)}.</p>")  # fmt: skip
+    description = ""
+    first: Any = next(iter(_variants(scenario).values()), {})
+    if isinstance(first, dict) and first.get("description"):
+        description = f"<p>{_esc(first['description'])}</p>"
+    return (f"<h1>batchsim report: {_esc(name)}</h1>{description}<p class=\"muted\">{listed} "
+            "Simulated; every variant ran on the same requests.</p>")
+
+
 def render_report(folder: Path) -> str:
     """The HTML text of the report of results folder `folder`."""
     folder = Path(folder)
@@ -257,10 +306,6 @@ def render_report(folder: Path) -> str:
     variants: dict[str, dict[str, Any]] = document["variants"]
     tiers = has_tiers(pd.DataFrame.from_dict(variants, orient="index"))
     name = str(document.get("scenario", folder.name))
-    description = ""
-    first: Any = next(iter(_variants(scenario).values()), {})
-    if isinstance(first, dict) and first.get("description"):
-        description = f"<p>{_esc(first['description'])}</p>"
     trace = ""
     if (folder / "trace.json").is_file():
         trace = ('<p>Timeline trace: <a href="trace.json">trace.json</a> (open it in Perfetto '
@@ -270,9 +315,7 @@ def render_report(folder: Path) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>batchsim report: {_esc(name)}</title><style>{CSS}</style></head>
 <body>
-<h1>batchsim report: {_esc(name)}</h1>{description}
-<p class="muted">{len(variants)} variant(s): {_esc(", ".join(variants))}. Simulated; every
-variant ran on the same requests.</p>{trace}
+{_header(folder, name, variants, scenario)}{trace}
 <section id="summary"><h2>Summary</h2>{_summary_table(variants)}{_all_metrics(variants)}
 </section>
 {_comparison(folder)}<section id="plots"><h2>Plots</h2>{_plots(folder, tiers)}</section>

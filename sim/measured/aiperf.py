@@ -17,6 +17,7 @@ counted in `num_failed`). Each metric is `{"value": ..., "unit": ...}` and its u
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -125,5 +126,32 @@ def read_aiperf(path: Path) -> MeasuredRun:
         output_tokens=cols["output"], ttft_s=cols["ttft"], e2e_s=cols["e2e"], request_id=ids,
         records=records, unix_clock=True, num_failed=failed, file_tpot_s=cols["itl"],
         itl_s=[g for g in chunks if g is not None] if per_token else None,
-        meta={"tool": "aiperf", "records_not_profiling": skipped},
+        meta={"tool": "aiperf", "records_not_profiling": skipped, **_loadgen(path)},
     )  # fmt: skip
+
+
+SUMMARY_SUFFIX = "_aiperf.json"  # profile_export.jsonl -> profile_export_aiperf.json beside it
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024
+
+
+def _loadgen(path: Path) -> dict[str, Any]:
+    """`{"loadgen": {...}}`: how AIPerf sent the requests (`input_config.loadgen` of the summary
+    AIPerf writes beside the records: concurrency, request_rate), or `{"loadgen_note": why}`
+    when it is absent or unreadable (the records alone do not say)."""
+    summary = path.with_name(path.stem + SUMMARY_SUFFIX)
+    try:
+        if not summary.is_file():
+            return {"loadgen_note": f"no {summary.name} beside it"}
+        if summary.stat().st_size > MAX_SUMMARY_BYTES:
+            return {"loadgen_note": f"{summary.name} is over 64 MiB"}
+        doc = json.loads(summary.read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return {"loadgen_note": f"{summary.name} is not readable JSON"}
+    config = doc.get("input_config") if isinstance(doc, dict) else None
+    loadgen = config.get("loadgen") if isinstance(config, dict) else None
+    if not isinstance(loadgen, dict):
+        return {"loadgen_note": f"{summary.name} has no input_config.loadgen"}
+    kept = {k: value for k in ("concurrency", "request_rate", "request_rate_mode")
+            if isinstance(value := loadgen.get(k), int | float | str)
+            and not isinstance(value, bool)}  # fmt: skip
+    return {"loadgen": {**kept, "file": summary.name}}

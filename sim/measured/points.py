@@ -13,15 +13,22 @@ Readers (`read_points`):
   `random_range_ratio` (optional, default 1: lengths drawn uniformly from [ratio x nominal,
   nominal]), `tpot_mean_s`, `ttft_mean_s` (optional), and the throughput as `tput_per_gpu` with
   `num_gpus` (the deployment's) or as `total_tput_tok_s`; `num_requests` is optional (default 10
-  x conc, as InferenceX sends). Extra columns are ignored.
+  x conc, as InferenceX sends), and so is `model` (the served model: `name (path)` as
+  InferenceX writes it, a path or a name). Extra columns are ignored.
 - **`vllm bench serve` results** (`.json`, `--save-result --save-detailed`; one file per
   concurrency or appended lines, each a point): `max_concurrency` must be set (a sweep without it
-  is open-loop, not a closed-loop point); lengths are the requests' own mean lengths (fixed).
+  is open-loop, not a closed-loop point); lengths are the requests' own mean lengths (fixed);
+  the model is its `model_id`.
 - **GuideLLM reports** (`.json`): each benchmark run with the `concurrent` strategy is a point
   (`streams` clients).
 
 Throughput is measured over the benchmark's span: `duration` when the file gives it, else the
 first request's start to the last request's end.
+
+A point's output is 2 tokens or more (a mean TPOT needs a second token). The work a fit
+simulates is bounded before anything runs: at most `MAX_POINTS` points, `MAX_TOTAL_REQUESTS`
+requests and `MAX_TOTAL_STEPS` decode steps (each point's requests per client x output tokens)
+over all files.
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ from sim.inputs.text import check_regular_file, read_text
 MAX_POINTS_BYTES = 64 * 1024**2  # a sweep's table: far beyond any real one
 MAX_CLIENTS = 100_000
 MAX_LENGTH = 10_000_000
-MAX_REQUESTS = 10_000_000
+MAX_REQUESTS = 1_000_000
+MAX_POINTS = 2_000  # a sweep has tens; the whole published table (calibration/training) 921
+MAX_TOTAL_REQUESTS = 500_000  # simulated twice each; the largest published deployment: 23,200
+MAX_TOTAL_STEPS = 50_000_000  # decode steps, likewise (published deployment: 2.9 million)
+MAX_MODEL_CHARS = 300
 MAX_THROUGHPUT = 1e9  # tokens per second
 MAX_SECONDS = 86_400.0  # a mean TPOT or TTFT above a day is not a measurement
 
@@ -60,6 +71,7 @@ class LoadPoint:
     throughput_tok_s: float  # prompt + output tokens per second, the whole deployment
     tpot_mean_s: float
     ttft_mean_s: float | None
+    model: str | None = None  # the served model the file names (None: it names none)
 
     def lengths(self, nominal: int) -> dict[str, Any]:
         """The scenario's length distribution for one side (prompt or output)."""
@@ -102,7 +114,7 @@ def _csv_points(path: Path) -> list[LoadPoint]:
     if not per_gpu and "total_tput_tok_s" not in columns:
         raise ScenarioError("has no throughput: give tput_per_gpu with num_gpus, or "
                             "total_tput_tok_s", file=file)
-    out = []
+    out: list[LoadPoint] = []
     for row in reader:
         where = f"line {reader.line_num}"
 
@@ -111,9 +123,15 @@ def _csv_points(path: Path) -> list[LoadPoint]:
             return _number(row.get(name), name, where, file, low=low, high=high,
                            integer=integer, low_open=low_open)
 
+        if len(out) >= MAX_POINTS:
+            raise ScenarioError(f"more than {MAX_POINTS:,} points: fit on a sample", file=file,
+                                path=where)
         conc = int(num("conc", 1, MAX_CLIENTS, integer=True))
         isl = int(num("isl", 1, MAX_LENGTH, integer=True))
         osl = int(num("osl", 1, MAX_LENGTH, integer=True))
+        if osl < 2:
+            raise ScenarioError(f"column osl: {osl} output token has no TPOT (a point needs "
+                                "outputs of 2 tokens or more)", file=file, path=where)
         ratio = num("random_range_ratio", 0, 1) if row.get("random_range_ratio") else 1.0
         if per_gpu:
             gpus = num("num_gpus", 1, 100_000, integer=True)
@@ -123,11 +141,13 @@ def _csv_points(path: Path) -> list[LoadPoint]:
         requests = (int(num("num_requests", 1, MAX_REQUESTS, integer=True))
                     if row.get("num_requests") else 10 * conc)
         ttft = num("ttft_mean_s", 0, MAX_SECONDS, low_open=True) if row.get("ttft_mean_s") else None
+        model = (row.get("model") or "").strip()[:MAX_MODEL_CHARS] or None
         out.append(LoadPoint(
             label=f"{path.name} {where}", group=f"{isl}/{osl}/{ratio:g}", concurrency=conc,
             prompt_tokens=isl, output_tokens=osl, range_ratio=ratio, num_requests=requests,
             throughput_tok_s=tput,
             tpot_mean_s=num("tpot_mean_s", 0, MAX_SECONDS, low_open=True), ttft_mean_s=ttft,
+            model=model,
         ))  # fmt: skip
     if not out:
         raise ScenarioError("has a header and no points", file=file)
@@ -155,11 +175,16 @@ def _run_point(run: Any, label: str, clients: Any, duration: Any) -> LoadPoint:
                             "token times)", file=file)
     ttft = float(np.nanmean(run.ttft_s)) if np.isfinite(run.ttft_s).any() else None
     isl, osl = round(float(prompt.mean())), round(float(output.mean()))
+    if osl < 2:
+        raise ScenarioError(f"{label}: its mean output is {float(output.mean()):g} tokens; a "
+                            "point needs outputs of 2 tokens or more", file=file)
+    model = run.meta.get("model_id")
+    model = model[:MAX_MODEL_CHARS] if isinstance(model, str) and model else None
     return LoadPoint(
         label=label, group=f"{isl}/{osl}", concurrency=clients, prompt_tokens=isl,
         output_tokens=osl, range_ratio=1.0, num_requests=len(run),
         throughput_tok_s=float(prompt.sum() + output.sum()) / span, tpot_mean_s=tpot,
-        ttft_mean_s=ttft,
+        ttft_mean_s=ttft, model=model,
     )
 
 
@@ -201,6 +226,20 @@ def read_points(paths: list[Path]) -> list[LoadPoint]:
         check_regular_file(path, "points file")
         points = _csv_points(path) if path.suffix.lower() == ".csv" else _json_points(path)
         out.extend(points)
-        if len(out) > 10_000:
-            raise ScenarioError("more than 10,000 points: fit on a sample", file=str(path))
+        if len(out) > MAX_POINTS:
+            raise ScenarioError(f"more than {MAX_POINTS:,} points: fit on a sample",
+                                file=str(path))
+        _check_work(out, str(path))
     return out
+
+
+def _check_work(points: list[LoadPoint], file: str) -> None:
+    """The simulations a fit of `points` runs are bounded (see the module docstring)."""
+    requests = sum(p.num_requests for p in points)
+    steps = sum(-(-p.num_requests // p.concurrency) * p.output_tokens for p in points)
+    for total, bound, what in ((requests, MAX_TOTAL_REQUESTS, "requests"),
+                               (steps, MAX_TOTAL_STEPS, "decode steps")):
+        if total > bound:
+            raise ScenarioError(f"the points up to this file ask for {total:,} simulated {what}; "
+                                f"at most {bound:,} in all (fewer points, or fewer requests "
+                                "per point)", file=file)

@@ -27,6 +27,9 @@ CLOCK_SLACK_S = 1e-3  # TTFT may exceed E2E by this much: two clocks read a mome
 # outside is on another clock or in another unit (seconds where nanoseconds are expected).
 UNIX_LOW_S, UNIX_HIGH_S = 946_684_800.0, 4_102_444_800.0
 MAX_FILE_BYTES = 2 * 1024**3
+# one line of a JSON-lines file: an OTLP export batches spans (512 by default, about 1 MiB) and an
+# AIPerf record holds one request; a longer line is a file joined without newlines, not a record
+MAX_LINE_BYTES = 64 * 2**20
 PROGRESS_BYTES = 64 * 2**20  # a file this large shows its reading's progress (on a terminal)
 
 
@@ -64,8 +67,8 @@ def _json_object(line: str, number: int, file: str) -> Any:
 
 def json_file_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
     """(line number, object) for each non-blank line of a JSON-lines file, read a line at a time
-    (the file is never held whole: at most `MAX_FILE_BYTES`), with a progress bar in bytes on a
-    terminal for a file of `PROGRESS_BYTES` or more."""
+    (the file is never held whole: at most `MAX_FILE_BYTES`, and a line at most `MAX_LINE_BYTES`),
+    with a progress bar in bytes on a terminal for a file of `PROGRESS_BYTES` or more."""
     check_regular_file(path, what)
     file = str(path)
     try:
@@ -88,7 +91,14 @@ def json_file_lines(path: Path, what: str) -> Iterator[tuple[int, Any]]:
     offset = 0
     try:
         with handle:
-            for number, raw in enumerate(handle, start=1):
+            for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""),
+                                         start=1):  # fmt: skip
+                if len(raw) > MAX_LINE_BYTES:
+                    raise ScenarioError(
+                        f"line longer than {MAX_LINE_BYTES >> 20} MiB (one record per line is "
+                        "expected; is the file joined without newlines?)",
+                        file=file, path=f"line {number}",
+                    )  # fmt: skip
                 if number == 1 and raw.startswith(codecs.BOM_UTF8):
                     raw, offset = raw[len(codecs.BOM_UTF8) :], len(codecs.BOM_UTF8)
                 line = _decoded(raw, number, offset, file)

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from sim.core.request import ABORTED
 from sim.metrics.context import SummaryContext
 from sim.metrics.percentiles import FloatArray
 from sim.metrics.tiers import meets_slo, slo_targets
@@ -51,6 +52,14 @@ def in_window(arrival: FloatArray, window: tuple[float, float]) -> BoolArray:
 def finished(rejected: BoolArray, finish: FloatArray) -> BoolArray:
     """Served requests that emitted their last token."""
     return ~rejected & ~np.isnan(finish)
+
+
+def refused(requests: pd.DataFrame, rejected: BoolArray) -> BoolArray:
+    """The rejected requests the engine refused, without those their clients aborted
+    (`batchsim serve`): an aborted request is neither a rejection nor an SLO miss."""
+    if "reject_reason" not in requests.columns or not rejected.any():
+        return rejected
+    return rejected & (requests["reject_reason"].to_numpy(dtype=object) != ABORTED)
 
 
 def good(measured: pd.DataFrame, ctx: SummaryContext) -> BoolArray:

@@ -52,6 +52,7 @@ from sim.metrics.request_metrics import (
     mean_queue_length,
     measured_window,
     rates,
+    refused,
     stall_stats,
     stalls,
 )
@@ -303,7 +304,8 @@ class StreamSummary:
         if self.timeline_fold is not None:
             self.timeline_fold.add_requests(chunk)
         c["num_finished"] += int(finished(rejected, finish).sum())
-        c["num_rejected"] += int(rejected.sum())
+        turned_away = refused(chunk, rejected)  # not those aborted by their clients
+        c["num_rejected"] += int(turned_away.sum())
         if rejected.any() and "reject_reason" in chunk.columns:
             self.reject_reasons.update(chunk.loc[rejected, "reject_reason"].astype(str).tolist())
         for key in ("num_preemptions", "num_recomputed_tokens", "num_swaps", "swapped_bytes"):
@@ -324,7 +326,7 @@ class StreamSummary:
         # the stall percentiles cover the measured set, like the latencies
         self.latency["stall"].add(stalls(chunk, served & window))
         self.itl_max = _max(self.itl_max, longest(chunk["max_itl_s"].to_numpy(dtype=float)[served]))
-        self.measured.add_rejected(int((window & rejected).sum()))
+        self.measured.add_rejected(int((window & turned_away).sum()))
         measured = chunk[window & served]
         self._add_measured(measured)
         if self.num_links and "transfer_s" in chunk.columns:

@@ -11,7 +11,10 @@ Which requests count where:
 
 * The *measured set* is the non-rejected requests arriving within `[first arrival + warmup_s,
   last arrival - cooldown_s]` (arrival span taken over all requests, rejected ones included).
-  Latency percentiles, throughput, goodput and SLO attainment use it.
+  Latency percentiles, throughput, goodput and SLO attainment use it. A request its client
+  aborted (`batchsim serve`, reject reason "aborted by its client") is left out of it and is
+  neither counted in `num_rejected` nor offered to the SLO attainment: no server could have
+  served it.
 * The *measured window* runs from the earliest arrival to the latest finish of the measured set
   (`duration_s`); throughput counts the tokens and requests of finished measured requests over it.
 * Counts (`num_requests`, `num_finished`, `num_rejected`, preemptions, recomputed tokens) cover
@@ -48,6 +51,7 @@ from sim.metrics.request_metrics import (
     mean_queue_length,
     measured_window,
     rates,
+    refused,
 )
 from sim.metrics.steps import expand_steps, summary_of_totals, totals_by_instance
 from sim.metrics.tiers import tier_summary
@@ -93,11 +97,12 @@ def _with_columns(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame
 
 def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, float]:
     rejected = requests["rejected"].to_numpy(dtype=bool)
+    turned_away = refused(requests, rejected)  # not those aborted by their clients
     arrival = floats(requests, "arrival_s")
     out: dict[str, float] = {
         "num_requests": len(requests),
         "num_finished": int(finished(rejected, floats(requests, "finish_s")).sum()),
-        "num_rejected": int(rejected.sum()),
+        "num_rejected": int(turned_away.sum()),
         "num_preemptions": int(requests["num_preemptions"].sum()),
         "num_recomputed_tokens": int(requests["num_recomputed_tokens"].sum()),
     }
@@ -123,7 +128,7 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
             float(floats(done, "finish_s").max()) if len(done) else math.nan,
             num_done=len(done),
             num_good=int(met.sum()),
-            num_offered=len(measured) + int((window & rejected).sum()),
+            num_offered=len(measured) + int((window & turned_away).sum()),
             output_tokens=float(done["num_output_tokens"].sum()),
             prompt_tokens=float(done["num_prompt_tokens"].sum()),
         )

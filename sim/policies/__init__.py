@@ -82,6 +82,7 @@ def iteration_limits(
     max_model_len: int,
     kv_blocks_total: int,
     max_prefill_seqs: int | None = None,
+    max_chunk_tokens: int | None = None,
 ) -> Limits:
     """The limits of an iteration-level policy, resolved for a pool of `kv_blocks_total`."""
     budget = spec.max_num_batched_tokens
@@ -99,6 +100,7 @@ def iteration_limits(
         ),
         speculation=speculation_rule(spec),
         max_prefill_seqs=max_prefill_seqs,
+        max_chunk_tokens=max_chunk_tokens,
     )
 
 
@@ -119,7 +121,8 @@ def build_continuous(
 
 
 def build_chunked(spec: ChunkedPolicySpec, max_model_len: int, kv_blocks_total: int) -> Policy:
-    limits = iteration_limits(spec, max_model_len, kv_blocks_total, spec.max_prefill_seqs)
+    limits = iteration_limits(spec, max_model_len, kv_blocks_total, spec.max_prefill_seqs,
+                              spec.long_prefill_token_threshold)  # fmt: skip
     return ChunkedPolicy(limits)
 
 

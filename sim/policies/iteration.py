@@ -149,6 +149,7 @@ class Limits:
     reservation: Reservation
     preemptor: Preemptor
     max_prefill_seqs: int | None = None  # prompts per step (None: max_num_seqs)
+    max_chunk_tokens: int | None = None  # a prompt's tokens per step (None: the budget)
     speculation: SpeculationRule | None = None
 
 
@@ -163,6 +164,7 @@ class IterationPolicy:
         self.max_num_batched_tokens = limits.max_num_batched_tokens
         self.max_model_len = limits.max_model_len
         self.max_prefill_seqs = limits.max_prefill_seqs or limits.max_num_seqs
+        self.max_chunk_tokens = limits.max_chunk_tokens or FOREVER
         self.watermark_blocks = limits.watermark_blocks
         self.reservation = limits.reservation
         self.preemptor = limits.preemptor
@@ -280,7 +282,7 @@ class IterationPolicy:
                 break
             if req in d.evicted:
                 continue
-            n = min(req.num_remaining, budget)
+            n = min(req.num_remaining, budget, self.max_chunk_tokens)
             held = max(req.kv_blocks, kv.blocks_for(d.hold.get(req, 0)))
             need = max(0, kv.blocks_for(req.num_computed_tokens + n) - held)
             if need > d.free:
@@ -318,7 +320,7 @@ class IterationPolicy:
                 computed = (hits + lower) * bs
             tokens = known - computed
             if self.chunked:
-                tokens = min(tokens, budget)
+                tokens = min(tokens, budget, self.max_chunk_tokens)
                 if tokens <= 0:
                     break
             # a recompute longer than the budget may run alone, else it could never resume

@@ -28,6 +28,13 @@ Read from each engine's source:
   run has taken its activations: per GPU 0.9 (memory - weights - activations), held here as the
   `gpu_memory_utilization` that leaves the same KV with no reserve beside it.
 - ATOM: the schema's defaults (its own are not modelled).
+- Data-parallel attention (`hardware.data_parallel` > 1): each rank schedules its own requests
+  and chunks its own prompts, the ranks' steps run together. vLLM (an engine core per rank)
+  and TensorRT-LLM (attention DP) give every rank the limits above, so the instance's are `dp`
+  times them; SGLang divides `chunked_prefill_size` over the ranks (server_args.py
+  `_handle_data_parallelism`). A `chunked` policy's `long_prefill_token_threshold` is a rank's
+  share of the step's tokens: a step holds a chunk of a prompt on every rank, not a few whole
+  prompts on a few ranks.
 
 Applied as the engine loop is (sim/scenario/engine_loop.py): under the counted-events step model
 (the default `profile`, or `events`), which models the engine as it runs, to the fields a
@@ -143,11 +150,18 @@ def engine_limits(
         tokens = max(kv_capacity_tokens(model, hw), 0)
         pool = min(max(int(tokens / model.max_model_len * 512), 2048), 4096)
         seqs = max(min(tokens // 2, pool), 1)
+    dp = hw.data_parallel
+    if dp > 1 and engine != "sglang":  # a scheduler per rank, each with the engine's limits
+        budget, seqs = budget * dp, seqs * dp
     given = policy.model_fields_set
     update: dict[str, int] = {}
     budgeted = policy.name == "chunked" or engine in ("sglang", "trt-llm")
     if budgeted and "max_num_batched_tokens" not in given:
         update["max_num_batched_tokens"] = budget
+    if dp > 1 and policy.name == "chunked" and "long_prefill_token_threshold" not in given:
+        # each rank chunks its own prompts: a rank's share of the step's tokens
+        per_step = update.get("max_num_batched_tokens", policy.max_num_batched_tokens)
+        update["long_prefill_token_threshold"] = max(per_step // dp, 1)
     if "max_num_seqs" not in given:
         # vLLM: at most the token budget; a chunked step holds every running request's decode
         per_step = update.get("max_num_batched_tokens", policy.max_num_batched_tokens)

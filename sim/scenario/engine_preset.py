@@ -35,6 +35,9 @@ from sim.inputs.text import check_regular_file, read_text
 from sim.scenario.schema import EngineSpec
 
 PRESETS_DIR = Path(__file__).parent / "presets"
+# engine fields batchsim sets from a preset and records in the resolved scenario; a scenario or
+# a preset that sets them is refused (a scenario's own would be ignored, or unscope the preset)
+BATCHSIM_KEYS = ("preset_profile", "preset_scope")
 
 
 def shipped_presets() -> list[str]:
@@ -70,7 +73,7 @@ def read_preset(path: Path) -> dict[str, Any]:
         raise ScenarioError("must be a mapping of engine fields", file=file, path="engine")
     if "preset" in engine:
         raise ScenarioError("a preset cannot name another preset", file=file, path="engine.preset")
-    for key in ("preset_profile", "preset_scope"):
+    for key in BATCHSIM_KEYS:
         if key in engine:
             raise ScenarioError("set by batchsim, not by a preset", file=file, path=f"engine.{key}")
     try:
@@ -101,7 +104,16 @@ def apply_engine_preset(raw: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     the scenario's own. The preset's name stays in `engine.preset`, so the resolved scenario
     says where its terms came from."""
     engine = raw.get("engine")
-    if not isinstance(engine, dict) or engine.get("preset") is None:
+    if not isinstance(engine, dict):
+        return raw
+    for key in BATCHSIM_KEYS:
+        if engine.get(key) is not None:
+            raise ScenarioError(
+                "set by batchsim from the engine preset (it says which profile the preset was "
+                "fitted on and how much of it applies); a scenario does not set it",
+                path=f"engine.{key}",
+            )
+    if engine.get("preset") is None:
         return raw
     name = engine["preset"]
     if not isinstance(name, str) or not name:

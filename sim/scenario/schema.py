@@ -187,6 +187,10 @@ class ChunkedPolicySpec(_IterationLevelSpec):
     max_num_batched_tokens: int = Field(default=2048, gt=0)
     # prompts that may get a chunk in one step (None: as many as the budget allows)
     max_prefill_seqs: int | None = Field(default=None, gt=0)
+    # a prompt's tokens in one step at most (vLLM's long_prefill_token_threshold; None: the
+    # budget). With data-parallel attention each rank chunks its own prompts: the default step
+    # model sets it to a rank's chunk (sim/scenario/engine_limits.py)
+    long_prefill_token_threshold: int | None = Field(default=None, gt=0, le=1_000_000_000)
 
     @model_validator(mode="after")
     def _budget_holds_every_decode(self) -> ChunkedPolicySpec:

@@ -37,6 +37,7 @@ from sim.core.request import ABORTED, FINISHED, REJECTED, RUNNING, WAITING, Requ
 from sim.core.urgent import UrgentTimeout
 from sim.metrics.results import Results, VariantResult
 from sim.scenario.load import ResolvedScenario
+from sim.serve.record import Meter, Taps
 from sim.simulate import requests_table, tables_result
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload.arrays import RequestArrays
@@ -62,10 +63,13 @@ class EngineState:
 class Live:
     """One request as the server follows it: the engine's request and what it has sent."""
 
-    __slots__ = ("aborting", "notify", "req", "sent", "source_id")
+    __slots__ = ("aborting", "counted", "meter", "notify", "req", "sent", "source_id")
 
-    def __init__(self, req: Request, notify: Callable[[], None], source_id: str) -> None:
+    def __init__(self, req: Request, notify: Callable[[], None], source_id: str,
+                 meter: Meter | None = None) -> None:  # fmt: skip
         self.req = req
+        self.meter = meter  # told of its tokens and its end (`sim.serve.record`)
+        self.counted = 0  # output tokens the meter has been told of
         self.notify = notify  # called when it is placed, has new tokens, or has ended
         self.sent = 0  # output tokens the server has been told of
         self.aborting = False
@@ -84,6 +88,11 @@ class Live:
     def rejected(self) -> str:
         """Why the engine refused it ("" when it did not)."""
         return self.req.reject_reason if self.req.state == REJECTED else ""
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens it found in the prefix cache (0 when the engine caches none)."""
+        return min(self.req.num_cached_tokens, self.req.num_prompt_tokens)
 
     @property
     def emitted_s(self) -> float:
@@ -113,9 +122,11 @@ class LiveEngine:
         self.max_requests = max_requests
         self.log = RequestLog(max_requests, on_full=self._take_block, capacity=LOG_BLOCK)
         rng = np.random.default_rng([spec.seed, 1])
+        self.taps = Taps()  # who hears of each instance's steps and gaps (`watch`)
         self.cluster: Cluster = build_cluster(
-            self.env, resolved, rng, self.log, num_requests=max_requests
-        )
+            self.env, resolved, rng, self.log, records=self.taps.records,
+            num_requests=max_requests,
+        )  # fmt: skip
         self.frontend_s = spec.engine.frontend_s
         self.tpot = spec.metrics.tpot
         self.live: dict[int, Live] = {}  # requests not yet ended, by id
@@ -159,7 +170,13 @@ class LiveEngine:
         ended = []
         for rid, live in self.live.items():  # every stream at every step's end: kept lean
             req = live.req
+            meter = live.meter
+            if meter is not None and req.num_output_tokens > live.counted:
+                meter.tokens(req, live.counted)
+                live.counted = req.num_output_tokens
             if req.state in ENDED:
+                if meter is not None:
+                    meter.ended(req)
                 live.notify()
                 self._ended_preemptions += req.num_preemptions
                 ended.append(rid)
@@ -203,11 +220,13 @@ class LiveEngine:
         instance: int | None = None,
         source_id: str = "",
         arrived_s: float | None = None,
+        meter: Meter | None = None,
     ) -> Live:
         """A request arrives now, or at simulated time `arrived_s` when the server saw it
         come in (before reading its body), unless the simulation is already past that: it
         reaches the scheduler `frontend_s` later (the cluster's router decides, or `instance`).
-        `content`: its prompt's token ids (prefix caching)."""
+        `content`: its prompt's token ids (prefix caching); `meter` is told of its tokens and
+        its end (`sim.serve.record`)."""
         now = self.now_s()
         target = now if arrived_s is None else min(arrived_s, now)
         if target > self.env.now:
@@ -224,8 +243,10 @@ class LiveEngine:
         self._arrival.append(at)
         self._prompt.append(num_prompt_tokens)
         self._output.append(max_output_tokens)
+        if not source_id.isascii():  # the results hold UTF-8 text: anything else escaped
+            source_id = source_id.encode("utf-8", "backslashreplace").decode("utf-8")
         self._source.append(source_id or f"req-{rid}")
-        live = Live(req, notify, source_id)
+        live = Live(req, notify, source_id, meter)
         self.live[rid] = live
         dispatch = self.cluster.dispatch
         if instance is not None:
@@ -282,8 +303,28 @@ class LiveEngine:
             running, waiting, used / total if total else 0.0, queries, hit_tokens, preempted
         )
 
+    def cache_config(self, only: int | None = None) -> dict[str, str]:
+        """vLLM's `CacheConfig.metrics_info()` of the KV pool of instance `only` (None: the
+        first; an empty dict while there is none): the labels of `vllm:cache_config_info`."""
+        instances = self.cluster.instances
+        if not instances:
+            return {}
+        pool = instances[only or 0].pool
+        return {"block_size": str(pool.block_size), "cache_dtype": "auto",
+                "enable_prefix_caching": str(pool.caching), "num_cpu_blocks": "None",
+                "num_gpu_blocks": str(pool.num_total)}  # fmt: skip
+
     def num_instances(self) -> int:
         return len(self.cluster.instances)
+
+    def watch(self, meter: Meter, instance: int | None = None) -> None:
+        """`meter` hears of the steps and inter-token gaps of instance `instance` (None: of
+        every instance) as they are applied (`sim.serve.record.Taps`)."""
+        self.taps.watch(meter, instance)
+
+    def caches_prefixes(self) -> bool:
+        """Whether any instance keeps a prefix cache (requests then report cached tokens)."""
+        return any(i.caches_prefixes() for i in self.cluster.instances)
 
     # -- the record --------------------------------------------------------------------------------
 
@@ -307,10 +348,17 @@ class LiveEngine:
         # a copy: the log's columns are reused for its next block
         self._blocks.append(requests_table(self.window, log, self.tpot).copy())
 
+    def _strand(self) -> None:
+        """Every request still live leaves now, aborted, from wherever it is."""
+        for live in self.live.values():
+            live.req.abort(self.env.now, stranded=True)
+            self.log.record(live.req)
+
     def close(self, name: str) -> Results:
         """Stop taking requests: every request still in the engine is aborted now, or where it
         next can be (nothing is lost), with no wait on the clock, and the run's tables are
-        built as `run` builds them."""
+        built as `run` builds them. One the simulation can no longer move (it has no event
+        left) leaves where it is, aborted then (`_strand`)."""
         self.advance()
         for live in list(self.live.values()):
             self.abort(live)
@@ -323,7 +371,8 @@ class LiveEngine:
             if not self.live:
                 break
             if env.peek() == math.inf:
-                raise AssertionError(f"{len(self.live)} aborted requests never left the engine")
+                self._strand()
+                continue
             env.step()
         self.log.hand_over()
         if self._blocks:

@@ -123,8 +123,13 @@ def count_point(base: dict[str, Any], point: LoadPoint) -> PointSums:
     steps, requests = result.steps, result.requests
     done = requests[~requests["rejected"]]
     if len(done) == 0:
-        raise ScenarioError(f"{point.label}: no request finished in the simulation (does the "
-                            "model fit the GPU's memory?)")
+        reasons = requests["reject_reason"].dropna().astype(str)
+        why = f" (rejected: {reasons.iloc[0]})" if len(reasons) and reasons.iloc[0] else ""
+        raise ScenarioError(f"{point.label}: no request finished in the simulation{why}; does "
+                            "the model fit the GPU's memory, and the lengths its context?")
+    if not (done["num_output_tokens"] > 1).any():
+        raise ScenarioError(f"{point.label}: no simulated request has a second output token, "
+                            "so the point has no TPOT (outputs of 2 tokens or more)")
     seconds = group_seconds(steps)
     n = steps["num_steps"].to_numpy(float)
     seqs = steps["num_seqs"].to_numpy(float) * n
@@ -206,6 +211,9 @@ def fit_terms(design: Design, terms: Sequence[str], mask: np.ndarray) -> dict[st
                                    np.log(tpot[mask] / design.tpot_meas[mask]) * w])
 
         start = np.clip(np.array([TERMS[t][2] for t in step]) / unit, lo, hi)
+        if not np.isfinite(residuals(start)).all():
+            raise ScenarioError("a point's simulated throughput or TPOT is not a positive number "
+                                "at the neutral terms; nothing to fit", path="--points")
         result = least_squares(residuals, start, bounds=(lo, hi), loss="soft_l1",
                                f_scale=LOSS_SCALE, max_nfev=200)
         fitted |= dict(zip(step, (np.asarray(result.x) * unit).tolist(), strict=True))

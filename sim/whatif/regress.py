@@ -21,6 +21,11 @@ ones). Its baseline is `<name>.stream.json`.
 Per-metric overrides live in the baseline file itself: the `tolerances` it records are the ones
 used to compare, so loosening one metric is an edit reviewed with the baseline, and `--update`
 keeps it. Metrics new in the code get the default tolerance; a metric that disappeared fails.
+
+Every baseline is checked before anything is simulated (`Baseline`): a mapping with `variants`
+(each a mapping of metric to a finite number or null) and optional `scenario`, `source` and
+`tolerances` (each a relative tolerance from 0 to 1); anything else is an error naming the file
+and the key.
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, Strict, ValidationError
 
 from sim.errors import ScenarioError
+from sim.inputs.strict_model import StrictModel
 from sim.io.output import summary_document
 from sim.simulate import simulate
 
@@ -40,6 +48,22 @@ CI_SCENARIOS = Path("scenarios/ci")
 BASELINES = Path("results/baselines")
 DEFAULT_RTOL = 1e-6
 ABS_FLOOR = 1e-12
+
+
+MAX_BASELINE_BYTES = 16 * 2**20
+
+Metric = Annotated[float, Strict()]  # an int (a count) or a float, never a bool or a string
+
+
+class Baseline(StrictModel):
+    """A baseline file's document (see the module docstring); NaN is written as null."""
+
+    scenario: str | None = None
+    source: str | None = None
+    tolerances: dict[str, Annotated[float, Strict(), Field(ge=0, le=1)]] = Field(
+        default_factory=dict
+    )
+    variants: dict[str, dict[str, Metric | None]]
 
 
 def default_tolerance(metric: str) -> float:
@@ -149,13 +173,24 @@ def write_baseline(path: Path, source: Path, current: dict[str, Any], old: dict[
 
 
 def _read_baseline(path: Path) -> dict[str, Any] | None:
-    try:
-        document: dict[str, Any] = json.loads(path.read_text())
-    except FileNotFoundError:
+    """The checked baseline at `path` (None when there is none)."""
+    from sim.inputs.messages import as_error, problems
+    from sim.inputs.text import check_regular_file, read_text
+
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError) as exc:
+    check_regular_file(path, "baseline")
+    text = read_text(path, "baseline", max_bytes=MAX_BASELINE_BYTES)
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
         raise ScenarioError(f"unreadable baseline: {exc}", file=str(path)) from None
-    return document
+    try:
+        Baseline.model_validate(document)
+    except ValidationError as exc:
+        raise as_error(problems(exc, Baseline), str(path)) from None
+    checked: dict[str, Any] = document
+    return checked
 
 
 def regress(
@@ -171,12 +206,13 @@ def regress(
                 f"no baseline {', '.join(map(str, missing))}; create it with: "
                 f"batchsim regress --update --scenarios {scenarios} --baselines {baselines}"
             )
+    olds = {file: _read_baseline(baseline_path(file, baselines)) for file in files}
     moves: list[Move] = []
     for file in files:
         path = baseline_path(file, baselines)
-        old = _read_baseline(path) or {}
+        old = olds[file]
         current = run_ci_scenario(file)
-        moves += compare(file.stem, old, current) if old else []
+        moves += compare(file.stem, old, current) if old is not None else []
         if update:
-            write_baseline(path, file, current, old)
+            write_baseline(path, file, current, old or {})
     return moves

@@ -53,6 +53,16 @@ class ReplayResult:
     comparisons: dict[str, Comparison]
     scenario: ScenarioSet
     engine_notes: list[str] = field(default_factory=list)
+    # how the run is replayed (closed-loop clients or its arrivals), and what the summary's
+    # metrics window leaves of it: one line each, "" when there is nothing to say
+    load_note: str = ""
+    window_note: str = ""
+
+    @property
+    def clients(self) -> int | None:
+        """The closed-loop clients that sent the replayed requests (None: the run's arrivals)."""
+        trace = self.scenario.variants[0].spec.workload.trace
+        return trace.num_clients if trace is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +74,10 @@ class ReplayResult:
                 "meta": _plain(self.run.meta),
             },
             "engine_from_log": self.engine_notes,
+            "scenario": self.scenario.name,
+            "replayed_by_clients": self.clients,
+            "load_note": self.load_note,
+            "window_note": self.window_note,
             "variants": {name: c.to_dict() for name, c in self.comparisons.items()},
         }
 
@@ -168,8 +182,10 @@ def replay_raw(
     hardware: str | None = None,
     log_file: str = "",
     drop_duplicates: bool = False,
+    clients: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The scenario mapping that replays the run at `run_path` through `base`."""
+    """The scenario mapping that replays the run at `run_path` through `base` (by `clients`
+    closed-loop clients when given, else at the run's own arrivals)."""
     raw = copy.deepcopy(base)
     trace: dict[str, Any] = {
         "path": str(run_path.resolve()),
@@ -178,6 +194,8 @@ def replay_raw(
     }
     if drop_duplicates:
         trace["drop_duplicates"] = True
+    if clients is not None:
+        trace["num_clients"] = clients
     if benchmark is not None:
         trace["benchmark"] = benchmark
     if prefix_tokens:
@@ -218,11 +236,30 @@ def replay_raw(
     return raw, notes
 
 
+def window_note(scenario: ScenarioSet, run: MeasuredRun) -> str:
+    """One line when a variant's metrics window (`metrics.warmup_s`, `cooldown_s`) leaves no
+    request of the run measured, so that its summary would be empty ("" otherwise)."""
+    span = float(run.arrival_s[-1]) if len(run) else 0.0
+    for variant in scenario.variants:
+        metrics = variant.spec.metrics
+        low, high = metrics.warmup_s, span - metrics.cooldown_s
+        if metrics.warmup_s + metrics.cooldown_s and not (
+                (run.arrival_s >= low) & (run.arrival_s <= high)).any():  # fmt: skip
+            return (
+                f"metrics.warmup_s ({metrics.warmup_s:g} s) and metrics.cooldown_s "
+                f"({metrics.cooldown_s:g} s) cover the run's whole {span:.3g} s of arrivals: "
+                "the summary measures none of its requests (the comparison takes them all); "
+                "--set metrics.warmup_s=0 --set metrics.cooldown_s=0 measures every one"
+            )
+    return ""
+
+
 def replay(
     scenario: ScenarioSet,
     run: MeasuredRun,
     engine_notes: list[str] | None = None,
     progress: Any = None,
+    load_note: str = "",
 ) -> ReplayResult:
     """Simulate every variant of `scenario` (whose workload replays `run`) and compare."""
     results = simulate(scenario, progress=progress)
@@ -239,7 +276,8 @@ def replay(
             gaps = variant.itl
             itl = np.repeat(gaps["gap_s"].to_numpy(float), gaps["count"].to_numpy(np.int64))
         comparisons[name] = compare(run, variant.requests, itl)
-    return ReplayResult(results, run, comparisons, scenario, list(engine_notes or []))
+    return ReplayResult(results, run, comparisons, scenario, list(engine_notes or []),
+                        load_note, window_note(scenario, run))
 
 
 def load_replay(

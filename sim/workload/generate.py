@@ -173,6 +173,8 @@ def _from_trace(
             sessions = Sessions(
                 session=labels.astype(np.int64), names=np.asarray(names, dtype=object)
             )
+    if trace.num_clients is not None:
+        arrival_s, sessions = _clients(arrival_s, trace.num_clients)
     return RequestArrays(
         arrival_s=arrival_s.copy(),
         prompt_tokens=prompt,
@@ -186,3 +188,18 @@ def _from_trace(
         notes=notes,
         source_id=source_id,
     )
+
+
+def _clients(arrival_s: np.ndarray, num_clients: int) -> tuple[np.ndarray, Sessions]:
+    """A trace's requests sent by `num_clients` closed-loop clients: client i sends rows i,
+    i + N, ... (dealt in arrival order), its first at that row's own time and each later one
+    when its previous one has ended (arrival NaN until the run knows it)."""
+    n = len(arrival_s)
+    clients = min(num_clients, n)
+    ids = np.arange(n, dtype=np.int64)
+    arrival = np.full(n, np.nan)
+    arrival[:clients] = arrival_s[:clients]
+    next_turn = np.where(ids + clients < n, ids + clients, -1)
+    think = np.zeros(n)
+    think[:clients] = np.nan  # a client's first request follows no earlier one
+    return arrival, Sessions(session=ids % clients, next_turn=next_turn, think_s=think)

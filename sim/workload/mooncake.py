@@ -29,6 +29,7 @@ import numpy as np
 from sim.errors import ScenarioError
 from sim.inputs.text import MAX_TRACE_BYTES, read_text
 from sim.workload.spec import MAX_TOKENS
+from sim.workload.traces import check_trace_found
 
 UNIT_TOKENS = 512  # tokens per hash id
 MAX_HASH_ID = 2**63 - 1  # ids are stored as int64 (and -1 means "no block")
@@ -100,6 +101,7 @@ def _timestamp(value: object, file: str, line: int) -> float:
 
 def read_mooncake(path: Path) -> MooncakeData:
     file = str(path)
+    check_trace_found(path)
     text = read_text(path, "trace file", max_bytes=MAX_TRACE_BYTES)
     times: list[float] = []
     prompts: list[int] = []

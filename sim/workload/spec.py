@@ -448,6 +448,10 @@ class TraceSpec(_Strict):
     # measured runs: a request id that appears twice is an error, or with this its first row
     # is kept (the same spans exported twice)
     drop_duplicates: bool = False
+    # closed loop: the trace's requests, in arrival order, sent by this many clients (client i
+    # sends rows i, i + N, ...), each sending its next when its previous one ends; a client's
+    # first request arrives at its row's time (a closed-loop benchmark replayed as it ran)
+    num_clients: int | None = Field(default=None, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _window(self) -> TraceSpec:
@@ -458,6 +462,15 @@ class TraceSpec(_Strict):
             raise ValueError(
                 "tier_column, id_column and session_column must name different columns"
             )
+        if self.format not in MEASURED_FORMATS:  # what only a measured run's file carries
+            for key, unset in (("benchmark", None), ("drop_duplicates", False)):
+                if getattr(self, key) is not unset:
+                    raise _KeyedError(key, f"applies to a measured run's file (format "
+                                      f"{', '.join(MEASURED_FORMATS)}), not to a {self.format} "
+                                      "trace")  # fmt: skip
+        if self.num_clients is not None and self.session_column is not None:
+            raise ValueError("num_clients (closed-loop clients) and session_column exclude "
+                             "each other: a request belongs to one client")  # fmt: skip
         return self
 
 

@@ -23,6 +23,7 @@ Reading is pure (no cache): 20k rows parse in a few tens of milliseconds.
 from __future__ import annotations
 
 import io
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +70,33 @@ def resolve_path(path: str, base_dir: Path) -> Path:
 
 TraceFileFormat = Literal["azure", "csv"]  # the formats `read_trace` reads
 
+# the public traces the shipped scenarios and docs name: (file name prefixes, where to get it)
+PUBLIC_TRACES = (
+    (("azure_llm_2023_conv", "azurellminferencetrace_conv"),
+     "the Azure LLM inference trace 2023, conversation: data/AzureLLMInferenceTrace_conv.csv of "
+     "github.com/Azure/AzurePublicDataset (CC-BY 4.0; its first 6,000 requests ship as "
+     "scenarios/traces/azure_llm_2023_conv_6000.csv)"),
+    (("azure_llm_2023_code", "azurellminferencetrace_code"),
+     "the Azure LLM inference trace 2023, code: data/AzureLLMInferenceTrace_code.csv of "
+     "github.com/Azure/AzurePublicDataset (CC-BY 4.0)"),
+    (("mooncake_conversation", "conversation_trace"),
+     "Mooncake's conversation trace: FAST25-release/traces/conversation_trace.jsonl of "
+     "github.com/kvcache-ai/Mooncake (Apache-2.0)"),
+    (("mooncake_synthetic", "synthetic_trace"),
+     "Mooncake's synthetic trace: FAST25-release/traces/synthetic_trace.jsonl of "
+     "github.com/kvcache-ai/Mooncake (Apache-2.0)"),
+)  # fmt: skip
+
+
+def check_trace_found(path: Path) -> None:
+    """A missing trace that is one of `PUBLIC_TRACES` is an error saying where to get it."""
+    if os.path.lexists(path):
+        return
+    name = path.name.lower()
+    for prefixes, source in PUBLIC_TRACES:
+        if name.startswith(prefixes):
+            raise ScenarioError(f"trace file not found; it is {source}", file=str(path))
+
 
 def read_trace(
     path: Path, fmt: TraceFileFormat, extra_columns: tuple[str, ...] = ()
@@ -77,6 +105,7 @@ def read_trace(
 
     `extra_columns` (a tier column) must be present and non-empty on every row."""
     file = str(path)
+    check_trace_found(path)
     text = read_text(path, "trace file", max_bytes=MAX_TRACE_BYTES)
     try:
         frame = pd.read_csv(

@@ -28,7 +28,7 @@ def _row(**fields: Any) -> SimpleNamespace:
         prefill_tp=1, prefill_ep=1, prefill_dp_attention=False, prefill_workers=1,
         num_prefill_gpu=1, decode_tp=4, decode_ep=1, decode_dp_attention=False,
         decode_workers=1, num_decode_gpu=4, tput_per_gpu=1000.0, tpot_mean_s=0.004,
-        ttft_mean_s=0.1,
+        ttft_mean_s=0.1, ttft_median_s=0.1, ttft_p99_s=0.3,
     )  # fmt: skip
     return SimpleNamespace(**(base | fields))
 
@@ -62,6 +62,23 @@ def test_pools_links_and_loop_as_the_row_says() -> None:
                   "expert_parallel": 16, **STATED_MEMORY}  # fmt: skip
     (variant,) = load_scenario_dict(wide).variants
     assert variant.spec.disaggregation is not None
+    # Dynamo's SGLang pools place 32 replicas beside DeepSeek-R1's 256 experts: EP 48 holds them
+    sglang = pd_scenario(_row(model_key="dsr1", precision="fp8", framework="dynamo-sglang",
+                              decode_dp_attention=True, num_decode_gpu=48,
+                              prefill_dp_attention=True, prefill_workers=3, num_prefill_gpu=24,
+                              framework_version="lmsysorg/sglang:v0.5.5.post2"))  # fmt: skip
+    decode = sglang["disaggregation"]["decode"]["hardware"]
+    assert (decode["expert_parallel"], decode["redundant_experts"]) == (48, 32)
+    assert sglang["disaggregation"]["prefill"]["hardware"]["redundant_experts"] == 32
+    (variant,) = load_scenario_dict(sglang).variants
+    assert variant.spec.disaggregation is not None
+    # each data-parallel rank chunks its own prompts: SGLang's 16,384 tokens over 8 ranks
+    prefill = sglang["disaggregation"]["prefill"]["policy"]
+    assert (prefill["name"], prefill["long_prefill_token_threshold"]) == ("chunked", 2048)
+    # a sweep's first point that ran cold (p99 TTFT 10x the median) waits the cold start
+    assert "cold_start_s" not in sglang["engine"]
+    cold = pd_scenario(_row(ttft_median_s=2.0, ttft_p99_s=80.0))
+    assert cold["engine"]["cold_start_s"] > 0
 
 
 def test_mtp_rows_speculate_as_their_deployments_ran_it() -> None:

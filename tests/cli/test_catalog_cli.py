@@ -93,7 +93,7 @@ def test_one_model_on_every_gpu_with_fp8_kv(capsys: pytest.CaptureFixture[str]) 
             ["--model", "qwen2.5-7b", "--hardware", "h100-sxm", "--tensor-parallel", "8"],
             "--tensor-parallel: the degree (8) must divide qwen2.5-7b's num_attention_heads (28)",
         ),
-        (["--tensor-parallel", "0"], "--tensor-parallel: 0 must be at least 1"),
+        (["--tensor-parallel", "0"], "--tensor-parallel: 0 must be from 1 to 1024"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

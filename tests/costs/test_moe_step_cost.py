@@ -10,11 +10,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on, kv_capacity_blocks
+from sim.costs.catalog import (
+    HardwareSpec,
+    ModelSpec,
+    kv_bytes_per_token_on,
+    kv_capacity_blocks,
+    stored_weight_bytes,
+)
 from sim.costs.cost_model import CostModel, ExpertCostModel
 from sim.costs.expert_terms import ExpertStepCost, ExpertTerms
 from sim.costs.fits import check_fits
-from sim.costs.moe import ExpertRouting, expected_distinct, routing_shares
+from sim.costs.moe import ExpertRouting, expected_distinct, replica_shares, routing_shares
 from sim.costs.parallel import compute_peak, exchange_terms
 from sim.costs.pricer import make_cost_model
 from sim.costs.profile import (
@@ -255,6 +261,9 @@ def test_sliding_window_layers_set_aside_their_window_per_sequence() -> None:
         ({}, {"data_parallel": 2}, "needs a mixture-of-experts model"),
         ({}, {"data_parallel": 2, "expert_parallel": 3}, "must be 1 (experts split by tensor)"),
         ({"num_experts": 24}, {"data_parallel": 16, "expert_parallel": 16}, "must divide"),
+        ({}, {"data_parallel": 2, "expert_parallel": 2, "redundant_experts": 1},
+         "must divide small-moe's num_experts + redundant_experts (32 + 1)"),
+        ({}, {"tensor_parallel": 2, "redundant_experts": 2}, "needs expert_parallel > 1"),
         ({}, {"data_parallel": 16, "expert_parallel": 16}, "scaleout_bandwidth_bytes_per_s"),
         ({"experts_per_token": 40}, {}, "cannot exceed num_experts"),
         ({"expert_hottest_share": 0.5}, {}, "must lie between"),
@@ -279,3 +288,29 @@ def test_a_profile_with_experts_is_priced_by_the_expert_model_only() -> None:
     with pytest.raises(ValueError, match="ExpertCostModel"):
         CostModel(profile)
     assert isinstance(make_cost_model(profile), ExpertCostModel)
+
+
+def test_redundant_experts_split_the_hottest_experts_load_and_take_memory() -> None:
+    # SGLang's --ep-num-redundant-experts: replicas go to the hottest experts in turn, and a
+    # token goes to one of its expert's copies
+    shares = routing_shares(4, 0.4)
+    split = replica_shares(shares, 2)
+    assert split.tolist() == pytest.approx(
+        [shares[0] / 2, shares[0] / 2, shares[1] / 2, shares[1] / 2, shares[2], shares[3]]
+    )
+    assert replica_shares(shares, 5).tolist() == pytest.approx(
+        [shares[0] / 3] * 3 + [shares[1] / 2] * 2 + [shares[2] / 2] * 2 + [shares[3] / 2] * 2
+    )
+    # 32 experts + 4 replicas over 12 ranks (32 alone would not divide): 3 per rank
+    routing = ExpertRouting(32, 4, expert_parallel=12, gpus=12, redundant=4)
+    assert routing.distinct(10**6) == pytest.approx(36)
+    assert routing.experts_read(10**6) == pytest.approx(3)
+    with pytest.raises(ValueError, match="must divide 36"):
+        ExpertRouting(32, 4, expert_parallel=8, gpus=8, redundant=4)
+    # each replica is one more expert of every MoE layer held in the instance's memory
+    model = ModelSpec.model_validate(SMALL_MOE)
+    hw = HardwareSpec.model_validate(GPU | {"data_parallel": 12, "expert_parallel": 12,
+                                            "scaleup_domain_gpus": 16})  # fmt: skip
+    more = HardwareSpec.model_validate(hw.model_dump() | {"redundant_experts": 4})
+    one = model.moe_layers * model.expert_parameters * model.expert_bytes_per_parameter
+    assert stored_weight_bytes(model, more) - stored_weight_bytes(model, hw) == 4 * one

@@ -188,7 +188,8 @@ def test_a_tensor_parallel_degree_that_cannot_be_used_is_refused(
 ) -> None:
     put(workdir, vidur_files())
     root = workdir / "vidur"
-    for tp, reason in [(3, "cannot shard llama-2-7b"), (0, "at least 1"), (-2, "at least 1")]:
+    for tp, reason in [(3, "cannot shard llama-2-7b"), (0, "from 1 to 1024"),
+                       (-2, "from 1 to 1024"), (10**30, "from 1 to 1024")]:  # fmt: skip
         with pytest.raises(ScenarioError, match=reason) as caught:
             import_tree(root, workdir / "out", tensor_parallel=tp)
         assert caught.value.path == "--tensor-parallel"

@@ -70,9 +70,13 @@ def test_values_match_the_requests_table_in_milliseconds(tmp_path: Path) -> None
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(SCENARIO))
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path), "-q", "--no-plots",
                  "--tables", "all"]) == 0  # fmt: skip
-    doc = json.loads((tmp_path / "bench" / "bench_summary.json").read_text())
-    assert doc["scenario"] == "bench" and list(doc["variants"]) == ["default"]
-    bench = doc["variants"]["default"]
+    (line,) = (tmp_path / "bench" / "bench_summary.json").read_text().splitlines()
+    bench = json.loads(line)  # one variant: exactly `vllm bench serve --save-result`'s object
+    assert bench["label"] == "default" and bench["backend"] == "batchsim"
+    assert bench["model_id"] == bench["tokenizer_id"] == "llama-2-7b"
+    assert bench["num_prompts"] == 60 and bench["request_rate"] == 6.0
+    assert bench["burstiness"] == 1.0 and bench["max_concurrency"] is None
+    assert bench["request_goodput"] is None  # the scenario sets no SLO
     results = sim.simulate(SCENARIO)
     req = results.requests
     done = req[~req["rejected"] & req["finish_s"].notna()]
@@ -96,3 +100,22 @@ def test_values_match_the_requests_table_in_milliseconds(tmp_path: Path) -> None
     assert bench["mean_itl_ms"] == pytest.approx(gaps.mean() * 1000, rel=1e-9)
     assert bench["p99_itl_ms"] == pytest.approx(np.percentile(gaps, 99) * 1000, rel=1e-9)
     assert not any(key.startswith("std_") for key in bench)
+    # the most requests in flight at once, by a sweep over [arrival, finish)
+    spans = list(zip(done["arrival_s"], done["finish_s"], strict=True))
+    peak = max(sum(a <= t < f for a, f in spans) for t, _ in spans)
+    assert bench["max_concurrent_requests"] == peak
+
+
+def test_each_variant_is_a_line_a_vllm_result_loader_reads(tmp_path: Path) -> None:
+    """Two variants: two lines (vLLM's `--append-result` file), each a flat result labelled
+    with its variant; the SLOs make `request_goodput` the summary's goodput."""
+    raw = dict(SCENARIO, slo={"ttft_s": 0.5}, variants={"a": {}, "b": {"seed": 3}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path), "-q", "--no-plots"]) == 0
+    lines = (tmp_path / "bench" / "bench_summary.json").read_text().splitlines()
+    docs = [json.loads(line) for line in lines]
+    assert [d["label"] for d in docs] == ["a", "b"]
+    summary = json.loads((tmp_path / "bench" / "summary.json").read_text())["variants"]
+    for doc in docs:
+        assert doc["request_goodput"] == summary[doc["label"]]["goodput_rps"]
+        assert all(not isinstance(v, (dict, list)) for v in doc.values())  # flat

@@ -40,7 +40,7 @@ def test_save_plots_writes_pngs(tmp_path: Path) -> None:
 def test_latency_cdf_axes_and_lines() -> None:
     fig = latency_cdf_figure(make_results().requests)
     axes = fig.get_axes()
-    assert [ax.get_xlabel() for ax in axes] == ["TTFT (s)", "TPOT (s)", "E2E latency (s)"]
+    assert [ax.get_xlabel() for ax in axes] == ["TTFT (s)", "TPOT (ms)", "E2E latency (s)"]
     assert all(ax.get_ylabel() == "fraction of requests" for ax in axes)
     ttft = axes[0]
     legend = ttft.get_legend()

@@ -79,7 +79,7 @@ def test_a_day_plots_in_hours_with_its_scaling_events() -> None:
     expected = [[1.0, 1.0], [3900 / 3600, 2.0], [50000 / 3600, 1.0], [50100 / 3600, 1.0]]
     np.testing.assert_allclose(offsets, expected)
     labels = [line.get_label() for line in axes[2].get_lines()]
-    assert "TTFT target 0.2 s" in labels
+    assert "TTFT target 200 ms" in labels  # sub-second: in ms
     # two instances billed in the hours the second one lived, one after
     billed = t.set_index("window_start_s")["instances_billed"]
     assert billed[3600.0] == pytest.approx(2.0) and billed[60300.0] == pytest.approx(1.0)

@@ -165,3 +165,31 @@ def test_prompts_over_the_budget_are_chunked_not_rejected(tmp_path: Path) -> Non
     req = rejected.requests.set_index("id")
     assert req["rejected"].tolist() == [True, False]
     assert rejected.summary()["num_rejected"] == 1
+
+
+def test_a_prompts_chunk_is_at_most_the_long_prefill_threshold() -> None:
+    # vLLM's long_prefill_token_threshold; with data-parallel attention a rank's chunk: two long
+    # prompts share each step's budget instead of the first taking it whole
+    policy = make_continuous(max_num_seqs=4, max_num_batched_tokens=8, block_size=4,
+                             mode="chunked", max_chunk_tokens=4)  # fmt: skip
+    r0, r1 = make_requests((10, 2), (6, 2))
+    policy.add_request(r0, 0.0)
+    policy.add_request(r1, 0.0)
+    assert tokens(step(policy, 0.0)) == {0: 4, 1: 4}
+    assert tokens(step(policy, 1.0)) == {0: 4, 1: 2}  # r1's prompt ends under the threshold
+    assert tokens(step(policy, 2.0)) == {1: 1, 0: 2}  # r1 decodes first, then r0's last chunk
+    assert (r0.first_token_s, r1.first_token_s) == (3.0, 2.0)
+    # without it r0's first chunk takes the whole budget, as above
+    whole = make_continuous(max_num_seqs=4, max_num_batched_tokens=8, block_size=4, mode="chunked")
+    r0, r1 = make_requests((10, 2), (6, 2))
+    whole.add_request(r0, 0.0)
+    whole.add_request(r1, 0.0)
+    assert tokens(step(whole, 0.0)) == {0: 8}
+
+
+def test_the_threshold_reaches_the_policy_from_the_scenario(tmp_path: Path) -> None:
+    policy = {**POLICY, "long_prefill_token_threshold": 4}
+    res = run(unit_trace(tmp_path, [(0.0, 10, 2), (0.0, 6, 2)], policy))
+    steps = expand_steps(res.steps)
+    assert steps["num_prefill_tokens"].tolist()[:3] == [8, 6, 2]
+    assert steps["num_seqs"].tolist()[:3] == [2, 2, 2]

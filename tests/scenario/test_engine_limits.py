@@ -155,3 +155,34 @@ def test_trtllm_serve_takes_its_batch_and_a_share_of_the_free_memory() -> None:
     given = {**raw, "hardware": {"name": "h100-sxm", "gpu_memory_utilization": 0.7}}
     kept = load_scenario_dict(given).variants[0].spec.hardware
     assert (kept.gpu_memory_utilization, kept.activation_reserve_bytes) == (0.7, 2**30)
+
+
+@pytest.mark.parametrize(
+    ("engine", "budget", "seqs", "threshold"),
+    [
+        # an engine core per rank (vLLM), attention DP (TensorRT-LLM): every rank its limits
+        ("vllm", 8 * 8192, 8 * 1024, 8192),
+        ("trt-llm", 8 * 8192, 8 * 2048, 8192),
+        # SGLang: server_args.py _handle_data_parallelism divides the chunk over the ranks
+        ("sglang", 8192, None, 1024),  # its chunk on a 141 GB GPU
+    ],
+)
+def test_data_parallel_ranks_each_chunk_their_own_prompts(
+    engine: str, budget: int, seqs: int | None, threshold: int
+) -> None:
+    hardware = {"name": "h200", "data_parallel": 8, "expert_parallel": 8}
+    raw = scenario(workload=poisson(20, 2.0, 200, 20), model="qwen3-30b-a3b",
+                   hardware=hardware, policy=chunked(), profile=None,
+                   engine={"name": engine})  # fmt: skip
+    (variant,) = load_scenario_dict(raw).variants
+    policy = variant.groups[0].policy
+    assert policy.max_num_batched_tokens == budget
+    assert policy.long_prefill_token_threshold == threshold
+    if seqs is not None:
+        assert policy.max_num_seqs == seqs
+    # one rank: no threshold; a given one is kept
+    single = load_scenario_dict({**raw, "hardware": {"name": "h200"}}).variants[0]
+    assert single.groups[0].policy.long_prefill_token_threshold is None
+    given = {**raw, "policy": {**chunked(), "long_prefill_token_threshold": 512}}
+    kept = load_scenario_dict(given).variants[0].groups[0].policy
+    assert kept.long_prefill_token_threshold == 512

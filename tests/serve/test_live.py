@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 from helpers_cluster import arrays_of
 from helpers_serve import live_run
-from scenario_factory import chunked, continuous, scenario
+from scenario_factory import chunked, continuous, scenario, static
 
 from sim.scenario.load import load_scenario_dict
+from sim.serve.live import LiveEngine
 from sim.simulate import run_variant
 
 ARRIVALS = [(0.0, 100, 10), (0.013, 400, 30), (0.013, 50, 5), (0.2, 900, 40), (0.21, 64, 64),
@@ -65,3 +66,68 @@ def test_aborted_requests_leave_at_a_boundary_and_free_their_blocks() -> None:
     assert (done["num_output_tokens"] == [o for i, (_, _, o) in enumerate(ARRIVALS)
                                           if i not in (1, 6)]).all()  # fmt: skip
     assert np.isfinite(done["finish_s"]).all()
+
+
+@pytest.mark.parametrize("policy", [continuous(max_num_seqs=2), static(max_batch_size=2)],
+                         ids=["full-batch", "static"])  # fmt: skip
+def test_an_abort_cuts_a_run_no_arrival_could_cut(policy: dict) -> None:
+    """A full batch (or a static one) runs its decodes as one run that no arrival changes;
+    an abort does change it: the aborted request leaves at the next step boundary, long before
+    its output is done, and the other finishes whole."""
+    raw = scenario(policy=policy, profile=None)
+    table = live_run(raw, [(0.0, 100, 400), (0.0, 100, 400)], aborts={0: 0.5})
+    aborted, done = table.iloc[0], table.iloc[1]
+    assert aborted["reject_reason"] == "aborted by its client"
+    assert 0 < aborted["num_output_tokens"] < 200
+    assert aborted["finish_s"] < 0.6
+    assert not done["rejected"] and done["num_output_tokens"] == 400
+
+
+def test_a_request_id_that_is_not_utf8_is_kept_escaped_past_a_block_of_the_log() -> None:
+    """An id the results cannot hold as UTF-8 (a lone surrogate, as a header's invalid bytes
+    decode) is escaped: the table of the block it lands in (built every `LOG_BLOCK` requests,
+    while the engine runs) and the results hold it."""
+    from helpers_serve import Clock
+
+    from sim.serve.live import LOG_BLOCK
+
+    clock = Clock()
+    engine = LiveEngine(load_scenario_dict(scenario(profile=None)).variants[0], clock=clock)
+    engine.submit(10, 1, lambda: None, source_id="bad-\udcff")
+    for _ in range(LOG_BLOCK):
+        clock.t += 0.001
+        engine.advance()
+        engine.submit(10, 1, lambda: None)
+    table = engine.close("t").variants[engine.resolved.variant].requests
+    assert len(table) == LOG_BLOCK + 1
+    assert table["source_id"].iloc[0] == "bad-\\udcff"
+
+
+def test_requests_the_simulation_can_no_longer_move_still_leave_at_the_close() -> None:
+    """A fault inside the simulation (here: the policy's planning fails once) stops an
+    instance's process with requests inside; the close still gives every request its row,
+    those stranded aborted."""
+    from helpers_serve import Clock
+
+    clock = Clock()
+    engine = LiveEngine(load_scenario_dict(scenario(profile=None)).variants[0], clock=clock)
+    core = engine.cluster.instances[0].engine
+    real = core.plan
+    calls = []
+
+    def fails_once():  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a fault")
+        return real()
+
+    core.plan = fails_once
+    for _ in range(5):
+        engine.submit(100, 50, lambda: None)
+    with pytest.raises(RuntimeError):
+        for _ in range(1000):
+            clock.t += 0.01
+            engine.advance()
+    table = engine.close("t").variants[engine.resolved.variant].requests
+    assert sorted(table["id"]) == [0, 1, 2, 3, 4]
+    assert (table["reject_reason"] == "aborted by its client").sum() >= 1

@@ -195,3 +195,82 @@ def test_per_instance_ports_each_serve_their_own_instance() -> None:
     requests = serving.results.variants[next(iter(serving.results.variants))].requests
     placed = {row.source_id: row.instance for row in requests.itertuples()}
     assert placed == {f"to-{k}-{i}": k for k, n in sent.items() for i in range(n)}
+
+
+def test_a_disconnect_aborts_its_request_and_metrics_count_as_the_results_do() -> None:
+    """Streams of a static batch (whose run no arrival cuts) dropped by their clients leave the
+    engine at the next step boundary, aborted, long before their output is done; `/metrics`
+    counts them and the finished ones exactly as the results' rows do."""
+    from scenario_factory import static
+
+    raw = scenario(profile=None, policy=static(max_batch_size=8))
+    with serving(raw, speed=20.0) as (ports, srv):
+        port = ports[0]
+        body = json.dumps({"prompt": "z" * 40, "max_tokens": 3000, "stream": True}).encode()
+        for k in range(4):
+            with socket.create_connection(("127.0.0.1", port)) as gone:
+                gone.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Request-Id: cut%d"
+                             b"\r\nContent-Length: %d\r\n\r\n%b" % (k, len(body), body))
+                gone.recv(100)  # streaming has begun
+        # the abort takes a step; 10 s is the margin a busy machine may need
+        deadline = time.monotonic() + 10
+        while (srv.inflight or srv.engine.live) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not srv.engine.live  # every cut request has left the engine
+        for k in range(3):
+            assert post(port, "/v1/completions", {"prompt": "y", "max_tokens": 3},
+                        {"X-Request-Id": f"whole{k}"})[0] == 200  # fmt: skip
+        families = text_string_to_metric_families(get(port, "/metrics")[1].decode())
+        counted = {s.labels["finished_reason"]: s.value for f in families for s in f.samples
+                   if s.name == "vllm:request_success_total"}  # fmt: skip
+    (result,) = serving.results.variants.values()  # type: ignore[attr-defined]
+    table = result.requests
+    aborted = table[table["reject_reason"] == "aborted by its client"]
+    assert sorted(aborted["source_id"]) == [f"cut{k}" for k in range(4)]
+    assert (aborted["num_output_tokens"] < 3000).all()
+    assert counted["abort"] == len(aborted) == 4
+    assert counted["length"] == (~table["rejected"]).sum() == 3
+
+
+def test_a_fleet_scaled_to_zero_stopped_with_no_request_writes_an_empty_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Scale from zero (autoscaling with min 0) and no request at all: no instance ever
+    launched, and the stop still writes a valid results folder with no rows."""
+    from sim.io.output import write_results
+
+    fleet = {"router": "least_outstanding_requests", "instances": [{"count": 0, "autoscale": {
+        "mode": "target", "signal": "running", "target": 4, "min": 0, "max": 2}}]}  # fmt: skip
+    with serving(scenario(profile=None, cluster=fleet), speed=20.0) as (ports, _):
+        assert get(ports[0], "/health")[0] == 200
+    results = serving.results  # type: ignore[attr-defined]
+    (result,) = results.variants.values()
+    assert len(result.requests) == 0 and len(result.steps) == 0
+    folder = write_results(results, tmp_path / "t--serve", "name: t\n", plots=False)
+    assert (folder / "summary.json").is_file()
+
+
+def test_a_fault_of_the_engine_stops_the_server_instead_of_wedging_it() -> None:
+    """The simulation raising (here: the policy's planning) cannot leave a server that is
+    alive but answers nothing: the request that met it gets a 500, the server stops at once
+    (said in one line), and the close still gives every request its row."""
+    import asyncio
+
+    with serving(scenario(profile=None), speed=20.0) as (ports, srv):
+        core = srv.engine.cluster.instances[0].engine
+
+        def fails() -> None:
+            raise RuntimeError("a fault")
+
+        async def break_it() -> None:
+            core.plan = fails
+
+        asyncio.run_coroutine_threadsafe(break_it(), srv.driver.loop).result(10)
+        status, raw = post(ports[0], "/v1/completions", {"prompt": "y", "max_tokens": 2,
+                                                         "stream": True})  # fmt: skip
+        assert status in (200, 500)
+        assert status == 500 or b"error" in raw  # an error document, or its stream's event
+        deadline = time.monotonic() + 10
+        while not srv._stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.failed is not None and srv.stopping
+    (result,) = serving.results.variants.values()  # type: ignore[attr-defined]
+    assert len(result.requests) == (0 if status == 500 else 1)  # a 500: the engine never took it

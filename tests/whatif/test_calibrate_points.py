@@ -18,6 +18,7 @@ from scenario_factory import chunked, poisson, scenario
 
 from sim import ScenarioError, load_scenario_dict, simulate
 from sim.cli.main import main
+from sim.io.destination import marker_kind
 from sim.measured.points import LoadPoint, read_points
 from sim.whatif.calibrate_points import Design, count_point, fit_points, point_raw
 
@@ -108,7 +109,7 @@ def test_the_fit_finds_the_terms_again_and_reports_held_out_error(
         for metric in ("tput_err", "tpot_err"):
             assert fit[stage][metric]["worst_abs_pct"] < 2.0 < before, (stage, metric)
     assert fit["errors_simulated_at_fit"]["ttft_err"]["worst_abs_pct"] < 2.0
-    table = (tmp_path / "fitted.points.csv").read_text().splitlines()
+    table = (tmp_path / "fitted.points" / "points.csv").read_text().splitlines()
     assert len(table) == 7 and "cv_tput_err" in table[0]
     # the preset is an engine preset a scenario names, fitted on the scenario's profile
     assert doc["engine"]["pricing"]["cpu_overhead"]["overlap"] is False
@@ -181,3 +182,25 @@ def test_guidellm_concurrent_benchmarks_are_points(tmp_path: Path) -> None:
     assert point.concurrency == 2 and point.label == "g.json benchmark 0"
     assert point.throughput_tok_s == pytest.approx(110 / 0.7)
     assert point.tpot_mean_s == pytest.approx(0.1)
+
+
+def test_the_table_goes_to_its_own_marked_folder_and_no_file_beside_the_preset_is_touched(
+    points_csv: Path, tmp_path: Path
+) -> None:
+    """The per-point table once went to `<preset stem>.points.csv` beside the preset, over a
+    user's file of that name (here the points file itself); it now goes to a folder batchsim
+    marks as its own, which a second fit reuses."""
+    mine = tmp_path / "in.points.csv"
+    rows = points_csv.read_text().splitlines()
+    mine.write_text("\n".join(rows[:3]) + "\n")  # one sweep, two points: a quick fit
+    before = mine.read_bytes()
+    out = tmp_path / "in.yaml"
+    argv = ["calibrate-engine", "--points", str(mine), "--scenario",
+            str(points_csv.parent / "s.yaml"), "--out", str(out), "-q", "--fit", "per_step_s"]
+    for _ in range(2):
+        assert main(argv) == 0
+        assert mine.read_bytes() == before
+        assert marker_kind(tmp_path / "in.points") == "points"
+        table = (tmp_path / "in.points" / "points.csv").read_text().splitlines()
+        assert len(table) == 3 and table[0].startswith("point,")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.points", "in.points.csv", "in.yaml"]

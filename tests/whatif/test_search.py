@@ -340,20 +340,29 @@ def test_the_bounds_one_unit_sets_on_its_fleets() -> None:
     assert ties.pruned == {} and len(ties.next_wave()) == 2
 
 
+def test_a_missing_public_trace_says_where_to_get_it(tmp_path: Path) -> None:
+    from sim.workload.traces import read_trace
+
+    with pytest.raises(ScenarioError) as caught:
+        read_trace(tmp_path / "azure_llm_2023_conv.csv", "azure")
+    message = caught.value.message()
+    assert "\n" not in message and ": trace file not found; it is the Azure LLM" in message
+    assert "data/AzureLLMInferenceTrace_conv.csv of github.com/Azure/AzurePublicDataset" in message
+    with pytest.raises(ScenarioError, match=r"trace file not found$"):
+        read_trace(tmp_path / "mine.csv", "csv")
+
+
 def test_the_shipped_search_is_valid_and_sets_aside_what_does_not_fit() -> None:
     from sim.whatif.search_question import prepare
 
     folder = Path(__file__).resolve().parents[2] / "scenarios" / "search"
     raw = yaml.safe_load((folder / "llama3_70b_azure.yaml").read_text())
-    assert raw["workload"]["trace"]["path"].endswith("shared/traces/azure_llm_2023_conv.csv")
-    raw["workload"] = {  # the trace lies outside the repository: an Azure-like stand-in
-        "num_requests": 2000,
-        "arrival": {"process": "poisson", "rate": 20.0},
-        "prompt_tokens": {"dist": "lognormal", "median": 1020, "sigma": 0.5, "max": 3072},
-        "output_tokens": {"dist": "lognormal", "median": 129, "sigma": 1.0, "max": 1024},
-    }
-    prepared = prepare(raw, folder / "space_70b.yaml", ["ttft_p99=2", "tpot_p99=0.1"], rate=20.0,
-                       overrides=(), repeats=2, objective="cost")  # fmt: skip
+    # the trace ships with the repository: three distinct windows of 2,000 requests
+    assert raw["workload"]["trace"]["path"] == "../traces/azure_llm_2023_conv_6000.csv"
+    prepared = prepare(folder / "llama3_70b_azure.yaml", folder / "space_70b.yaml",
+                       ["ttft_p99=2", "tpot_p99=0.1"], rate=20.0, overrides=(), repeats=2,
+                       objective="cost")  # fmt: skip
+    assert len(set(prepared.question.windows)) == 3
     assert len(prepared.expanded.every) == 144 and len(prepared.runnable) == 108
     assert {why for why, _ in prepared.aside.values()} == {"does not fit"}
 

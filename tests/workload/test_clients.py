@@ -287,3 +287,38 @@ def test_bad_clients_are_refused_in_one_line(workload: dict[str, Any], words: st
         load_scenario_dict(clients_scenario(workload))
     message = str(caught.value)
     assert words in message and "\n" not in message
+
+
+@pytest.mark.parametrize("kind", ["clients", "sessions"])
+def test_a_request_over_the_context_is_rejected_and_its_client_goes_on(kind: str) -> None:
+    """A closed-loop request longer than the model's context is rejected at arrival and counted,
+    as an open-loop one is, and its client (or session) sends its next request a delay after
+    the refusal; the run ends with every request finished or rejected."""
+    delay = {"dist": "fixed", "value_s": 0.5}
+    long_or_short = {"dist": "uniform", "low": 10, "high": 400}  # over 200 tokens: refused
+    if kind == "clients":
+        workload: dict[str, Any] = {
+            "num_requests": 12,
+            "clients": clients(2, delay=delay, prompt_tokens=long_or_short),
+        }
+    else:
+        workload = {"sessions": {
+            "arrival": {"process": "poisson", "rate": 1.0}, "num_sessions": 3,
+            "turns": {"dist": "fixed", "value": 4}, "first_prompt": long_or_short,
+            "user_tokens": FIXED_10, "output_tokens": FIXED_3, "think_time": delay,
+        }}  # fmt: skip
+    raw = clients_scenario(workload, model={"name": "llama-2-7b", "max_model_len": 200})
+    results = simulate(load_scenario_dict(raw))
+    (name,) = results.variants
+    table = results[name].requests.set_index("id").sort_index()
+    summary = results[name].summary()
+    rejected = table["rejected"].to_numpy(bool)
+    assert len(table) == summary["num_requests"] == 12
+    assert 0 < summary["num_rejected"] == rejected.sum() < 12
+    assert (table.loc[rejected, "reject_reason"] == "longer than max_model_len (200 tokens)").all()
+    too_long = (table["num_prompt_tokens"] + table["num_output_tokens"] > 200).to_numpy()
+    np.testing.assert_array_equal(rejected, too_long)
+    for later, previous in previous_of(table).items():
+        ended = table.at[previous, "arrival_s"] if rejected[table.index.get_loc(previous)] \
+            else table.at[previous, "finish_s"]
+        assert table.at[later, "arrival_s"] == pytest.approx(ended + 0.5)
