@@ -60,6 +60,7 @@ MODULES = (
     "sim/topology/router.py",
     "sim/topology/scaling.py",
     "sim/topology/signals.py",
+    "sim/topology/told_index.py",
     "sim/topology/topologies.py",
     "sim/topology/ttft_index.py",
 )

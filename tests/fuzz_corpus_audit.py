@@ -251,6 +251,12 @@ def key_cases() -> list[Case]:
             dump(edited("variants.a", {"disaggregation": {"prefill": {"count": -1}}})),
             "s.yaml: variants.a.disaggregation.prefill.count: must be >= 0",
         ),
+        scenario_case(
+            "schema-audit-decode-pool-slo-headroom",
+            dump(edited("disaggregation", {"prefill": {"count": 1},
+                                           "decode": {"count": 1, "router": "slo_headroom"}})),
+            "decode.router: slo_headroom ranks instances by the TTFT they predict",
+        ),
         # several problems name their own keys: no second `profile:` in front of them
         scenario_case(
             "schema-audit-inline-profile-problems",

@@ -5,6 +5,7 @@ scenario."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 from unittest import mock
 
@@ -16,6 +17,7 @@ from sim.metrics.results import VariantResult
 from sim.scenario.load import load_scenario_dict
 from sim.simulate import run_variant
 from sim.topology.cluster import Cluster
+from sim.topology.router import pool_of, rank_of
 from sim.workload import RequestArrays, generate_requests
 
 WORKLOAD = {
@@ -145,3 +147,54 @@ LOAD_POLICIES: dict[str, dict[str, Any]] = {
     },
 }
 LEAST_LOAD_ROUTERS = ("least_outstanding_tokens", "least_outstanding_requests", "session_sticky")
+
+
+class StandIn:
+    """Signals a test crafts for a router (`sim.topology.router.Signals`): whole loads
+    (`loads[i]`), each instance's cached fraction (`hits`) and predicted TTFT (`ttfts`), no
+    index. A plain class: a compiled router takes it, as it takes the gateway's."""
+
+    def __init__(
+        self,
+        num_instances: int,
+        candidates: Sequence[int] | None = None,
+        loads: Callable[[int], Any] | None = None,
+        *,
+        session: int = -1,
+        hits: Sequence[float] | None = None,
+        ttfts: Callable[[int], float] | None = None,
+    ) -> None:
+        self.num_instances = num_instances
+        self.candidates = candidates
+        self.loads = loads
+        self.session = session
+        self.hits = hits
+        self.ttfts = ttfts
+        self.indexed = False
+
+    def pool(self) -> Sequence[int]:
+        return pool_of(self.num_instances, self.candidates)
+
+    def load(self, i: int) -> Any:
+        assert self.loads is not None, "read a whole load"
+        return self.loads(i)
+
+    def number(self, i: int, by: str) -> float:
+        return rank_of(self.load(i), by)
+
+    def hit(self, i: int) -> float:
+        return self.hits[i] if self.hits is not None else 0.0
+
+    def may_hit(self, i: int) -> bool:
+        return self.hit(i) > 0
+
+    def least(self, candidates: Sequence[int] | None) -> int:
+        raise AssertionError("no index")
+
+    def ttft(self, i: int) -> float:
+        if self.ttfts is None:
+            raise ValueError("no predicted TTFT")
+        return self.ttfts(i)
+
+    def fastest(self, candidates: Sequence[int] | None) -> int:
+        raise AssertionError("no index")

@@ -369,6 +369,10 @@ class DisaggregationSpec(_Strict):
             if pool.count == 0:
                 raise ValueError(f"{role}.count: a P/D pool starts with at least one instance "
                                  "(count 0 is for a cluster group)")  # fmt: skip
+        if self.decode.router == "slo_headroom":
+            raise ValueError("decode.router: slo_headroom ranks instances by the TTFT they "
+                             "predict, and a decode pool predicts none (the prefill pool "
+                             "gives the first token): use least_kv or a load router")  # fmt: skip
         return self
 
 

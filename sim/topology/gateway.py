@@ -40,12 +40,11 @@ from sim.core.request import Request
 from sim.scenario.control_plane import AdmissionSpec
 from sim.scenario.schema import RouterOptions, SLOSpec
 from sim.topology.load_index import LoadIndex
-from sim.topology.router import Router, WorkView
+from sim.topology.router import Router, WorkView, pool_of, rank_of
 from sim.topology.signals import LaggedPrefixes, Scraper, predicted_ttft, read_backlog
 from sim.topology.ttft_index import TtftIndex
 
 SHED = "shed: queue full"
-PREFIX_ROUTERS = ("prefix_affinity", "slo_headroom")
 
 
 class Serving(Protocol):
@@ -84,37 +83,30 @@ class Gateway:
         self.held: deque[Request] = deque()
         opts = self.options
         self.scraper: Scraper | None = None
-        if opts.refresh_s > 0 and (router.needs_load or admission is not None):
+        if opts.refresh_s > 0 and (router.reads_load or admission is not None):
             self.scraper = Scraper(
-                instances, opts.refresh_s, lambda: bool(self.held),
-                backlog=router.name == "slo_headroom",
-            )  # fmt: skip
+                instances, opts.refresh_s, lambda: bool(self.held), backlog=router.reads_ttft
+            )
         self.prefixes: LaggedPrefixes | None = None
-        if opts.kv_event_lag_s > 0 and router.name in PREFIX_ROUTERS:
+        if opts.kv_event_lag_s > 0 and router.reads_prefixes:
             self.prefixes = LaggedPrefixes(instances, opts.kv_event_lag_s)
-        # a least-load router reading exact loads: an index the instances keep (`watch`)
+        # on exact signals, the index the router keeps, which the instances tell (`watch`): the
+        # least of one number of each instance (`sim.topology.load_index`), or the least
+        # predicted TTFT from the steps under way (`sim.topology.ttft_index`); a prefix router
+        # reads prefix hits only where one may be (`Instance.may_cache_prefix`), unless a shared
+        # KV tier makes one instance's settling change another's cache (`watch`)
         self.index: LoadIndex | None = None
-        rank = router.ranks_by
-        if self.scraper is None and rank is not None:
-            self.index = LoadIndex(rank)
-        # prefix affinity on exact loads and caches: the least loaded candidate from an index,
-        # and prefix hits read only where one may be (`Instance.may_cache_prefix`), unless a
-        # shared KV tier makes one instance's settling change another's cache (`watch`)
-        self.prefix_index = (
-            self.scraper is None and self.prefixes is None
-            and router.name == "prefix_affinity" and router.load_weight > 0
-        )  # fmt: skip
-        if self.prefix_index:
-            self.index = LoadIndex("tokens")
-        # slo_headroom on exact loads and caches: the least predicted TTFT from an index of the
-        # steps under way (`sim.topology.ttft_index`), predicting only near it
         self.ttft_index: TtftIndex | None = None
-        if self.scraper is None and self.prefixes is None and router.name == "slo_headroom":
-            self.ttft_index = TtftIndex()
+        kind = router.index
+        if kind is not None and self.scraper is None and self.prefixes is None:
+            if kind == "ttft":
+                self.ttft_index = TtftIndex()
+            else:
+                self.index = LoadIndex(kind)
         self.caching = False  # some watched instance keeps a prefix cache
 
     def watch(self, instance: Instance) -> None:
-        """Route to `instance` (one of the start, or launched later): with a load index, the
+        """Route to `instance` (one of the start, or launched later): with an index, the
         instance tells it when its load can fall."""
         index = self.index
         if index is not None:
@@ -125,9 +117,8 @@ class Gateway:
             ttft_index.watch(instance)
             instance.on_load = ttft_index.changed
         self.caching = self.caching or instance.caches_prefixes()
-        indexed = self.prefix_index or ttft_index is not None
-        if indexed and instance.shares_kv_tier():  # the full scan, and no index
-            self.prefix_index = False
+        indexed = index is not None or ttft_index is not None
+        if indexed and self.router.reads_prefixes and instance.shares_kv_tier():  # full scans
             self.index = None
             self.ttft_index = None
             for watched in (*self.instances, instance):
@@ -139,13 +130,7 @@ class Gateway:
     def _work_load(self, i: int) -> WorkLoad:
         return self.instances[i].work_load()
 
-    def _num_outstanding(self, i: int) -> float:
-        return self.instances[i].num_outstanding()
-
-    def _work_left(self, i: int) -> float:
-        return self.instances[i].work_left()
-
-    def _cached_tokens(self, req: Request, i: int) -> int:
+    def cached_tokens(self, req: Request, i: int) -> int:
         if self.prefixes is not None:
             return self.prefixes.cached_tokens(req, i)
         return self.instances[i].cached_prefix_tokens(req)
@@ -159,65 +144,10 @@ class Gateway:
         self._route(req, candidates)
 
     def _route(self, req: Request, candidates: Sequence[int] | None) -> None:
-        instances = self.instances
-        # KV blocks in use are read settled; prefix hits settle a run only where its steps
-        # could change them (`Instance.cached_prefix_tokens`)
-        settled = self.router.needs_kv
-        loads: Callable[[int], WorkView] = self._load if settled else self._work_load
-        scraper = self.scraper
-        key: Callable[[int], float] | None = None
-
-        def hit(i: int) -> float:
-            return self._cached_tokens(req, i) / req.num_prompt_tokens
-
-        load_index = self.index
-        if load_index is not None and self.router.ranks_by is not None:  # from the index
-            chosen = self.router.pick(
-                len(instances), None, candidates, hit=hit, session=req.session,
-                least=load_index.best,
-            )  # fmt: skip
-            self._submit(req, chosen, loads)
-            return
-        if scraper is not None:
-            scraper.at_decision()
-            loads = scraper.load
-        elif not settled:  # the one number the router ranks by, read without a whole load
-            rank = self.router.ranks_by
-            if rank == "requests":
-                key = self._num_outstanding
-            elif rank == "tokens" or self.router.name == "prefix_affinity":
-                key = self._work_left
-
-        if self.router.name == "slo_headroom":
-            now = instances[0].env.now
-
-            def ttft(i: int) -> float:
-                seen = scraper.backlog(i) if scraper is not None else read_backlog(instances[i])
-                own = req.num_prompt_tokens - self._cached_tokens(req, i)
-                return predicted_ttft(seen, now, own, instances[i].prefill_seconds)
-
-            def fastest(among: Sequence[int] | None) -> int:
-                return self._fastest(req, among, ttft)
-
-            index = self.router.pick(
-                len(instances), loads, candidates, session=req.session, ttft=ttft,
-                target=self.slo.targets(req.tier)[0],
-                fastest=fastest if self.ttft_index is not None else None,
-            )  # fmt: skip
-        elif self.prefix_index and load_index is not None:
-
-            def may_hit(i: int) -> bool:
-                return instances[i].may_cache_prefix(req)
-
-            index = self.router.pick(
-                len(instances), loads, candidates, hit=hit, key=self._work_left,
-                least=load_index.best, may_hit=may_hit,
-            )  # fmt: skip
-        else:
-            index = self.router.pick(
-                len(instances), loads, candidates, hit=hit, session=req.session, key=key
-            )
-        self._submit(req, index, loads)
+        if self.scraper is not None:
+            self.scraper.at_decision()
+        s = Decision(self, req, candidates)
+        self._submit(req, self.router.pick(s), s)
 
     def _fastest(
         self, req: Request, candidates: Sequence[int] | None, ttft: Callable[[int], float]
@@ -247,11 +177,11 @@ class Gateway:
         floor_s = index.floor(prompt)
         return index.best(candidates, floor_s, uncached, best_s, best_index, predicted)
 
-    def _submit(self, req: Request, index: int, loads: Callable[[int], WorkView]) -> None:
+    def _submit(self, req: Request, index: int, s: Decision) -> None:
         """Submit `req` to instance `index`, unless admission sheds it there."""
         if self.admission is not None:
             limit = self.admission.limit(req.tier)
-            if limit is not None and loads(index).num_waiting >= limit:
+            if limit is not None and s.load(index).num_waiting >= limit:
                 req.reject(SHED)
                 self.log.record(req)
                 return
@@ -268,3 +198,58 @@ class Gateway:
     @property
     def num_held(self) -> int:
         return len(self.held)
+
+
+class Decision:
+    """What the gateway's router sees at one decision, for `req` (`sim.topology.router.Signals`;
+    the module docstring): loads as last scraped, or exact (settled where the router reads KV
+    blocks); the number it ranks by read directly; prefix hits as KV events show them, or
+    exact; predicted TTFTs; and the gateway's index, where it keeps one."""
+
+    def __init__(self, gateway: Gateway, req: Request, candidates: Sequence[int] | None) -> None:
+        self.gateway = gateway
+        self.req = req
+        self.num_instances = len(gateway.instances)
+        self.candidates = candidates
+        self.session = req.session
+        self.indexed = gateway.index is not None or gateway.ttft_index is not None
+
+    def pool(self) -> Sequence[int]:
+        return pool_of(self.num_instances, self.candidates)
+
+    def load(self, i: int) -> WorkView:
+        gateway = self.gateway
+        if gateway.scraper is not None:
+            return gateway.scraper.load(i)
+        # KV blocks in use are read settled, which the steps in flight change
+        return gateway._load(i) if gateway.router.reads_kv else gateway._work_load(i)
+
+    def number(self, i: int, by: str) -> float:
+        gateway = self.gateway
+        if gateway.scraper is not None or by == "kv":
+            return rank_of(self.load(i), by)
+        instance = gateway.instances[i]  # the one number, read without a whole load
+        return instance.num_outstanding() if by == "requests" else instance.work_left()
+
+    def hit(self, i: int) -> float:
+        req = self.req
+        return self.gateway.cached_tokens(req, i) / req.num_prompt_tokens
+
+    def may_hit(self, i: int) -> bool:
+        return self.gateway.instances[i].may_cache_prefix(self.req)
+
+    def least(self, candidates: Sequence[int] | None) -> int:
+        index = self.gateway.index
+        assert index is not None
+        return index.best(candidates)
+
+    def ttft(self, i: int) -> float:
+        gateway, req = self.gateway, self.req
+        instances, scraper = gateway.instances, gateway.scraper
+        seen = scraper.backlog(i) if scraper is not None else read_backlog(instances[i])
+        own = req.num_prompt_tokens - gateway.cached_tokens(req, i)
+        now = instances[0].env.now
+        return predicted_ttft(seen, now, own, instances[i].prefill_seconds)
+
+    def fastest(self, candidates: Sequence[int] | None) -> int:
+        return self.gateway._fastest(self.req, candidates, self.ttft)

@@ -30,7 +30,7 @@ import simpy
 from sim.core.instance import Instance
 from sim.core.request import Request
 from sim.scenario.load import LinkSpec
-from sim.topology.router import Router
+from sim.topology.router import Loads, Router
 
 
 class StorePath(Protocol):
@@ -109,7 +109,7 @@ class KVLink:
                 fits = [i for i in fits if self.decode[i].index in serving]
             if not fits:
                 return  # backpressure: the head waits on its prefill instance, and so do the rest
-            chosen = self.router.pick(len(self.decode), loads.__getitem__, fits)
+            chosen = self.router.pick(Loads(len(self.decode), fits, loads.__getitem__))
             target = self.decode[chosen]
             blocks = needs[chosen]
             target.reserve(blocks)

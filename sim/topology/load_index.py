@@ -42,23 +42,14 @@ import heapq
 from collections.abc import Sequence
 from typing import Protocol
 
+from sim.topology.told_index import ToldIndex, Watched
+
 FOREVER_S = float("inf")
 HORIZON_STEPS = 2  # a token bound holds for this many steps of the run in flight
 
 
-class Clock(Protocol):
-    @property
-    def now(self) -> float: ...
-
-
-class Indexed(Protocol):
+class Indexed(Watched, Protocol):
     """What the index reads of an instance (`sim.core.instance.Instance`)."""
-
-    @property
-    def index(self) -> int: ...
-
-    @property
-    def env(self) -> Clock: ...
 
     def num_outstanding(self) -> int: ...
 
@@ -71,52 +62,24 @@ class Indexed(Protocol):
     def kv_floor(self) -> tuple[float, bool]: ...
 
 
-class LoadIndex:
+class LoadIndex(ToldIndex[Indexed]):
     """Lower bounds of each instance's load, by (bound, index) (see the module docstring)."""
 
     def __init__(self, rank: str) -> None:
         if rank not in ("requests", "tokens", "kv"):
             raise ValueError(f"a load index ranks by requests, tokens or kv, not {rank!r}")
+        super().__init__(0.0)
         self.tokens = rank == "tokens"
         self.kv = rank == "kv"
-        self.env: Clock | None = None  # the run's clock, the instances' own
-        self.instances: list[Indexed | None] = []  # by instance index; None: not watched
-        # (bound, index, version): an entry counts while its version is its instance's latest
-        self.heap: list[tuple[float, int, int]] = []
-        self.bound: list[float] = []  # each watched instance's latest bound
-        self.version: list[int] = []
+        self.heap: list[tuple[float, int, int]] = []  # (bound, index, version)
         self.exact: list[bool] = []  # each watched instance's bound is its number now
         self.expiry: list[tuple[float, int, int]] = []  # (until, index, version) of bounds
-        self.told: list[int] = []  # instances that told since the last decision
-        self.is_told: list[bool] = []
-        self._seen: Sequence[int] | None = None  # the candidates of the last decision
-        self._seen_len = -1
-        self._allowed: set[int] = set()
-        # entries of instances that were not candidates when popped (draining, retired, still
-        # provisioning), set aside until the candidates change, so that a fleet's retired
-        # instances are not popped again at every decision
-        self.parked: dict[int, tuple[float, int, int]] = {}
 
-    def watch(self, instance: Indexed) -> None:
-        """Index `instance` (the topology sets its `on_load` to `changed`)."""
-        i = instance.index
-        if self.env is None:
-            self.env = instance.env
-        while len(self.instances) <= i:
-            self.instances.append(None)
-            self.bound.append(0.0)
-            self.version.append(-1)
-            self.exact.append(False)
-            self.is_told.append(False)
-        self.instances[i] = instance
-        self.changed(instance)
+    def _grow(self) -> None:
+        self.exact.append(False)
 
-    def changed(self, instance: Indexed) -> None:
-        """`instance` started or ended a run or queued a request: read its bound again."""
-        i = instance.index
-        if not self.is_told[i]:
-            self.is_told[i] = True
-            self.told.append(i)
+    def _push(self, entry: tuple[float, int, int]) -> None:
+        heapq.heappush(self.heap, entry)
 
     def _refresh(self) -> None:
         instances, bound, version, heap = self.instances, self.bound, self.version, self.heap
@@ -145,22 +108,6 @@ class LoadIndex:
             self.heap = [(bound[i], i, version[i]) for i in watched]
             heapq.heapify(self.heap)
 
-    def _candidate_set(self, candidates: Sequence[int]) -> set[int]:
-        # a fleet's list of serving instances is replaced when one is added and shrinks in
-        # place when one leaves (`sim.topology.scaling.Fleet`): the same list at the same
-        # length holds the same instances
-        if candidates is not self._seen or len(candidates) != self._seen_len:
-            self._seen, self._seen_len = candidates, len(candidates)
-            self._allowed = allowed = set(candidates)
-            self._unpark([i for i in self.parked if i in allowed])
-        return self._allowed
-
-    def _unpark(self, indices: list[int]) -> None:
-        for i in indices:
-            entry = self.parked.pop(i)
-            if entry[2] == self.version[i]:  # else superseded by an entry in the heap
-                heapq.heappush(self.heap, entry)
-
     def best(self, candidates: Sequence[int] | None) -> int:
         """The candidate (default: every watched instance) with the least number, ties to the
         lowest index: what `min(sorted(candidates), key=number)` gives."""
@@ -174,12 +121,7 @@ class LoadIndex:
                     self.told.append(i)
         if self.told:
             self._refresh()
-        if candidates is None:
-            allowed = None
-            if self.parked:  # every instance is a candidate again
-                self._unpark(list(self.parked))
-        else:
-            allowed = self._candidate_set(candidates)
+        allowed = self._allowed_now(candidates)
         heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
         exact, kv = self.exact, self.kv
         popped: list[tuple[float, int, int]] = []

@@ -36,7 +36,7 @@ from sim.scenario.schema import RouterOptions
 from sim.topology.gateway import Gateway
 from sim.topology.groups import Builder, InstanceInfo
 from sim.topology.kv_link import KVLink
-from sim.topology.router import Router
+from sim.topology.router import make_router
 
 if TYPE_CHECKING:  # the fleet is told of its topology after both are made
     from sim.topology.scaling import Fleet
@@ -165,7 +165,7 @@ class Colocated(Topology):
         spec, rng, log = self.resolved.spec, self.rng, self.log
         c = spec.cluster
         options = c.router_options if c is not None else RouterOptions()
-        router = Router(
+        router = make_router(
             c.router if c is not None else "round_robin", rng, options.hit_weight,
             options.load_weight,
         )  # fmt: skip
@@ -208,11 +208,11 @@ class Disaggregated(Topology):
             return None if self.fleet is None else decode_serving.candidates()
 
         self.link = KVLink(
-            self.env, d.link, decode, Router(d.decode.router, rng), self._store,
+            self.env, d.link, decode, make_router(d.decode.router, rng), self._store,
             serving=serving_decode,
         )  # fmt: skip
         self.gateway = gateway = Gateway(
-            self.instances, Router(d.prefill.router, rng), _Serving(self, "prefill"), log,
+            self.instances, make_router(d.prefill.router, rng), _Serving(self, "prefill"), log,
             slo=spec.slo,
         )  # fmt: skip
         for instance in self.instances:

@@ -48,82 +48,45 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sim.core.step_times import StepTimes, steps_before
+from sim.topology.told_index import ToldIndex, Watched
 
 NO_STEP_S = -math.inf  # an idle instance's bound: it waits for no step
 MARGIN_S = 1e-6  # a bound's slack against the rounding of step ends (see the module docstring)
 JUMP_STEPS = 8  # a bound further behind than this many steps is moved by solving for the step
 
 
-class Clock(Protocol):
-    @property
-    def now(self) -> float: ...
-
-
 class Curve(Protocol):
     def floor(self, num_tokens: int) -> float: ...
 
 
-class Timed(Protocol):
+class Timed(Watched, Protocol):
     """What the index reads of an instance (`sim.core.instance.Instance`)."""
-
-    @property
-    def index(self) -> int: ...
-
-    @property
-    def env(self) -> Clock: ...
 
     def step_grid(self) -> tuple[float, float, float, int]: ...
 
     def prefill_curve(self) -> Curve: ...
 
 
-class TtftIndex:
+class TtftIndex(ToldIndex[Timed]):
     """Bounds on each instance's step under way (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.env: Clock | None = None  # the run's clock, the instances' own
-        self.instances: list[Timed | None] = []  # by instance index; None: not watched
-        self.bound: list[float] = []  # each watched instance's latest bound
+        super().__init__(NO_STEP_S)
         # each watched instance's run as last read (`step_grid`), and the step of its bound
         self.grid: list[tuple[float, float, float, int]] = []
         self.step: list[int] = []
-        self.version: list[int] = []  # an entry counts while its version is the latest
         self.idle: list[tuple[int, int]] = []  # (index, version)
         self.busy: list[tuple[float, int, int]] = []  # (bound, index, version)
-        self.told: list[int] = []  # instances that told since the last decision
-        self.is_told: list[bool] = []
         self.curves: list[Curve] = []  # the watched instances' prefill curves, each once
-        self._seen: Sequence[int] | None = None  # the candidates of the last decision
-        self._seen_len = -1
-        self._allowed: set[int] = set()
-        # entries of instances that were not candidates when taken (draining, retired, still
-        # provisioning), set aside until the candidates change
-        self.parked: dict[int, tuple[float, int, int]] = {}
 
-    def watch(self, instance: Timed) -> None:
-        """Index `instance` (the gateway sets its `on_load` to `changed`)."""
-        i = instance.index
-        if self.env is None:
-            self.env = instance.env
-        while len(self.instances) <= i:
-            self.instances.append(None)
-            self.bound.append(NO_STEP_S)
-            self.grid.append((0.0, 0.0, 0.0, 0))
-            self.step.append(0)
-            self.version.append(-1)
-            self.is_told.append(False)
-        self.instances[i] = instance
+    def _grow(self) -> None:
+        self.grid.append((0.0, 0.0, 0.0, 0))
+        self.step.append(0)
+
+    def _watched(self, instance: Timed) -> None:
         curve = instance.prefill_curve()
         if not any(c is curve for c in self.curves):
             self.curves.append(curve)
-        self.changed(instance)
-
-    def changed(self, instance: Timed) -> None:
-        """`instance` started or ended a run or took a request: read its bound again."""
-        i = instance.index
-        if not self.is_told[i]:
-            self.is_told[i] = True
-            self.told.append(i)
 
     def floor(self, num_tokens: int) -> float:
         """The least seconds any watched instance takes to prefill `num_tokens` or more."""
@@ -181,21 +144,6 @@ class TtftIndex:
                 if x is not None:
                     self._push((self.bound[i], i, self.version[i]))
 
-    def _candidate_set(self, candidates: Sequence[int]) -> set[int]:
-        # a fleet's list of serving instances is replaced when one is added and shrinks in
-        # place when one leaves (`sim.topology.scaling.Fleet`)
-        if candidates is not self._seen or len(candidates) != self._seen_len:
-            self._seen, self._seen_len = candidates, len(candidates)
-            self._allowed = allowed = set(candidates)
-            self._unpark([i for i in self.parked if i in allowed])
-        return self._allowed
-
-    def _unpark(self, indices: list[int]) -> None:
-        for i in indices:
-            entry = self.parked.pop(i)
-            if entry[2] == self.version[i]:  # else superseded by an entry in a heap
-                self._push(entry)
-
     def best(
         self,
         candidates: Sequence[int] | None,
@@ -214,12 +162,7 @@ class TtftIndex:
         now = env.now
         if self.told:
             self._refresh(now)
-        allowed: set[int] | None = None
-        if candidates is None:
-            if self.parked:  # every instance is a candidate again
-                self._unpark(list(self.parked))
-        else:
-            allowed = self._candidate_set(candidates)
+        allowed = self._allowed_now(candidates)
         version, parked, idle, busy = self.version, self.parked, self.idle, self.busy
         grid, step, bounds = self.grid, self.step, self.bound
         while busy and busy[0][0] < now:  # bounds time has passed: moved along their runs

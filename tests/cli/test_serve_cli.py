@@ -14,9 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(out: Path, *args: str) -> tuple[str, Path]:
-    """Serve the quickstart on a free port, send one completion, stop it with SIGINT; return
-    the startup line and the results folder."""
+def serve(out: Path, *args: str, stop: int = signal.SIGTERM) -> tuple[str, Path]:
+    """Serve the quickstart on a free port, send one completion, stop it with `stop` (SIGTERM:
+    no plots, a prompt exit); return the startup line and the results folder."""
     cmd = [sys.executable, "-m", "sim", "serve", "scenarios/quickstart.yaml", "--port", "0",
            "--speed", "100", "--drain-s", "5", "--out", str(out), *args]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -33,14 +33,15 @@ def serve(out: Path, *args: str) -> tuple[str, Path]:
         with urllib.request.urlopen(request, timeout=30) as reply:
             assert json.load(reply)["usage"]["completion_tokens"] == 2
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         proc.communicate(timeout=60)
     assert proc.returncode == 0
     return line, out / "quickstart--serve"
 
 
 def test_the_startup_line_and_the_report_name_the_variant_served(tmp_path: Path) -> None:
-    line, folder = serve(tmp_path / "a")
+    line, folder = serve(tmp_path / "a", stop=signal.SIGINT)  # Ctrl-C: the plots too
+    assert list(folder.glob("*.png"))
     assert line.startswith(
         "serving quickstart variant static (the first of static, "
         "continuous; --variant picks another) (model llama-2-7b) at "

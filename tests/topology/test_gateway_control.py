@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers_cluster import WORKLOAD, arrays_of, check_invariants, run_with_cluster
+from helpers_cluster import WORKLOAD, StandIn, arrays_of, check_invariants, run_with_cluster
 from scenario_factory import COEFFS, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario
+from sim.core.instance import Load
 from sim.core.prefill_curve import PREFILL_CHUNK_TOKENS
-from sim.topology.router import Router
+from sim.topology.router import Loads, make_router
 from sim.topology.signals import Backlog, predicted_ttft
 from sim.workload import RequestArrays
 from sim.workload.arrays import Content
@@ -177,13 +178,12 @@ def test_shedding_reads_the_scraped_queue() -> None:
 
 
 def test_headroom_picks_the_least_predicted_ttft_ties_lowest() -> None:
-    r = Router("slo_headroom", np.random.default_rng(0))
-    predicted = {0: 0.4, 1: 0.2, 2: 0.2, 3: 0.9}
-    for target in (None, 0.3, 0.1):  # met by 1 and 2; met by none; no target
-        assert r.pick(4, ttft=predicted.__getitem__, target=target) == 1
-    assert r.pick(4, candidates=[0, 3], ttft=predicted.__getitem__, target=0.5) == 0
-    with pytest.raises(ValueError, match="predicted TTFT"):
-        r.pick(2)
+    r = make_router("slo_headroom", np.random.default_rng(0))
+    predicted = [0.4, 0.2, 0.2, 0.9]
+    assert r.pick(StandIn(4, ttfts=predicted.__getitem__)) == 1
+    assert r.pick(StandIn(4, [0, 3], ttfts=predicted.__getitem__)) == 0
+    with pytest.raises(ValueError, match="predicted TTFT"):  # the KV link predicts none
+        r.pick(Loads(2, None, [Load(0, 0, 0, 0, 1)] * 2))
 
 
 def test_prefill_seconds_prices_one_step_then_chunks() -> None:

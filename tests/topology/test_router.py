@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 import pytest
+from helpers_cluster import StandIn
 
 from sim.core.instance import Load
 from sim.core.kv.pool import KVPool
 from sim.core.request import Request
-from sim.topology.router import Router
+from sim.scenario.schema import RouterName
+from sim.topology.router import ROUTERS, Loads, Router, make_router
 
 
 @dataclass
@@ -37,11 +40,11 @@ def load(p: FakePolicy) -> Load:
 
 
 def pick(r: Router, pols: list[FakePolicy], candidates: list[int] | None = None) -> int:
-    return r.pick(len(pols), lambda i: load(pols[i]), candidates)
+    return r.pick(Loads(len(pols), candidates, lambda i: load(pols[i])))
 
 
 def router(name: str, seed: int = 0) -> Router:
-    return Router(name, np.random.default_rng(seed))  # type: ignore[arg-type]
+    return make_router(name, np.random.default_rng(seed))
 
 
 def test_round_robin_cycles_in_index_order() -> None:
@@ -155,8 +158,9 @@ def _ranked(p: FakePolicy, rank: str | None) -> float:
 def test_a_router_ranks_by_one_number_read_directly_as_by_whole_loads(
     name: str, rank: str | None
 ) -> None:
-    """`ranks_by` names the one number a load-balancing router reads; given it as `key`, the
-    router picks exactly what it picks from whole loads (ties to the lowest index too)."""
+    """`ranks_by` names the one number a load-balancing router reads; read directly
+    (`Signals.number`, as the gateway reads it), the router picks exactly what it picks from
+    whole loads (ties to the lowest index too)."""
     assert router(name).ranks_by == rank
     rng = np.random.default_rng(4)
     for _ in range(200):
@@ -172,14 +176,57 @@ def test_a_router_ranks_by_one_number_read_directly_as_by_whole_loads(
         candidates = None if rng.random() < 0.5 else sorted(
             set(rng.integers(0, len(pols), size=3).tolist())
         )  # fmt: skip
-        def loads(i: int, p: list[FakePolicy] = pols) -> Load:
-            return load(p[i])
+        by_loads = router(name).pick(Loads(len(pols), candidates, lambda i, p=pols: load(p[i])))
+        assert router(name).pick(Direct(pols, candidates)) == by_loads
+        if rank is not None:  # the number alone suffices
+            assert router(name).pick(Direct(pols, candidates, whole=False)) == by_loads
 
-        def key(i: int, p: list[FakePolicy] = pols) -> float:
-            return _ranked(p[i], rank)
 
-        by_loads = router(name).pick(len(pols), loads, candidates)
-        assert router(name).pick(len(pols), loads, candidates, key=key) == by_loads
-        if rank is not None:  # the key alone suffices
-            alone = router(name).pick(len(pols), None, candidates, key=key)
-            assert alone == by_loads
+class Direct(StandIn):
+    """Signals that read the one number directly (as the gateway does), and whole loads only
+    where `whole`."""
+
+    def __init__(self, pols: list[FakePolicy], candidates: list[int] | None, whole: bool = True):
+        super().__init__(len(pols), candidates, (lambda i: load(pols[i])) if whole else None)
+        self.pols = pols
+
+    def number(self, i: int, by: str) -> float:
+        return _ranked(self.pols[i], by)
+
+
+def test_the_table_builds_every_router_of_the_schema() -> None:
+    names = set(get_args(RouterName))
+    assert set(ROUTERS) == names
+    for name in names:
+        r = make_router(name, np.random.default_rng(0))
+        assert r.name == name and isinstance(r, Router)
+    with pytest.raises(ValueError, match="unknown router 'nearest'"):
+        make_router("nearest", np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("name", "reads", "index"),
+    [
+        ("round_robin", set(), None),
+        ("random", set(), None),
+        ("least_outstanding_requests", {"load"}, "requests"),
+        ("least_outstanding_tokens", {"load"}, "tokens"),
+        ("session_sticky", {"load"}, "tokens"),
+        ("least_kv", {"load", "kv"}, "kv"),
+        ("prefix_affinity", {"load", "prefixes"}, "tokens"),
+        ("slo_headroom", {"load", "prefixes", "ttft"}, "ttft"),
+    ],
+)
+def test_each_router_declares_what_it_reads_and_the_index_it_keeps(
+    name: str, reads: set[str], index: str | None
+) -> None:
+    r = make_router(name, np.random.default_rng(0))
+    flags = {"load": r.reads_load, "kv": r.reads_kv, "prefixes": r.reads_prefixes,
+             "ttft": r.reads_ttft}  # fmt: skip
+    assert {k for k, v in flags.items() if v} == reads
+    assert r.index == index
+
+
+def test_prefix_affinity_without_load_weight_keeps_no_index() -> None:
+    r = make_router("prefix_affinity", np.random.default_rng(0), load_weight=0.0)
+    assert r.index is None

@@ -28,7 +28,7 @@ from scenario_factory import UNIT, scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict
 from sim.errors import ScenarioError
-from sim.topology.router import Router
+from sim.topology.router import ROUTERS, Router, Signals
 from sim.workload import RequestArrays
 from sim.workload.arrays import Content, Sessions
 
@@ -86,16 +86,14 @@ def _route(router: str, tiers: dict[str, Any], rows: list[Any] = ROWS) -> tuple[
     if tiers:
         raw["kv_tiers"] = tiers
     seen: list[Any] = []
-    pick = Router.pick
+    cls = ROUTERS[router]
+    pick = cls.pick
 
-    def spy(self: Router, n: int, loads: Any = None, candidates: Any = None, *,
-            hit: Any = None, session: int = -1, key: Any = None,
-            least: Any = None, may_hit: Any = None) -> int:  # fmt: skip
-        seen.append([hit(i) for i in range(n)] if hit is not None else None)
-        return pick(self, n, loads, candidates, hit=hit, session=session, key=key, least=least,
-                    may_hit=may_hit)  # fmt: skip
+    def spy(self: Router, s: Signals) -> int:
+        seen.append([s.hit(i) for i in range(s.num_instances)])
+        return pick(self, s)
 
-    with mock.patch.object(Router, "pick", spy):
+    with mock.patch.object(cls, "pick", spy):
         res, cluster = run_with_cluster(raw, _arrays(rows))
     req = res.requests
     assert req["finish_s"].notna().all()

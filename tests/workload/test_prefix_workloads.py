@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers_cluster import StandIn
 from scenario_factory import scenario, tiny_hardware, tiny_model
 
 from sim import load_scenario_dict, simulate
 from sim.errors import ScenarioError
-from sim.topology.router import Router
+from sim.topology.router import make_router
 from sim.workload import generate_requests
 from sim.workload.mooncake import read_mooncake
 from sim.workload.spec import WorkloadSpec
@@ -257,21 +258,22 @@ class _Load:
 def test_prefix_affinity_weighs_cache_hits_against_load() -> None:
     loads = [_Load(100), _Load(300), _Load(0)]
     hits = [0.0, 0.9, 0.0]
-    router = Router("prefix_affinity", np.random.default_rng(0))
+    router = make_router("prefix_affinity", np.random.default_rng(0))
     # instance 1: 0.9 - 1.0 = -0.1; instance 2: 0 - 0 = 0; instance 0: -1/3
-    assert router.pick(3, loads.__getitem__, hit=hits.__getitem__) == 2
-    keen = Router("prefix_affinity", np.random.default_rng(0), hit_weight=3.0)
-    assert keen.pick(3, loads.__getitem__, hit=hits.__getitem__) == 1
+    assert router.pick(StandIn(3, None, loads.__getitem__, hits=hits)) == 2
+    keen = make_router("prefix_affinity", np.random.default_rng(0), hit_weight=3.0)
+    assert keen.pick(StandIn(3, None, loads.__getitem__, hits=hits)) == 1
 
 
 def test_session_sticky_keeps_a_session_where_it_started() -> None:
-    router = Router("session_sticky", np.random.default_rng(0))
+    router = make_router("session_sticky", np.random.default_rng(0))
     loads = [_Load(50), _Load(10)]
-    assert router.pick(2, loads.__getitem__, session=7) == 1  # least outstanding tokens
+    seen = loads.__getitem__
+    assert router.pick(StandIn(2, None, seen, session=7)) == 1  # least outstanding tokens
     loads[1].outstanding_tokens = 10_000
-    assert router.pick(2, loads.__getitem__, session=7) == 1  # sticky
-    assert router.pick(2, loads.__getitem__, session=8) == 0
-    assert router.pick(2, loads.__getitem__) == 0  # no session: by load
+    assert router.pick(StandIn(2, None, seen, session=7)) == 1  # sticky
+    assert router.pick(StandIn(2, None, seen, session=8)) == 0
+    assert router.pick(StandIn(2, None, seen)) == 0  # no session: by load
 
 
 def test_cache_aware_routers_run_a_cluster(tmp_path: Path) -> None:
