@@ -120,7 +120,7 @@ def _serve(args: argparse.Namespace) -> int:
     # seconds; Ctrl-C (SIGINT) or an engine's fault draws them
     plots = server.stop_signal != signal.SIGTERM
     session["plots"] = plots
-    write_results(results, dest, scenario.dump(), progress=False, plots=plots,
+    write_results(results, dest, scenario.dump(), progress=False, plots=plots, report=False,
                   extra_files=lambda folder: _write_session(folder, session))  # fmt: skip
     if server.failed is not None:
         why = (str(server.failed).splitlines() or [""])[0][:200]
@@ -136,7 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _write_session(folder: Path, session: dict[str, Any]) -> None:
-    """`session.json` (what was served), then the report again, which names the session."""
+    """`session.json` (what was served), then the report, which names the session."""
     import json
 
     from sim.io.report import SESSION_FILE, write_report
