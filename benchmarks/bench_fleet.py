@@ -3,19 +3,23 @@ and an autoscaled day streamed.
 
 `--shape` (the default): Llama-3-8B on H100s, chunked prefill, Poisson arrivals at `--rate`
 requests per second per instance (6: each instance about half busy), `--requests` requests in
-all, for fleets of `--instances` (1, 4, 16, 64) behind each router of `--routers`, tables kept.
-`us/req` is wall time per request; `x one` divides it by one instance's figure (the same run
-behind any router, timed best of three): 1.0 would mean a fleet costs no more per request than
-a lone instance. Fleets differ from one instance in that every arrival is routed among the
-fleet's candidates and each instance runs its own SimPy process (a lone instance pulls its
-arrivals and runs whole runs without events).
+all but at least `--per-instance` per instance (so that a large fleet's warm-up and drain weigh
+no more than a small one's), for fleets of `--instances` (1, 4, 16, 64, 256) behind each router
+of `sim.topology.router.ROUTERS`, tables kept. `us/req` is wall time per request; `x one`
+divides it by one instance's figure (the same run behind any router, timed best of three): 1.0
+would mean a fleet costs no more per request than a lone instance. Fleets differ from one
+instance in that every arrival is routed among the fleet's candidates and the fleet's clock
+(`sim.core.clock.Clock`) merges the instances' step ends and the arrivals (a lone instance
+pulls its arrivals and runs whole runs without the clock).
 
 `--day`: scenarios/autoscaling_day.yaml's variants over its first `--hours`, streamed (no
 tables), one variant at a time, and the same day on prefill/decode pools that scale apart
 (`pd_autoscaled`: prefill on queue length, decode on running requests): wall time, us/request,
-milliseconds of wall time per simulated second, scaling events, mean instances and this
-process's peak RSS so far. `--load X` multiplies the day's load and every fleet's counts and
-bounds by X (100: 1,000 req/s on average); the workload is regenerated as each run goes.
+milliseconds of wall time per simulated second, scaling events, mean instances, this
+process's peak RSS so far, and the whole day's wall time at that cost per request (`day min`:
+the day's requests at this load, from its rate profile, times `us/req`). `--load X` multiplies
+the day's load and every fleet's counts and bounds by X (100: 1,000 req/s on average); the
+workload is regenerated as each run goes.
 
 `--rss`: peak RSS against the number of requests of a streamed run (the shape's workload on
 `--rss-instances` instances behind least_outstanding_tokens), each run in a fresh process so
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import math
 import resource
 import sys
@@ -40,18 +45,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+if importlib.util.find_spec("sim") is None:  # not installed: this tree's source
+    sys.path.insert(0, str(ROOT))
 
 
 
-ROUTERS = (
-    "round_robin",
-    "least_outstanding_requests",
-    "least_outstanding_tokens",
-    "least_kv",
-    "prefix_affinity",
-    "slo_headroom",
-)
+def _routers() -> list[str]:
+    from sim.topology.router import ROUTERS
+
+    return list(ROUTERS)
+
+
+ROUTERS = _routers()
 
 
 def shape_scenario(router: str, instances: int, rate: float, requests: int) -> dict[str, Any]:
@@ -83,10 +88,11 @@ def shape(args: argparse.Namespace) -> None:
     print(f"{build()} core; Llama-3-8B on H100, chunked prefill, {args.rate:g} req/s per "
           f"instance, {args.requests:,} requests per run, tables kept")  # fmt: skip
     def timed(router: str, n: int) -> float:
-        scenario = load_scenario_dict(shape_scenario(router, n, args.rate, args.requests))
+        requests = max(args.requests, args.per_instance * n)
+        scenario = load_scenario_dict(shape_scenario(router, n, args.rate, requests))
         started = time.perf_counter()
         simulate(scenario)
-        return (time.perf_counter() - started) / args.requests * 1e6
+        return (time.perf_counter() - started) / requests * 1e6
 
     # one instance is the same run behind any router (nothing to choose): the best of three
     one = min(timed("round_robin", 1) for _ in range(3))
@@ -113,8 +119,9 @@ def day(args: argparse.Namespace) -> None:
     n = workload.num_requests
     print(f"autoscaling_day.yaml at {args.load:g}x its load ({10 * args.load:g} req/s mean), "
           f"first {args.hours:g} h: {n:,} requests, streamed")  # fmt: skip
+    whole = workload_of(day_variants(24.0, args.load)[0], tables=False).num_requests
     print(f"{'variant':<16}{'wall s':>9}{'us/req':>9}{'ms/sim s':>10}{'events':>8}"
-          f"{'mean inst':>11}{'peak RSS MB':>13}")  # fmt: skip
+          f"{'mean inst':>11}{'peak RSS MB':>13}{'day min':>9}")  # fmt: skip
     for resolved in variants:
         started = time.perf_counter()
         result = run_variant(resolved, workload, tables=False)
@@ -124,7 +131,7 @@ def day(args: argparse.Namespace) -> None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"{resolved.variant:<16}{wall:>9.1f}{wall / n * 1e6:>9.1f}"
               f"{wall / span_s * 1e3:>10.2f}{len(result.fleet_events):>8}{mean:>11.2f}"
-              f"{rss:>13.0f}", flush=True)  # fmt: skip
+              f"{rss:>13.0f}{wall / n * whole / 60:>9.1f}", flush=True)  # fmt: skip
 
 
 def _scaled(group: dict[str, Any], load: float) -> dict[str, Any]:
@@ -224,10 +231,12 @@ def rss(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--day", action="store_true", help="the autoscaled day instead")
-    parser.add_argument("--instances", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--instances", type=int, nargs="+", default=[1, 4, 16, 64, 256])
     parser.add_argument("--routers", nargs="+", default=list(ROUTERS), choices=ROUTERS)
     parser.add_argument("--rate", type=float, default=6.0, help="req/s per instance")
     parser.add_argument("--requests", type=int, default=20_000, help="requests per run")
+    parser.add_argument("--per-instance", type=int, default=250,
+                        help="at least this many requests per instance")
     parser.add_argument("--repeat", type=int, default=1, help="runs per fleet (the best)")
     parser.add_argument("--hours", type=float, default=2.0, help="--day: hours of the day")
     parser.add_argument("--load", type=float, default=1.0,
@@ -238,7 +247,9 @@ def main() -> None:
                         help="--rss: requests per run")  # fmt: skip
     parser.add_argument("--rss-instances", type=int, default=4, help="--rss: fleet size")
     args = parser.parse_args()
-    if min(args.instances) < 1 or min(args.requests, args.repeat) < 1 or not args.rate > 0:
+    if min(args.instances) < 1 or min(args.requests, args.repeat, args.per_instance) < 1 or (
+        not args.rate > 0
+    ):
         parser.error("--instances, --requests and --repeat must be >= 1, --rate > 0")
     if min(args.sizes) < 1 or args.rss_instances < 1:
         parser.error("--sizes and --rss-instances must be >= 1")

@@ -17,16 +17,18 @@ from __future__ import annotations
 import importlib.util
 
 # hot modules, as paths from the repository root. Left as Python: `sim.policies.queues` (its FCFS
-# queue subclasses `collections.deque`) and `sim.core.urgent` (a SimPy event): mypyc compiles
-# classes with bases from outside the build wrongly
+# queue subclasses `collections.deque`), `sim.core.urgent` (a SimPy event) and `sim.core.clock`
+# (a SimPy environment): mypyc compiles classes with bases from outside the build wrongly
 MODULES = (
     "sim/core/acceptance.py",
     "sim/core/arrivals.py",
     "sim/core/block_hash.py",
     "sim/core/decode_batch.py",
     "sim/core/engine.py",
+    "sim/core/engine_reads.py",
     "sim/core/handoff.py",
     "sim/core/instance.py",
+    "sim/core/instance_reads.py",
     "sim/core/kv/host.py",
     "sim/core/kv/planning.py",
     "sim/core/kv/pool.py",
@@ -39,6 +41,8 @@ MODULES = (
     "sim/core/pricing.py",
     "sim/core/recorder.py",
     "sim/core/request.py",
+    "sim/core/request_parts.py",
+    "sim/core/request_state.py",
     "sim/core/run.py",
     "sim/core/speculative_step.py",
     "sim/core/step_times.py",

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import simpy
-
+from sim.core.clock import Clock
 from sim.core.instance import Instance, KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.plan import InstanceView, StepFeatures, StepPlan
@@ -82,7 +81,7 @@ class Bench:
     ) -> None:
         self.policy = policy
         self.instance = Instance(
-            simpy.Environment(),
+            Clock(),
             0,
             policy,
             queue if queue is not None else FCFSQueue(),
@@ -101,15 +100,15 @@ class Bench:
 
     @property
     def waiting(self) -> WaitingQueue:
-        return self.instance.waiting
+        return self.instance.engine.waiting
 
     @property
     def running(self) -> list[Request]:
-        return self.instance.running
+        return self.instance.engine.running
 
     @property
     def swapped(self) -> Any:
-        return self.instance.swapped
+        return self.instance.engine.swapped
 
     def add_request(self, req: Request, now: float = 0.0) -> bool:
         """Queue `req`, arriving at `now` (the queue is the same whatever the clock)."""
@@ -117,10 +116,10 @@ class Bench:
 
     def plan(self, now: float) -> StepPlan | None:
         """The policy's decision at `now`, without applying it."""
-        return self.policy.schedule(At(self.instance.view(), now))
+        return self.policy.schedule(At(self.instance.engine, now))
 
     def next_wakeup_s(self, now: float) -> float | None:
-        return self.policy.next_wakeup_s(At(self.instance.view(), now))
+        return self.policy.next_wakeup_s(At(self.instance.engine, now))
 
     def step(self, now: float, num_steps: int | None = None) -> Stepped | None:
         """Plan and apply one step (or run, at most `num_steps` steps) at `now`, watching it
@@ -139,10 +138,10 @@ class Bench:
             if run.spec is not None:
                 decoders = run.spec.decoders
             else:  # every decoding request joined the decode batch
-                decoders = [r for r in inst.running if r.is_decoding] if plan.decode else []
+                decoders = [r for r in inst.engine.running if r.is_decoding] if plan.decode else []
             given = {r.id: n for r, n in plan.prefill.items()}
             given.update({r.id: 1 + plan.speculate.get(r, 0) for r in decoders})
-            before.update({r.id: (r, r.num_output_tokens) for r in inst.running})
+            before.update({r.id: (r, r.num_output_tokens) for r in inst.engine.running})
             started.append(
                 Stepped(
                     plan,

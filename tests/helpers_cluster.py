@@ -32,7 +32,7 @@ def run_with_cluster(
     raw: dict[str, Any], arrays: RequestArrays | None = None
 ) -> tuple[VariantResult, Cluster]:
     """Run the scenario's single variant; also return the cluster it ran on (its end state)."""
-    module = importlib.import_module("sim.simulate")
+    module = importlib.import_module("sim.simulate.run")
     build = module.build_cluster
     made: list[Cluster] = []
 
@@ -99,7 +99,7 @@ def check_invariants(res: VariantResult, cluster: Cluster) -> None:
     table = res.instance_summary()
     assert table["instance"].tolist() == list(range(len(cluster.instances)))
     assert sorted(steps["instance"].unique()) == sorted(
-        i.index for i in cluster.instances if len(i.steps)
+        i.index for i in cluster.instances if len(i.engine.steps)
     )
 
 

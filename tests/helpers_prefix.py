@@ -29,13 +29,13 @@ PREFIXES = [[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 6], [7, 8, 9, 10, 11], [1]]
 def check_pool(instance: Instance) -> None:
     pool = instance.pool
     holders: dict[int, int] = {}
-    for req in instance.running:
+    for req in instance.engine.running:
         for h in req.cached_blocks:
             holders[h] = holders.get(h, 0) + 1
-    for req in instance.swapped:  # a swapped request's KV is in host memory, not the pool
+    for req in instance.engine.swapped:  # a swapped request's KV is in host memory, not the pool
         assert req.kv_blocks == 0 and not req.cached_blocks
     assert holders == pool.cache_contents()[0]
-    held = sum(r.kv_blocks for r in instance.running)
+    held = sum(r.kv_blocks for r in instance.engine.running)
     shared = sum(count - 1 for count in pool.cache_contents()[0].values())
     assert held - shared == pool.num_used
     assert pool.num_used + pool.num_free == pool.num_total

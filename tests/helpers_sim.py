@@ -47,10 +47,11 @@ class StepCalls:
 def observed_steps(hook: Callable[[Any, Any, bool], Any]) -> Iterator[StepCalls]:
     """Runs inside see every step through the engine's own observer, `Instance.on_step`
     (`hook(instance, run, ended)`: once a run's start is applied, again after each applied piece
-    of it), which both builds call: each instance `sim.simulate.build_cluster` makes gets `hook`.
+    of it), which both builds call: each instance `sim.topology.cluster.build_cluster` makes
+    gets `hook`.
     Yields the call counts: a test compares `ended` with its steps table, so a check that
     silently stopped running (the hook not called) fails."""
-    module = importlib.import_module("sim.simulate")
+    module = importlib.import_module("sim.simulate.run")
     build = module.build_cluster
     calls = StepCalls()
 
@@ -106,12 +107,13 @@ def run_arrays_with_instance(
     """`run_arrays`, also returning the instance the run used (to inspect its end state);
     `columns` are further `RequestArrays` fields (content, sessions).
 
-    The instance is taken from the cluster `run_variant` builds (`sim.simulate.build_cluster`);
+    The instance is taken from the cluster `run_variant` builds
+    (`sim.topology.cluster.build_cluster`);
     the scenarios here have a single instance.
     """
     made: list[Any] = []
     # `sim.simulate` the attribute is the function (sim/__init__ re-exports it): fetch the module
-    module = importlib.import_module("sim.simulate")
+    module = importlib.import_module("sim.simulate.run")
     build = module.build_cluster
 
     def capture(*args: Any, **kwargs: Any) -> Any:

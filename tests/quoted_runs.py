@@ -187,7 +187,9 @@ class Store:
         that are unchanged since)."""
         if not self.misses and set(self.runs) == self.used:
             return
-        files = tuple(sorted(set(self.files) | used_files(self.root)))
+        # the files of the stored runs that still exist (a module removed since is in no key)
+        kept = {f for f in self.files if (self.root / f).is_file()}
+        files = tuple(sorted(kept | used_files(self.root)))
         since = _tracked_since[0] if _tracked_since else float("inf")  # untracked: no runs read
         changed = [f for f in files if (self.root / f).stat().st_mtime >= since]
         if changed:  # the runs may have read the old content: a key of the new would lie

@@ -5,7 +5,8 @@
   policies see only the contract in `sim.core.plan`, never the engine or its state.
 * No import cycles between `sim` modules.
 * Small parts: no class in `sim` has more than 25 attributes (its own and those of its bases in
-  `sim`), so that state is split among parts that each own theirs.
+  `sim`), so that state is split among parts that each own theirs; no module in `sim` has more
+  than 500 lines, data tables aside (`DATA_TABLES`: catalogs of figures, not logic).
 * One owner for request state: outside `sim.core`, no code assigns a request's fields, and its
   lifecycle transitions are called only by the engine and the topology (which refuses requests
   no instance could serve and moves them between instances over the KV link).
@@ -215,6 +216,20 @@ def test_the_attribute_count_sees_slots_fields_and_assignments() -> None:
     assert {"state", "_batch", "arrival_s"} <= attributes["sim/core/request.py:Request"]
     assert "kv_blocks_used" in attributes["sim/core/load.py:Load"]  # a dataclass field
     assert {"engine", "_run"} <= attributes["sim/core/instance.py:Instance"]
+
+
+MAX_MODULE_LINES = 500
+DATA_TABLES: frozenset[str] = frozenset()  # modules of figures alone, exempt from the limit
+
+
+def test_no_module_has_more_than_500_lines() -> None:
+    over = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "sim").rglob("*.py"))
+        if str(path.relative_to(ROOT)) not in DATA_TABLES
+        and (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not over, over
 
 
 def test_no_class_has_more_than_25_attributes() -> None:

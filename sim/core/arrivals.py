@@ -1,9 +1,11 @@
 """Arrivals: a workload's requests reach the instances at their arrival times.
 
-`Source` pushes them with SimPy events of URGENT priority (so requests arriving at t are queued
-before any instance plans the step that starts at t); a lone instance instead pulls them as an
-`ArrivalFeed` from its own step loop, and never waits on SimPy while busy. Both deliver the same
-requests in the same order at the same instants (tests/core/test_arrival_feed.py).
+Known arrivals are an `ArrivalFeed`: a fleet's clock pulls it (`sim.core.clock.Clock.pull`,
+URGENT, so requests arriving at t are queued before any instance plans the step that starts at
+t), or a lone instance pulls it from its own step loop and never waits on the clock while busy.
+Both deliver the same requests in the same order at the same instants
+(tests/core/test_arrival_feed.py). A closed-loop session's later turns, known only as earlier
+ones end, are pushed by `Source` with SimPy events of URGENT priority.
 """
 
 from __future__ import annotations
@@ -140,8 +142,9 @@ _EMPTY = RequestArrays(
 
 
 class Source:
-    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT), or,
-    for a lone instance, hands them over as a feed its loop pulls (`pulled`, `ArrivalFeed`).
+    """Feeds a workload's requests to a dispatch function at their arrival times (URGENT, its
+    SimPy process: closed-loop sessions), or hands them over as a feed that the fleet's clock or
+    a lone instance's loop pulls (`pulled`, `ArrivalFeed`).
 
     Known arrivals are turned into `Request`s a block at a time, so a workload of millions never
     exists as Python objects all at once; its columns come a chunk at a time too (`window`, a
@@ -249,9 +252,10 @@ class Source:
         event.callbacks.append(arrive)
 
     def pulled(self) -> ArrivalFeed:
-        """The arrivals as a feed that one instance's loop pulls (`Instance.feed`), instead of
-        this source's SimPy process: for a lone instance with known arrivals (no closed-loop
-        sessions), where nothing else could see an arrival before that instance's next step."""
+        """The arrivals as a feed, instead of this source's SimPy process: pulled by the fleet's
+        clock (`sim.core.clock.Clock.pull`) or by a lone instance's loop (`Instance.feed`), where
+        nothing else could see an arrival before that instance's next step. Known arrivals only
+        (no closed-loop sessions)."""
         assert self.process is None and self.session is None
         return ArrivalFeed(self)
 
@@ -281,13 +285,15 @@ class Source:
 
 
 class ArrivalFeed:
-    """A lone instance's arrivals, pulled by its step loop (`Instance.feed`).
+    """Known arrivals in order, pulled by a fleet's clock (`take`, one at a time, as a pushing
+    process would dispatch them) or by a lone instance's step loop (`Instance.feed`, `pull`).
 
-    Same order and times as the `Source` process: at each schedule, and when a run ends, every
-    arrival at or before that instant is queued first (arrivals at t are visible to a schedule at
-    t), and a run an arrival could join ends at the step boundary at or after the next arrival,
-    where a pushed arrival would have cut it. The loop then never waits on SimPy while busy: a
-    run of steps costs no event at all, and an arrival costs none unless the instance is idle."""
+    Same order and times as the `Source` process: in a lone instance's loop, at each schedule
+    and when a run ends, every arrival at or before that instant is queued first (arrivals at t
+    are visible to a schedule at t), and a run an arrival could join ends at the step boundary
+    at or after the next arrival, where a pushed arrival would have cut it. That loop then never
+    waits on the clock while busy: a run of steps costs no entry at all, and an arrival costs
+    none unless the instance is idle."""
 
     def __init__(self, source: Source) -> None:
         self.source = source
@@ -313,15 +319,19 @@ class ArrivalFeed:
         self._first = first
         self.next_s = self._block[0][0] + self.delay if self._block else FOREVER_S
 
-    def pull(self, until_s: float, submit: Callable[[Request], bool]) -> None:
+    def pull(self, until_s: float, submit: Callable[[Request], object]) -> None:
         """Queue every arrival at or before `until_s`, in order."""
         while self.next_s <= until_s:
-            i = self._next
-            args = self._block[i - self._first]
-            submit(self.source.make(i) if self.one_by_one else Request(i, *args))
-            self._next = i + 1
-            k = i + 1 - self._first
-            if k < len(self._block):
-                self.next_s = self._block[k][0] + self.delay
-            else:
-                self._load()
+            self.take(submit)
+
+    def take(self, submit: Callable[[Request], object]) -> None:
+        """Hand the next arrival to `submit` (`sim.core.clock.Clock` pulls a fleet's this way)."""
+        i = self._next
+        args = self._block[i - self._first]
+        submit(self.source.make(i) if self.one_by_one else Request(i, *args))
+        self._next = i + 1
+        k = i + 1 - self._first
+        if k < len(self._block):
+            self.next_s = self._block[k][0] + self.delay
+        else:
+            self._load()

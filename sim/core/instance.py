@@ -4,37 +4,38 @@ An instance is a composition of parts that own their state: the engine (`sim.cor
 its requests by where they are, with the waiting queue `sim.core.waiting.Waiting` and the P/D
 hand-off state `sim.core.handoff.HandOff`; its KV pool, decode batch, usage integrals and host
 memory; its pricing `sim.core.pricing.Pricing`; its records), which is what its policy sees and
-the one thing that changes its requests, and `Instance` below: the SimPy process that steps it,
-the run in flight and the outside world's questions. Each step the loop asks the engine for the
-policy's `StepPlan` (`sim.core.plan`: the contract), has the engine start it (evictions,
-admissions, allocations, the price: a `sim.core.run.Run`), lets SimPy advance time, and has the
-engine apply it at its end (the token rule, finishes, the step's record).
+the one thing that changes its requests, and `Instance` below: the step loop, a state machine
+the fleet's clock steps (`sim.core.clock.Clock`: one entry per instance, for the end of its run
+in flight or its wake-up), the run in flight and what the outside world does to it (its reads
+are its base, `sim.core.instance_reads.InstanceReads`). Each step the loop asks the engine for
+the policy's `StepPlan` (`sim.core.plan`: the contract), has the engine start it (evictions,
+admissions, allocations, the price: a `sim.core.run.Run`), waits on the clock for its end, and
+has the engine apply it there (the token rule, finishes, the step's record).
 
-Runs of identical decode steps as one SimPy timeout, `settle()` before any outside read or
+Runs of identical decode steps as one entry on the clock, `settle()` before any outside read or
 change mid-run (so coalescing never changes a schedule: the tests run every policy both ways),
-running ahead without SimPy, pulled arrivals and the same-time order of arrivals and step ends:
+running ahead of the clock, pulled arrivals and the same-time order of arrivals and step ends:
 docs/architecture.md, "Runs and the decode batch". An asynchronous scheduler's arrivals wait in
 `sim.core.lookahead`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable
 from typing import Any
-
-import simpy
-from simpy.events import Event
 
 from sim.core.acceptance import AcceptanceSampler
 from sim.core.arrivals import FOREVER_S, ArrivalFeed
+from sim.core.clock import NORMAL, URGENT, Clock
 from sim.core.engine import Engine
+from sim.core.instance_reads import InstanceReads
 from sim.core.kv.host import KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.load import Load, WorkLoad
 from sim.core.lookahead import Lookahead
-from sim.core.plan import InstanceView, Policy, QueueView, StepPlan
+from sim.core.plan import Policy, StepPlan
 from sim.core.prefill_curve import PrefillCurve
-from sim.core.pricing import Pricing, StepPricer
+from sim.core.pricing import StepPricer
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import RUNNING, WAITING, Request
 from sim.core.run import Run
@@ -44,14 +45,20 @@ from sim.core.waiting import WaitQueue
 
 __all__ = ["Instance", "KVSpec", "Load", "StepPricer", "WorkLoad"]
 
+# what an instance's entry on the clock (`Clock.due`) waits for: its first look (as a process's
+# start), the end of a cold start, SimPy's clock catching up with one that ran ahead, work while
+# idle (with a wake-up time or without; woken), the hop an idle wait with a wake-up time takes
+# (SimPy's condition event), the re-timing of a cut run (SimPy's interrupt) and a run's end
+_START, _COLD, _CATCH_UP, _IDLE, _WOKEN, _HOP, _CUT, _RUN = range(8)
 
-class Instance:
+
+class Instance(InstanceReads):
     """One serving instance: its engine, its step loop and the run in flight (see the module
     docstring)."""
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         index: int,
         policy: Policy,
         queue: WaitQueue,
@@ -90,8 +97,13 @@ class Instance:
         )  # fmt: skip
         # the run in flight: started, not yet applied to its end (None between runs)
         self._run: Run | None = None
-        self._idle: Event | None = None  # what an idle loop waits on (`wake` triggers it)
-        self._cut_to: int | None = None
+        # its entry on the clock: what it waits for, the entry's token (older ones are stale),
+        # when it comes; whether an idle wait has a wake-up time; the queue a catch-up saw
+        self._state = _START
+        self._token = -1
+        self._due_s = FOREVER_S
+        self._timed = False
+        self._queued = 0
         self._aborts: list[Request] = []  # running requests to drop at the next boundary
         # an asynchronous scheduler's requests that came after the step in flight was planned
         # (sim/core/lookahead.py; one that never holds any: a synchronous engine loop)
@@ -106,8 +118,10 @@ class Instance:
         self.on_step: Callable[[Any, Run, bool], None] | None = None
         # a lone instance's arrivals, pulled by its loop rather than pushed by SimPy events
         self.feed: ArrivalFeed | None = None
-        # start=False: no SimPy process; the instance is stepped by hand (`step_by_hand`)
-        self.process = env.process(self._loop()) if start else None
+        # start=False: never on the clock; the instance is stepped by hand (`step_by_hand`)
+        self._started = start
+        if start:  # its first look comes as a process started now would (URGENT)
+            self._wait(0.0, _START, URGENT)
 
     # -- hooks and what the engine holds, for the outside world ---------------------------------
 
@@ -130,51 +144,6 @@ class Instance:
     def on_finish(self, hook: Callable[[Request], None] | None) -> None:
         self.engine.on_finish = hook
 
-    def view(self) -> InstanceView:
-        """What its policy sees (the engine, at the instance's clock)."""
-        return self.engine
-
-    @property
-    def now(self) -> float:
-        return self.engine.now
-
-    @property
-    def waiting(self) -> QueueView:
-        return self.engine.waiting
-
-    @property
-    def running(self) -> Sequence[Request]:
-        return self.engine.running
-
-    @property
-    def swapped(self) -> Sequence[Request]:
-        return self.engine.swapped
-
-    @property
-    def steps(self) -> StepLog:
-        return self.engine.steps
-
-    @property
-    def itl(self) -> ItlLog:
-        return self.engine.itl
-
-    def pricing(self) -> Pricing:
-        """Its step pricing: the cost model and the pricing's tallies."""
-        return self.engine.pricing
-
-    @property
-    def num_waiting(self) -> int:
-        return self.engine.num_waiting + len(self._ahead)  # held ones are queued to a router
-
-    def _tokens_left(self) -> int:
-        return self.engine.outstanding_tokens() + self._ahead.work  # held requests' included
-
-    @property
-    def num_running(self) -> int:
-        return self.engine.num_running
-
-    # -- arrivals and the outside world --------------------------------------------------------
-
     def submit(self, req: Request) -> bool:
         """Queue an arriving request; False (and recorded) when it can never be served here."""
         req.arrive(self.index)
@@ -191,227 +160,26 @@ class Instance:
 
     def wake(self) -> None:
         """New work arrived: start if idle, or cut a run that the newcomer could join."""
-        if self._idle is not None:
-            if not self._idle.triggered:
-                self._idle.succeed()
+        state = self._state
+        if state == _IDLE:
+            if not (self._timed and self._due_s == self.env.now):  # else its timer comes first
+                self._wait(0.0, _WOKEN)
+            else:
+                self._state = _WOKEN
         elif self._run is not None and self._run.interruptible:
             self._cut()
 
     def _cut(self) -> None:
         """End the run in flight at the first step boundary at or after now."""
         run = self._run
-        if run is not None and run.cut_at(self.env.now):
-            self._cut_to = run.num_steps
-            if self.process is not None:
-                self.process.interrupt()
+        if run is not None and run.cut_at(self.env.now) and self._started:
+            self._wait(0.0, _CUT, URGENT)  # re-timed where SimPy's interrupt would come
 
-    def settle(self) -> None:
-        """Apply the steps of the run in flight that ended before now and start the one under
-        way, so that the state is what a step-by-step loop would show now."""
-        run = self._run
-        if run is None:
-            return
-        done = run.settled_by(self.env.now)
-        if done > 0:
-            self._apply(run, done)
-            run.advance(done)
-            self.engine.continue_run(run)
-
-    def load(self) -> Load:
-        """What routers see now."""
-        self.settle()
-        engine = self.engine
-        return Load(
-            engine.num_waiting + len(self._ahead),
-            engine.num_running,
-            self._tokens_left(),
-            self.pool.num_used,
-            self.pool.num_total,
-        )
-
-    def work_load(self) -> WorkLoad:
-        """`load()`'s queues and outstanding tokens now, without settling the run in flight:
-        inside a run the steps that ended changed only the work left (one token from every
-        decoding member, a repeated chunk's tokens), so the run stays one record. A speculative
-        step, whose accepted tokens are drawn when it is applied, is settled."""
-        left = self.work_left()  # first: it may settle a speculative run
-        return WorkLoad(self.engine.num_waiting + len(self._ahead), self.engine.num_running, left)
-
-    def work_left(self) -> int:
-        """`work_load().outstanding_tokens` alone (what token-balancing routers rank by)."""
-        run = self._run
-        engine = self.engine
-        if run is not None and run.num_steps > 1:
-            done = run.settled_by(self.env.now)
-            if done > 0:
-                if run.spec is not None:
-                    self.settle()
-                    return self._tokens_left()
-                per_step = engine.tokens_per_step(run.plan, False)
-                return self._tokens_left() - done * per_step
-        return self._tokens_left()
-
-    def num_outstanding(self) -> int:
-        """`num_waiting + num_running` of `work_load()` (what request-balancing routers rank
-        by), read without building the whole load."""
-        return self.engine.num_outstanding() + len(self._ahead)
-
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
-        """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
-        this instance next starts or ends a run or takes a request, and before the time
-        returned (infinity: none); and whether it is that number itself until then. Requests
-        are exact, and so are tokens with no run in flight; during a run, the work left once
-        `horizon_steps` more steps ended (the time: the last one's end), each taking at most a
-        token per decoding member, its chunks and a first token per prompt; no bound inside a
-        speculative run (whose tokens are drawn)."""
-        engine = self.engine
-        if not tokens:
-            return self.num_outstanding(), FOREVER_S, True
-        run = self._run
-        if run is None:
-            return self._tokens_left(), FOREVER_S, True
-        if run.spec is not None:
-            return 0, FOREVER_S, False
-        per_step = engine.tokens_per_step(run.plan, True)
-        steps = run.settled_by(self.env.now) + 1 + horizon_steps
-        until = FOREVER_S
-        if steps < run.num_steps:
-            until = run.times.end(steps)
-        else:
-            steps = run.num_steps
-        return self._tokens_left() - steps * per_step, until, False
-
-    def kv_fraction(self) -> float:
-        """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight
-        settled, as `load()` does."""
-        self.settle()
-        pool = self.pool
-        return pool.num_used / max(1, pool.num_total)
-
-    def kv_floor(self) -> tuple[float, bool]:
-        """The least `kv_fraction()` can show before this instance next starts or ends a run,
-        takes a request or frees a handed-off prompt's blocks, and whether it is that number
-        itself until then: the blocks in use as applied, without settling. A run's steps only
-        take blocks (requests finish, and are preempted, where runs end and start); a
-        speculative run may give back the blocks of rejected drafts, so it has no bound."""
-        run = self._run
-        if run is not None and run.spec is not None:
-            return 0.0, False
-        pool = self.pool
-        return pool.num_used / max(1, pool.num_total), run is None
-
-    def holds_requests(self) -> bool:
-        """Whether any request is here now: queued, running, swapped, finished but holding its
-        KV, waiting to hand off or to land (an instance that holds none can retire)."""
-        self.settle()
-        return self.engine.holds_requests() or self._run is not None or len(self._ahead) > 0
-
-    def cached_prefix_tokens(self, req: Request) -> int:
-        """Tokens of `req`'s prompt this instance's prefix cache holds now, on the GPU or in a
-        KV tier below it (0 without caching), as settling the run in flight would show them.
-        It settles only a run whose steps could change them: one that computes prompt chunks
-        (they cache their blocks), or whose decode batch may grow into cached free blocks
-        (evicting them); a decode run that fits in never-cached blocks changes no cached block
-        before its last step, which is applied when the run ends."""
-        pool = self.pool
-        run = self._run
-        if run is not None and self.engine.caching_during(run):
-            self.settle()
-        limit = (req.num_known_tokens - 1) // pool.block_size
-        return pool.cached_prefix(req, limit, self.env.now) * pool.block_size
-
-    def may_cache_prefix(self, req: Request) -> bool:
-        """Whether `cached_prefix_tokens(req)` could be above 0 now: False only where it is 0
-        (a router need not ask). Its first block must be cached, on the GPU or in a tier below
-        (readable or still being written), or be one that settling the run in flight caches:
-        a prompt chunk's first block, or, where a request with no full prompt block decodes
-        into known content, a decoded one; a speculative run (settled by the reads of its
-        load) counts as able to cache anything."""
-        pool = self.pool
-        if not pool.caching:
-            return False
-        bs = pool.block_size
-        if req.num_known_tokens - 1 < bs:
-            return False
-        hashes = req.block_hashes(bs)
-        if not hashes:
-            return False
-        first = hashes[0]
-        if pool.may_hold(first):
-            return True
-        run = self._run
-        if run is None:
-            return False
-        if run.spec is not None:
-            return True
-        if not self.engine.caching_during(run):
-            return False
-        for other in run.plan.prefill:
-            own = other.block_hashes(bs)
-            if own and own[0] == first:
-                return True
-        return self.engine.late_first() and run.plan.decode
-
-    def shares_kv_tier(self) -> bool:
-        """Whether a KV tier below the GPU is shared with other instances (the remote store):
-        then settling one instance can change what another has cached."""
-        return self.pool.shares_tier
-
-    def prefill_backlog(self) -> int:
-        """Prompt tokens not yet prefilled of the requests waiting or prefilling here, less
-        those the step under way computes (what a new arrival's first token waits behind
-        once that step ends). Only a run of prompt chunks is settled: a decode run computes
-        none."""
-        run = self._run
-        if run is not None and (run.plan.prefill or run.spec is not None):
-            self.settle()
-        total = self.engine.prompt_backlog()
-        run = self._run
-        if run is not None:
-            total -= run.features.num_prefill_tokens
-        return max(0, total)
-
-    def step_end_s(self) -> float:
-        """When the step under way ends (now when none is), as settling would show it: the
-        end of the first step not yet ended of the run in flight."""
-        run = self._run
-        now = self.env.now
-        if run is None:
-            return max(now, self.engine.now)
-        if run.spec is not None:
-            self.settle()
-            return max(now, run.times.end(1))
-        done = run.settled_by(now)
-        times = run.times.after(done) if done > 0 else run.times
-        return max(now, times.end(1))
-
-    def step_grid(self) -> tuple[float, float, float, int]:
-        """The run in flight's step times as `step_end_s` reads them (its start, its first
-        step's seconds, the growth of each next step's) and its number of steps; with no run,
-        (its clock, 0, 0, 0). Valid until it next starts or ends a run or takes a request
-        (`on_load`): settling only re-bases the same times (`sim.topology.ttft_index`)."""
-        run = self._run
-        if run is None:
-            return (self.engine.now, 0.0, 0.0, 0)
-        times = run.times
-        return (times.start_s, times.first_duration_s, times.increment_s, run.num_steps)
-
-    def caches_prefixes(self) -> bool:
-        """Whether its KV pool keeps a prefix cache (else no request has a prefix cached)."""
-        return self.pool.caching
-
-    def prefill_seconds(self, num_tokens: int) -> float:
-        """Seconds this instance's cost model gives to prefill `num_tokens` prompt tokens with
-        no cached prefix (`sim.core.prefill_curve`). Priced between steps, never inside one."""
-        return self.engine.pricing.prefill_curve().seconds(num_tokens)
-
-    def prefill_curve(self) -> PrefillCurve:
-        """Its prefill pricing, shared by the instances of its group (a router's bounds)."""
-        return self.engine.pricing.prefill_curve()
-
-    def outstanding_tokens(self) -> int:
-        """Tokens still to compute for every request here (what token-aware routers balance)."""
-        return self._tokens_left()
+    def _wait(self, delay: float, state: int, priority: int = NORMAL) -> None:
+        """Leave one entry on the clock, `delay` seconds from now (older ones go stale)."""
+        self._state = state
+        self._due_s = self.env.now + delay
+        self._token = self.env.due(self, delay, priority)
 
     def transfer_blocks(self, req: Request) -> int:
         """P/D decode side: blocks this instance would reserve for `req`'s KV (its policy's
@@ -467,7 +235,7 @@ class Instance:
         elif req.state == RUNNING and self.engine.is_running(req):
             if req not in self._aborts:
                 self._aborts.append(req)
-            if self._idle is not None:
+            if self._state in (_IDLE, _WOKEN, _HOP):
                 self.wake()
             elif self._run is not None:
                 self._cut()
@@ -480,14 +248,64 @@ class Instance:
 
     # -- the step loop ---------------------------------------------------------------------------
 
-    def _loop(self) -> Generator[Event, Any, None]:
+    def fire(self, token: int) -> None:
+        """Its entry `token` on the clock came up: go on from what it waited for, until it next
+        must wait (a stale entry, replaced since, is ignored)."""
+        if token != self._token:
+            return
+        self._token = -1
+        state = self._state
+        env = self.env
+        if state == _RUN:
+            run = self._run
+            assert run is not None
+            self._run = None
+            if self.feed is not None:
+                self.feed.pull(env.now, self.submit)
+            self._finish(run)
+        elif state == _CUT:
+            run = self._run
+            assert run is not None
+            end = run.times.end(run.num_steps)
+            self._wait(max(0.0, end - env.now), _RUN)
+            return
+        elif state == _START:
+            if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
+                self._wait(self.serves_from_s - env.now, _COLD)
+                return
+        elif state == _CATCH_UP:
+            if self.engine.num_waiting == self._queued:
+                self._idle_wait()
+                return
+            # sent at the very end of the run (a closed loop's next request with no delay)
+            # while the clock caught up: plan for it instead of idling
+        elif state in (_IDLE, _WOKEN) and self._timed:
+            self._wait(0.0, _HOP)  # a wait with a wake-up time resumes one event later
+            return
+        else:  # _COLD, an idle wait's end, or its hop
+            self.engine.at(env.now)
+        self._loop()
+
+    def _idle_wait(self) -> None:
+        """Nothing to run: wait for work, or until the engine's or the feed's next wake-up."""
+        env = self.env
+        wake = self.engine.next_wakeup_s()
+        feed = self.feed
+        if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival
+            wake = feed.next_s if wake is None else min(wake, feed.next_s)
+        self._timed = wake is not None
+        if wake is None:
+            self._state = _IDLE
+            self._due_s = FOREVER_S
+        else:
+            self._wait(max(0.0, wake - env.now), _IDLE)
+
+    def _loop(self) -> None:
+        """Plan and apply runs until one must wait on the clock (its end is not before
+        everything else that can happen), or there is nothing to run."""
         env = self.env
         engine = self.engine
-        run_ahead = self._on_change is None
         feed = self.feed
-        if self.serves_from_s > env.now:  # a cold start: arrivals queue until it is over
-            yield env.timeout(self.serves_from_s - env.now)
-            engine.at(env.now)
         ahead = self._ahead
         while True:
             if feed is not None:  # arrivals up to now are queued before the schedule at now
@@ -510,52 +328,28 @@ class Instance:
             if plan is None:
                 ahead.idle()
                 clock = engine.now
-                if clock > env.now:  # catch SimPy up before waiting for anything
-                    queued = engine.num_waiting
-                    yield env.timeout(clock - env.now)
-                    if engine.num_waiting != queued:
-                        # sent at the very end of the run (a closed loop's next request with
-                        # no delay) while SimPy caught up: plan for it instead of idling
-                        continue
-                self._idle = env.event()
-                wake = engine.next_wakeup_s()
-                if feed is not None and feed.next_s < FOREVER_S:  # or the next arrival
-                    wake = feed.next_s if wake is None else min(wake, feed.next_s)
-                if wake is None:
-                    yield self._idle
-                else:
-                    yield self._idle | env.timeout(max(0.0, wake - env.now))
-                self._idle = None
-                engine.at(env.now)
-                continue
+                if clock > env.now:  # catch the clock up before waiting for anything
+                    self._queued = engine.num_waiting
+                    self._wait(clock - env.now, _CATCH_UP)
+                    return
+                self._idle_wait()
+                return
             run = self._begin(plan)
             if ahead.launched() and run.interruptible:  # held ones join the step after this
                 run.num_steps = 1
             if feed is not None and run.interruptible and feed.next_s < FOREVER_S:
                 # the next arrival could join: the run ends at the step boundary at or after it,
-                # where an arrival pushed by SimPy would have cut it
+                # where an arrival pushed by the clock would have cut it
                 run.num_steps = steps_before(run.times, run.num_steps, feed.next_s)
             end = run.times.end(run.num_steps)
-            if run_ahead and self._on_change is None and end < env.peek():
+            if self._on_change is None and end < env.peek():
                 if feed is not None:  # what arrived while it ran is queued when it ends
                     feed.pull(end, self.submit)
-                self._finish(run)  # nothing can happen before it ends: no event needed
+                self._finish(run)  # nothing can happen before it ends: no entry needed
                 continue
             self._run = run
-            wait: Event = env.timeout(end - env.now)
-            while True:
-                try:
-                    yield wait
-                    break
-                except simpy.Interrupt:
-                    if self._cut_to is not None:
-                        self._cut_to = None
-                    end = run.times.end(run.num_steps)
-                    wait = env.timeout(max(0.0, end - env.now))
-            self._run = None
-            if feed is not None:
-                feed.pull(env.now, self.submit)
-            self._finish(run)
+            self._wait(end - env.now, _RUN)
+            return
 
     def step_by_hand(self, now: float, max_steps: int | None = None) -> Run | None:
         """Plan and apply one step (or run of up to `max_steps` steps) starting at `now`, with
@@ -581,12 +375,6 @@ class Instance:
         if self.on_step is not None:
             self.on_step(self, run, False)
         return run
-
-    def _apply(self, run: Run, num_steps: int) -> float:
-        end = self.engine.apply(run, num_steps)
-        if self.on_step is not None:
-            self.on_step(self, run, True)
-        return end
 
     def _finish(self, run: Run) -> None:
         last_start = run.times.end(run.num_steps - 1)

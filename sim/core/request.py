@@ -9,18 +9,11 @@ compute per step; a request preempted by recompute drops to zero computed tokens
 prompt and outputs again before it emits its next token. It finishes when it has emitted
 `max_output_tokens`.
 
-Lifecycle (`state`), with the methods that move between states:
-
-    WAITING --admit--> RUNNING --finish--> FINISHED
-       ^                | |  \
-       |   preempt_recompute |   hand_off --> HANDOFF --start_transfer--> TRANSFERRING
-       +----------------+ |                                                   |
-    SWAPPED <--swap_out---+   (swap_in: back to RUNNING)      land --> ARRIVED --seat--> RUNNING
-    WAITING --reject--> REJECTED (at arrival: no schedule could ever complete it)
-
-Only the engine (`sim.core.engine`, through these methods) changes a request; policies, routers
-and metrics read it. Each transition checks the state it starts from, so an engine bug shows up
-as an error at the first wrong move rather than as a wrong number later.
+Lifecycle (`state`): the states, and the methods below that move between them, are drawn in
+`sim.core.request_state`. Only the engine (`sim.core.engine`, through these methods) changes a
+request; policies, routers and metrics read it. Each transition checks the state it starts
+from, so an engine bug shows up as an error at the first wrong move rather than as a wrong
+number later.
 
 Decode batches. While a request decodes on an instance it is a *member* of that instance's
 `DecodeBatch` (`sim.core.decode_batch`), which advances all members by one token per decode step
@@ -34,108 +27,24 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
-from sim.core.block_hash import block_hashes
-
-
-class _Batch(Protocol):
-    """What a member reads of its decode batch (`sim.core.decode_batch.DecodeBatch`)."""
-
-    clock: int
-    paged: bool
-    block_size: int
-    last_emit_s: float
-
-    def max_gap_since(self, record: int) -> float: ...
-
-
-NAN = math.nan
-
-# lifecycle states (small ints: compared on hot paths)
-WAITING, RUNNING, SWAPPED, HANDOFF, TRANSFERRING, ARRIVED, FINISHED, REJECTED = range(8)
-ABORTED = "aborted by its client"  # the reject reason of a request its client gave up on
-STATE_NAMES = (
-    "waiting",
-    "running",
-    "swapped",
-    "handoff",
-    "transferring",
-    "arrived",
-    "finished",
-    "rejected",
+from sim.core.request_parts import BatchView, Evictions, Prefix, SpecTally, Transfer
+from sim.core.request_state import (
+    ABORTED,
+    ARRIVED,
+    FINISHED,
+    HANDOFF,
+    REJECTED,
+    RUNNING,
+    STATE_NAMES,
+    SWAPPED,
+    TRANSFERRING,
+    WAITING,
 )
 
-
-class Prefix:
-    """What a request's tokens are and what of them the prefix cache holds: a content id per
-    `unit` tokens (equal ids meaning equal tokens) for its first `tokens` tokens, the chained
-    hashes of its full blocks (for one block size at a time), the hashes of the cached blocks it
-    holds, the leading full blocks the cache has looked at, and the prompt tokens it found
-    cached."""
-
-    __slots__ = ("cached_blocks", "cached_tokens", "content", "hash_bs", "hashes", "scanned",
-                 "tokens", "unit")  # fmt: skip
-
-    def __init__(self, content: Sequence[int] | np.ndarray, unit: int, tokens: int) -> None:
-        self.content: Sequence[int] | np.ndarray = content
-        self.unit = unit
-        self.tokens = tokens
-        self.hashes: tuple[int, ...] = ()
-        self.hash_bs = 0
-        self.cached_blocks: list[int] = []
-        self.scanned = 0
-        self.cached_tokens = 0
-
-    def block_hashes(self, block_size: int) -> tuple[int, ...]:
-        if self.hash_bs == block_size:
-            return self.hashes
-        unit = self.unit
-        covered = min(len(self.content) * unit, self.tokens) if unit else 0
-        self.hashes = block_hashes(self.content, unit, covered, block_size)
-        self.hash_bs = block_size
-        return self.hashes
-
-
-class Evictions:
-    """A preempted request's tallies: preemptions, recomputed tokens, swaps, the bytes they
-    copied out and those on the host now."""
-
-    __slots__ = ("host_bytes", "preemptions", "recomputed_tokens", "swapped_bytes", "swaps")
-
-    def __init__(self) -> None:
-        self.preemptions = 0
-        self.recomputed_tokens = 0
-        self.swaps = 0
-        self.swapped_bytes = 0
-        self.host_bytes = 0
-
-
-class SpecTally:
-    """A request's speculative verify steps, the tokens proposed and accepted in them, and the
-    (proposed, accepted) of its last verify steps when the engine measures a window."""
-
-    __slots__ = ("accepted", "proposed", "recent", "steps")
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.proposed = 0
-        self.accepted = 0
-        self.recent: deque[tuple[int, int]] | None = None
-
-
-class Transfer:
-    """P/D: when a request was handed off, its KV transfer's start and end, and where to."""
-
-    __slots__ = ("decode_instance", "end_s", "handoff_s", "start_s")
-
-    def __init__(self, handoff_s: float) -> None:
-        self.handoff_s = handoff_s
-        self.start_s = NAN
-        self.end_s = NAN
-        self.decode_instance = -1
+NAN = math.nan
 
 
 class Request:
@@ -195,7 +104,7 @@ class Request:
         self._kv_blocks = 0  # blocks held in its instance's pool (paged members: derived)
         self._last_token_s = NAN
         self._max_itl_s = 0.0
-        self._batch: _Batch | None = None
+        self._batch: BatchView | None = None
         self._sync = 0  # members: the batch's gap record this member's gaps start from
         self._serial = 0  # members: which membership the batch's heap entries belong to
         self.first_scheduled_s = NAN

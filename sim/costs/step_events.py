@@ -8,8 +8,9 @@ large. This module counts those events for a model, layout and engine, and price
 unit cost:
 
 * **kernels**: `LAYER_KERNELS` per layer type (grouped-query or latent attention, dense MLP,
-  routed experts, shared experts) plus `STEP_KERNELS` per step, each charged `kernel_s[gen]`, the
-  launch-and-tail floor of one small kernel on a GPU generation (graph-replayed decode);
+  routed experts, shared experts) plus `STEP_KERNELS` per step (`sim.costs.kernel_counts`),
+  each charged `kernel_s[gen]`, the launch-and-tail floor of one small kernel on a GPU
+  generation (graph-replayed decode);
 * **all-reduces**: two per layer at tensor parallelism t > 1 (after attention's output projection
   and after the MLP or experts), each `allreduce_s[vendor] + allreduce_peer_s[vendor] * (t - 2)`
   (monotone in t: a one-shot all-reduce reads every peer's buffer), plus the bytes over the link;
@@ -50,62 +51,32 @@ from typing import Any
 
 import yaml
 
-from sim.costs.catalog import FP4_DTYPES, HardwareSpec, ModelSpec, kv_bytes_per_token_on
+from sim.costs.catalog import HardwareSpec, ModelSpec, kv_bytes_per_token_on
 from sim.costs.expert_terms import ExpertTerms
 from sim.costs.fits import check_parallelism, layout_stem
+from sim.costs.kernel_counts import kernels_per_step
 from sim.costs.knobs import CpuOverheadSpec, PricingSpec
 from sim.costs.parallel import COMBINE_BYTES, DISPATCH_BYTES, compute_peak, expert_layout
 from sim.costs.profile_file import Coefficients, Profile
+from sim.costs.unit_keys import (
+    HIERARCHICAL,
+    INVERSE_KINDS,
+    dtype_label,
+    generation,
+    storage,
+    unit_key,
+    vendor_key,
+)
+
+# the unit costs' keys (sim.costs.unit_keys) and the kernel counts (sim.costs.kernel_counts)
+# live apart; importers find them here too
+__all__ = ["HIERARCHICAL", "INVERSE_KINDS", "basis", "events_profile", "kernels_per_step",
+           "unit_key", "vendor_key"]  # fmt: skip
 
 UNIT_COSTS_FILE = Path(__file__).with_name("unit_costs.yaml")
 ENGINES = ("vllm", "sglang", "trt-llm", "atom")
 ACTIVATION_BYTES = 2  # bf16 activations cross the link
 LINK_EFFICIENCY = 0.8  # of the one-way link bandwidth on large messages (sim/costs/profile.py)
-
-# Kernels one layer launches in a decode step, by layer type, as the engines' model code runs
-# them (vLLM vllm/model_executor/models/llama.py, gpt_oss.py, deepseek_v2.py and
-# layers/fused_moe; SGLang python/sglang/srt/models/deepseek_v2.py runs the same sequence):
-LAYER_KERNELS: dict[str, int] = {
-    # fused add + RMSNorm, QKV GEMM, rotary embedding, KV-cache write, attention, O GEMM
-    "attention_gqa": 6,
-    # fused add + RMSNorm, fused q_a/kv_a GEMM, q_a and kv_a RMSNorms, q_b GEMM, rotary, W_UK
-    # batched GEMM (absorbed), KV-cache write, latent attention (split-KV kernel and combine),
-    # W_UV batched GEMM, O GEMM
-    "attention_mla": 12,
-    # fused add + RMSNorm, gate_up GEMM, SiLU-and-mul, down GEMM
-    "mlp_dense": 4,
-    # fused add + RMSNorm, router GEMM, top-k softmax, block alignment (moe_align_block_size),
-    # grouped GEMM 1, activation, grouped GEMM 2, weighted sum of the k outputs
-    "moe": 8,
-    # the shared expert's gate_up GEMM, activation and down GEMM
-    "shared_expert": 3,
-}
-# per step: embedding, final RMSNorm, LM head GEMM, logits processing, softmax, sampling
-STEP_KERNELS = 6
-
-GENERATIONS: dict[str, str] = {
-    "a100-40g": "ampere",
-    "a100-80g": "ampere",
-    "a40": "ampere",
-    "l40s": "ada",
-    "rtx-4090": "ada",
-    "h100-sxm": "hopper",
-    "h100-pcie": "hopper",
-    "h200": "hopper",
-    "b200": "blackwell",
-    "gb200": "blackwell",
-    "mi300x": "cdna3",
-    "mi325x": "cdna3",
-    "mi355x": "cdna4",
-}
-VENDOR = {
-    "ampere": "nvidia",
-    "ada": "nvidia",
-    "hopper": "nvidia",
-    "blackwell": "nvidia",
-    "cdna3": "amd",
-    "cdna4": "amd",
-}
 
 # Stated priors, each with its source: the value a unit cost takes where no fit covers it, and
 # the value the fit is drawn towards (calibration/fit_unit_costs.py).
@@ -199,67 +170,13 @@ STEP_MODEL_NOTE = {
 FIXED: frozenset[str] = frozenset()
 
 
-def generation(hw: HardwareSpec) -> str:
-    """The GPU generation whose unit costs price `hw` (`hopper` for a GPU the table lacks)."""
-    return GENERATIONS.get(hw.name, "hopper")
-
-
-def dtype_label(weight_dtype: str, compute_dtype: str) -> str:
-    """The kernel class of a GEMM: its compute dtype (fp16 counts as bf16), or
-    `<weights>-on-<compute>` where the weights are dequantized to a wider compute dtype (MXFP4
-    on Hopper's bf16 tensor cores: W4A16 kernels, not the bf16 GEMMs of bf16 weights)."""
-    weight = "bf16" if weight_dtype == "fp16" else weight_dtype
-    if weight in ("bf16", compute_dtype) or (compute_dtype == "fp4" and weight in FP4_DTYPES):
-        return compute_dtype
-    return f"{weight}-on-{compute_dtype}"
-
-
-def storage(weight_dtype: str) -> str:
-    """How weights of `weight_dtype` stream: `plain` (one element per byte or two: bf16, fp16,
-    fp8) or their block format (`mxfp4`, `nvfp4`, `int4`: packed 4-bit blocks with their scales,
-    each read and dequantized by its own kernel family)."""
-    return weight_dtype if weight_dtype in (*FP4_DTYPES, "int4") else "plain"
-
-
-def unit_key(kind: str, hw: HardwareSpec, engine: str, dtype: str = "") -> str:
-    """The catalog key of a unit cost: `kernel_s@hopper`, `gemm_eff@blackwell/fp4`, ..."""
-    gen = generation(hw)
-    if dtype == "fp16":
-        dtype = "bf16"
-    if kind in ("allreduce_s", "allreduce_peer_s", "dispatch_s"):
-        return f"{kind}@{VENDOR[gen]}"
-    if kind in ("host_s", "gap_s", "workers_s"):
-        return f"{kind}@{engine}"
-    if kind in ("gemm_eff", "stream_eff"):
-        return f"{kind}@{gen}/{dtype}"
-    return f"{kind}@{gen}"
-
-
 Basis = dict[str, dict[str, float]]  # coefficient -> {unit cost key: multiplier}
-# Efficiencies enter as their inverses: `inv:` keys multiply 1 / value.
-INVERSE_KINDS = ("mem_eff", "stream_eff", "gemm_eff", "attn_eff")
 
 
 def _add(basis: Basis, coefficient: str, key: str, multiplier: float) -> None:
     if multiplier:
         terms = basis.setdefault(coefficient, {})
         terms[key] = terms.get(key, 0.0) + multiplier
-
-
-def kernels_per_step(model: ModelSpec) -> int:
-    """Kernels one decode step launches: every layer's by type, plus the step's own."""
-    attention = "attention_mla" if model.kv_lora_rank is not None else "attention_gqa"
-    moe_layers = model.moe_layers
-    dense_layers = model.num_layers - moe_layers
-    per_moe = LAYER_KERNELS["moe"] + (
-        LAYER_KERNELS["shared_expert"] if model.num_shared_experts else 0
-    )
-    return (
-        model.num_layers * LAYER_KERNELS[attention]
-        + dense_layers * LAYER_KERNELS["mlp_dense"]
-        + moe_layers * per_moe
-        + STEP_KERNELS
-    )
 
 
 def basis(
@@ -428,21 +345,6 @@ def catalog_unit_costs() -> dict[str, float]:
     """The fitted unit costs shipped in `sim/costs/unit_costs.yaml` (key -> value)."""
     doc = yaml.safe_load(UNIT_COSTS_FILE.read_text())
     return {key: float(entry["value"]) for key, entry in doc["unit_costs"].items()}
-
-
-HIERARCHICAL = frozenset(
-    {"kernel_s", "mem_eff", "stream_eff", "gemm_eff", "attn_eff", "token_s"}
-)
-
-
-def vendor_key(key: str) -> str | None:
-    """The vendor-level key a generation's unit cost falls back to (`kernel_s@hopper` ->
-    `kernel_s@nvidia`, `gemm_eff@cdna3/fp8` -> `gemm_eff@amd/fp8`), or None."""
-    kind, _, rest = key.partition("@")
-    gen, _, dtype = rest.partition("/")
-    if kind not in HIERARCHICAL or gen not in VENDOR:
-        return None
-    return f"{kind}@{VENDOR[gen]}" + (f"/{dtype}" if dtype else "")
 
 
 def lookup(name: str, costs: dict[str, float]) -> tuple[float, str]:

@@ -1,6 +1,6 @@
 """Per-request metrics, defined once for the exact summary and the streamed one.
 
-Each request's latencies are columns of the requests table (`sim.simulate.requests_table`):
+Each request's latencies are columns of the requests table (`sim.simulate.tables.requests_table`):
 `queue_s`, `ttft_s`, `tpot_s`, `e2e_s` and `max_itl_s` (its longest gap between two tokens),
 NaN where undefined. What a summary makes of them is defined here, on rows: the exact summary
 (`sim.metrics.summary`, `sim.metrics.instances.stall_summary`) applies it to the whole table,

@@ -35,13 +35,12 @@ of a million requests and two million step groups takes one to two seconds on on
 streamed run (`sim.metrics.streaming`) folds the same figures chunk by chunk through
 `WindowFold`: counts and lifetimes exactly, percentiles exactly while the sample is small and
 from per-window DDSketch bins after (within `RELATIVE_ACCURACY` of the exact value, as the
-summary's).
+summary's; `sim.metrics.window_sample`).
 """
 
 from __future__ import annotations
 
 import math
-import sys
 from typing import Any
 
 import numpy as np
@@ -51,6 +50,7 @@ import pandas as pd
 from sim.errors import ScenarioError
 from sim.metrics.context import SummaryContext
 from sim.metrics.request_metrics import good
+from sim.metrics.window_sample import WindowSample
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -90,9 +90,6 @@ MAX_WINDOWS = 200_000  # a day in half-second windows
 LIFETIME_COLUMNS = ("launch_s", "ready_s", "drain_s", "retire_s")
 # rows of a window sample kept whole before it is binned (as sim.metrics.streaming.EXACT_ROWS)
 EXACT_ROWS = 1 << 16
-RELATIVE_ACCURACY = 0.005  # that of the summary's sketches
-_BIN_BITS = 21  # a sketch entry's key: window << _BIN_BITS | (bin + _BIN_OFFSET)
-_BIN_OFFSET = 1 << 20
 
 
 def default_window_s(span_s: float) -> float:
@@ -153,110 +150,6 @@ def overlap_per_window(
     return out
 
 
-def grouped_percentiles(
-    group: IntArray, values: FloatArray, weights: FloatArray, n: int, q: float
-) -> FloatArray:
-    """The q-th percentile (numpy's linear rule on the sample repeated `weights` times) of each
-    group `0..n-1`; rows sorted by group, then by value; NaN for an empty group."""
-    out = np.full(n, math.nan)
-    if not values.size:
-        return out
-    cum = np.cumsum(weights)
-    totals = np.bincount(group, weights=weights, minlength=n)[:n]
-    before = np.cumsum(totals) - totals
-    last = np.searchsorted(group, np.arange(n), side="right") - 1
-    has = totals > 0
-    pos = q / 100.0 * (totals[has] - 1.0)
-    lower = np.floor(pos)
-    frac = pos - lower
-    # the element at expanded rank k of a group is the first row whose cumulative weight
-    # exceeds before + k
-    lo = np.minimum(np.searchsorted(cum, before[has] + lower, side="right"), last[has])
-    hi = np.minimum(np.searchsorted(cum, before[has] + lower + 1.0, side="right"), last[has])
-    out[has] = values[lo] + frac * (values[hi] - values[lo])
-    return out
-
-
-class _Sample:
-    """One latency's values per window: kept whole while small, then DDSketch bins per window
-    (a key per (window, bin) holding its count), so memory stays flat whatever the run's size."""
-
-    def __init__(self, exact: bool) -> None:
-        self.exact_rows = None if exact else EXACT_ROWS  # None: always exact (the tables')
-        gamma = (1 + RELATIVE_ACCURACY) / (1 - RELATIVE_ACCURACY)
-        self.log_gamma = math.log(gamma)
-        self.scale = 2.0 / (1.0 + gamma)
-        self.min_positive = sys.float_info.min * gamma
-        self.kept: list[tuple[IntArray, FloatArray]] | None = []
-        self.kept_rows = 0
-        self.keys = np.zeros(0, dtype=np.int64)
-        self.counts = np.zeros(0)
-        self.pending: list[tuple[IntArray, FloatArray]] = []
-        self.pending_rows = 0
-
-    @property
-    def exact(self) -> bool:
-        return self.kept is not None
-
-    def add(self, window: IntArray, values: FloatArray) -> None:
-        keep = ~np.isnan(values)
-        window, values = window[keep], values[keep]
-        if not values.size:
-            return
-        if self.kept is None:
-            self._bin(window, values)
-            return
-        self.kept.append((window, values))
-        self.kept_rows += values.size
-        if self.exact_rows is not None and self.kept_rows > self.exact_rows:
-            for w, v in self.kept:
-                self._bin(w, v)
-            self.kept = None
-
-    def _bin(self, window: IntArray, values: FloatArray) -> None:
-        bins = np.zeros(values.size, dtype=np.int64)  # non-positive values: the lowest bin
-        positive = values > self.min_positive
-        found = np.ceil(np.log(values[positive]) / self.log_gamma).astype(np.int64)
-        bins[positive] = np.clip(found, 1 - _BIN_OFFSET, _BIN_OFFSET - 1) + _BIN_OFFSET
-        keys, counts = np.unique((window << _BIN_BITS) | bins, return_counts=True)
-        self.pending.append((keys, counts.astype(float)))
-        self.pending_rows += keys.size
-        if self.pending_rows > max(self.keys.size, 1 << 16):
-            self._consolidate()
-
-    def _consolidate(self) -> None:
-        if not self.pending:
-            return
-        keys = np.concatenate([self.keys, *(k for k, _ in self.pending)])
-        counts = np.concatenate([self.counts, *(c for _, c in self.pending)])
-        self.keys, inverse = np.unique(keys, return_inverse=True)
-        self.counts = np.bincount(inverse.ravel(), weights=counts).astype(float, copy=False)
-        self.pending, self.pending_rows = [], 0
-
-    def percentiles(self, n: int, qs: tuple[float, ...]) -> list[FloatArray]:
-        """Each of the percentiles `qs` per window `0..n-1` (NaN where a window has none)."""
-        if self.kept is not None:
-            if not self.kept:
-                return [np.full(n, math.nan) for _ in qs]
-            window = np.concatenate([w for w, _ in self.kept])
-            values = np.concatenate([v for _, v in self.kept])
-            # by window, then by value: one sort of the values and one of an integer key
-            rank = np.empty(values.size, dtype=np.int64)
-            rank[np.argsort(values)] = np.arange(values.size)
-            order = np.argsort(window * values.size + rank)
-            group, values = window[order], values[order]
-            weights = np.ones(values.size)
-        else:
-            self._consolidate()
-            group = self.keys >> _BIN_BITS
-            bins = (self.keys & ((1 << _BIN_BITS) - 1)) - _BIN_OFFSET
-            values = np.where(bins == -_BIN_OFFSET, 0.0, np.exp(bins * self.log_gamma) * self.scale)
-            weights = self.counts
-        inside = group < n
-        group, values, weights = group[inside], values[inside], weights[inside]
-        return [grouped_percentiles(group, values, weights, n, q) for q in qs]
-
-
 class WindowFold:
     """The timeline's per-window figures, folded from chunks of the requests table and of step
     groups in any order (`sim.metrics.streaming` feeds it as the run goes; `timeline` feeds it
@@ -277,7 +170,9 @@ class WindowFold:
         self.counts: dict[str, FloatArray] = {
             k: np.zeros(0) for k in ("arrivals", "completed", "rejected", "good", "busy_s")
         }
-        self.samples = {column: _Sample(exact) for column in SAMPLES}
+        # exact (the tables'): each sample kept whole whatever its size
+        exact_rows = None if exact else EXACT_ROWS
+        self.samples = {column: WindowSample(exact_rows) for column in SAMPLES}
         self.first_arrival = math.inf
         self.last_time = -math.inf  # the latest arrival, finish or step end seen
 

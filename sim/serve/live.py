@@ -1,11 +1,11 @@
 """The simulated engine on the wall clock: requests join it as they arrive, tokens leave it as
 the simulation emits them (`batchsim serve`, `sim.serve.server`).
 
-`LiveEngine` holds one SimPy environment with a scenario's cluster, built as `run` builds it
-(`sim.topology.cluster.build_cluster`), but with no workload: each request is created when it
-arrives, at the simulated time of the wall clock (`now_s`: seconds since the start times
-`speed`), and reaches the scheduler `engine.frontend_s` later, with the URGENT priority that
-`sim.core.arrivals.Source` gives arrivals. So the record is the one `run` makes of the same
+`LiveEngine` holds one clock (`sim.core.clock.Clock`, a SimPy environment) with a scenario's
+cluster, built as `run` builds it (`sim.topology.cluster.build_cluster`), but with no workload:
+each request is created when it arrives, at the simulated time of the wall clock (`now_s`:
+seconds since the start times `speed`), and reaches the scheduler `engine.frontend_s` later,
+with the URGENT priority arrivals have. So the record is the one `run` makes of the same
 arrivals (tests/serve/test_live.py replays it offline).
 
 Time only moves forward to the clock: `advance` runs SimPy until `now_s` (SimPy's `until` event
@@ -29,16 +29,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import simpy
 
 from sim.core.arrivals import ChunkWindow
+from sim.core.clock import Clock
 from sim.core.recorder import RequestLog
 from sim.core.request import ABORTED, FINISHED, REJECTED, RUNNING, WAITING, Request
 from sim.core.urgent import UrgentTimeout
 from sim.metrics.results import Results, VariantResult
 from sim.scenario.load import ResolvedScenario
 from sim.serve.record import Meter, Taps
-from sim.simulate import requests_table, tables_result
+from sim.simulate.results import tables_result
+from sim.simulate.tables import requests_table
 from sim.topology.cluster import Cluster, build_cluster
 from sim.workload.arrays import RequestArrays
 
@@ -118,7 +119,7 @@ class LiveEngine:
         spec = resolved.spec
         self.speed = speed
         self.clock = clock
-        self.env = simpy.Environment()
+        self.env = Clock()
         self.max_requests = max_requests
         self.log = RequestLog(max_requests, on_full=self._take_block, capacity=LOG_BLOCK)
         rng = np.random.default_rng([spec.seed, 1])

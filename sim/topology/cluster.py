@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
+from sim.core.clock import Clock
 from sim.core.instance import Instance
 from sim.core.recorder import ItlLog, RequestLog, StepLog
 from sim.core.request import Request
@@ -68,7 +68,7 @@ class Cluster:
 
 
 def build_cluster(
-    env: simpy.Environment,
+    env: Clock,
     resolved: ResolvedScenario,
     rng: np.random.Generator,
     log: RequestLog,
@@ -110,7 +110,7 @@ def build_cluster(
 
 
 def _fleet(
-    env: simpy.Environment,
+    env: Clock,
     resolved: ResolvedScenario,
     topology: Topology,
     initial: list[int],

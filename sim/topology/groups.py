@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import simpy
-
 from sim.core.acceptance import AcceptanceSampler
+from sim.core.clock import Clock
 from sim.core.instance import Instance, KVSpec
 from sim.core.kv.pool import KVPool
 from sim.core.kv.tiers import Tier, TierStack
@@ -111,7 +110,7 @@ class Builder:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         resolved: ResolvedScenario,
         log: RequestLog,
         records: Callable[[int], tuple[StepLog, ItlLog]] | None,

@@ -286,6 +286,6 @@ class Fleet:
             if instance.holds_requests():
                 continue
             member.phase = "retired"
-            member.retire_s = max(member.drain_s, instance.now)
+            member.retire_s = max(member.drain_s, instance.engine.now)
             plan = self.groups[member.group]
             self._record(plan, "retire", member.index, NAN, -1, member.retire_s)

@@ -9,7 +9,7 @@ queue-length signal). The run asks it for `entry` (the function the arrival sour
 `each_instance` (a hook applied to every instance, now and as launched).
 
 * `Single`: one instance and nothing to shed. Every arrival is submitted to it as it comes
-  (`direct`: the run may let the instance pull arrivals itself, `sim.simulate.pulls_arrivals`).
+  (`direct`: the run may let the instance pull arrivals itself, `sim.simulate.run.pulls_arrivals`).
 * `Colocated`: every instance serves whole requests; the gateway (`sim.topology.gateway`) routes
   each arrival among the instances serving now.
 * `Disaggregated`: the gateway routes arrivals among the prefill pool's serving instances; a
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
+from sim.core.clock import Clock
 from sim.core.instance import Instance
 from sim.core.recorder import RequestLog
 from sim.core.request import Request
@@ -52,7 +52,7 @@ class Topology:
     # an arrival, at its arrival time (each topology sets its own)
     dispatch: Callable[[Request], object]
 
-    def __init__(self, env: simpy.Environment, resolved: ResolvedScenario, builder: Builder,
+    def __init__(self, env: Clock, resolved: ResolvedScenario, builder: Builder,
                  log: RequestLog, rng: np.random.Generator) -> None:  # fmt: skip
         self.env = env
         self.resolved = resolved

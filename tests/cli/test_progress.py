@@ -60,7 +60,7 @@ def test_progress_adds_no_simulation_events(events: list[int]) -> None:
 def test_a_slow_kv_link_spanning_months_costs_no_extra_work(
     events: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(importlib.import_module("sim.simulate"), "PROGRESS_WALL_S", 0.001)
+    monkeypatch.setattr(importlib.import_module("sim.simulate.run"), "PROGRESS_WALL_S", 0.001)
     messages: list[str] = []
     results = sim.simulate(SLOW_LINK, progress=messages.append)
     requests = results["default"].requests

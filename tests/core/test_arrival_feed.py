@@ -14,7 +14,7 @@ from scenario_factory import run, scenario, tiny_hardware, tiny_model
 
 from sim.metrics.steps import expand_steps
 
-SIMULATE = importlib.import_module("sim.simulate")  # the module (`sim.simulate` is the function)
+SIMULATE = importlib.import_module("sim.simulate.run")  # the run's module
 
 WORKLOAD: dict[str, Any] = {
     "num_requests": 300,

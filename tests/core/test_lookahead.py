@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from scenario_factory import UNIT, run, unit_trace
 
-SIMULATE = importlib.import_module("sim.simulate")
+SIMULATE = importlib.import_module("sim.simulate.run")
 POLICY = {"name": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 1024}
 
 

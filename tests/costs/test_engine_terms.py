@@ -19,7 +19,7 @@ from sim import ScenarioError, load_scenario_dict
 from sim.scenario.engine_preset import PRESETS_DIR, shipped_presets
 
 # the module, not the function `sim.simulate` that the package exports under the same name
-SIMULATE = importlib.import_module("sim.simulate")
+SIMULATE = importlib.import_module("sim.simulate.run")
 
 # every step costs 10 ms plus 20 us per token: no CPU overhead, no padding
 PROFILE = {"coefficients": {"t_mem_s": 0.01, "t_flop_s_per_token": 2e-5}}

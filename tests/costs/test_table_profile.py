@@ -277,7 +277,7 @@ def test_extrapolated_runs_are_counted_by_the_instance_cost_model() -> None:
     # 40 requests at once: batches above the grid's 32 are priced by the fitted form
     res, instance = run_arrays_with_instance(raw, [0.0] * 40, [100] * 40, [50] * 40)
     assert res.steps["num_seqs"].max() == 40
-    cost = instance.pricing().cost
+    cost = instance.engine.pricing.cost
     assert isinstance(cost, TableCostModel)
     assert cost.num_extrapolated > 0
     # the summary counts steps: here exactly the decode steps whose batch is above the grid

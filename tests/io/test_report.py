@@ -103,7 +103,7 @@ def test_progress_reports_time_and_requests_without_changing_results(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # `sim.simulate` is the function (re-exported by `sim`); patch the module's constant
-    monkeypatch.setattr(importlib.import_module("sim.simulate"), "PROGRESS_WALL_S", 0.001)
+    monkeypatch.setattr(importlib.import_module("sim.simulate.run"), "PROGRESS_WALL_S", 0.001)
     raw = {**TINY, "workload": {**TINY["workload"], "num_requests": 300}}
     messages: list[str] = []
     with_progress = simulate(load_scenario_dict(raw), progress=messages.append)

@@ -288,7 +288,7 @@ def test_the_stand_in_view_of_an_engine_state_gets_the_engine_plan(mode: str) ->
     compared = 0
     while step(bench, now, num_steps=1) is not None:
         now += 1.0
-        inst = bench.instance.view()
+        inst = bench.instance.engine
         view = View(
             Pool(bench.kv.num_total, bench.kv.num_free, bench.kv.block_size),
             waiting=list(inst.waiting.ordered()),

@@ -306,7 +306,7 @@ class VictimRule:
         preempt = () if ended else run.plan.preempt
         if preempt:
             victims = [p.request for p in preempt]
-            survivors = [r for r in self.before if r in instance.running]
+            survivors = [r for r in self.before if r in instance.engine.running]
             position = {id(r): k for k, r in enumerate(self.before)}
 
             def key(r):
@@ -324,7 +324,7 @@ class VictimRule:
                 self.reached.add("a host-memory fallback")
             if len({r.tier for r in self.before}) > 1:
                 self.reached.add(f"{self.victim} among mixed tiers")
-        self.before = list(instance.running)
+        self.before = list(instance.engine.running)
 
 
 COVERAGE: Counter = Counter()  # how many of the examples below reached each case
@@ -377,7 +377,7 @@ def _conserved_under_swap_and_recompute(case):
     req, steps = res.requests, res.steps
     # the pool and host memory are whole again (a double free raises in KVPool.free)
     assert pol.pool.num_free == pol.pool.num_total and pol.engine.host.swapped_bytes == 0
-    assert not pol.running and not len(pol.waiting) and not pol.swapped
+    assert not pol.engine.running and not len(pol.engine.waiting) and not pol.engine.swapped
     assert (steps["kv_blocks_used"] <= pol.pool.num_total).all()
     served = req[~req["rejected"]]
     assert (served["num_output_tokens"] == served["max_output_tokens"]).all()

@@ -97,15 +97,15 @@ def test_lookahead_blocks_are_held_for_the_step_and_the_rejected_ones_freed() ->
             during.append((tokens_of(run), a.kv_blocks, bench.kv.num_used))
 
     inst.on_step = watch
-    inst.step_by_hand(inst.now)
+    inst.step_by_hand(inst.engine.now)
     # its next token and 3 lookahead: 15 tokens, 4 blocks during the step
     assert during == [({0: 4}, 4, 4)]
     # none accepted: it emitted its own token only; the block holding only rejected slots is free
     assert a.num_output_tokens == 2 and a.num_computed_tokens == 12
     assert a.kv_blocks == 3 and bench.kv.num_used == 3
     assert inst.engine.usage.stored_tokens == 12
-    assert list(inst.steps.columns()["num_spec_accepted"]) == [0, 0]
-    assert list(inst.steps.columns()["num_spec_proposed"]) == [0, 3]
+    assert list(inst.engine.steps.columns()["num_spec_accepted"]) == [0, 0]
+    assert list(inst.engine.steps.columns()["num_spec_proposed"]) == [0, 3]
 
 
 def tokens_of(run) -> dict[int, int]:
@@ -446,7 +446,7 @@ def test_per_token_gaps_divide_an_emission_and_stalls_keep_it_whole() -> None:
     step(bench, 1.0)  # 3 tokens at 2
     step(bench, 5.0)  # 3 tokens at 6: a gap of 4 s
     assert a.is_finished
-    gaps, counts, sizes = bench.instance.itl.arrays()
+    gaps, counts, sizes = bench.instance.engine.itl.arrays()
     sample = sorted(zip(gaps.tolist(), counts.tolist(), sizes.tolist(), strict=True))
     assert sample == [(pytest.approx(1 / 3), 3, 3), (pytest.approx(4 / 3), 3, 3)]
     assert counts.sum() == a.num_output_tokens - 1
@@ -567,7 +567,7 @@ def test_a_draft_model_also_computes_the_prompts() -> None:
     # passes over contexts 9 and 10, priced in closed form from the first: 2 x 2.009 + 0.001
     assert pricer.seen == [(1, 8), (1, 9)]
     proposal = (2 + 0.001 * 9) * 2 + 0.001
-    steps = bench.instance.steps.columns()
+    steps = bench.instance.engine.steps.columns()
     assert list(steps["spec_proposal_s"]) == pytest.approx([9.008, proposal])
     assert list(steps["spec_verify_s"]) == [0.0, 1.0]
     assert list(steps["duration_s"]) == pytest.approx([10.008, 1.0 + proposal])

@@ -150,7 +150,7 @@ def test_a_scrape_during_a_stalled_run_matches_the_servers_own_record() -> None:
         end = _families(get(port, "/metrics")[1])
 
         async def record() -> tuple[np.ndarray, np.ndarray]:
-            gaps, counts, _ = srv.engine.cluster.instances[0].itl.arrays()
+            gaps, counts, _ = srv.engine.cluster.instances[0].engine.itl.arrays()
             return gaps.copy(), counts.copy()
 
         import asyncio

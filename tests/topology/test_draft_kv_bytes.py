@@ -14,7 +14,7 @@ TARGET, DRAFT = "llama-2-13b", "llama-2-7b"
 
 def _instance_kv(raw: dict[str, Any]) -> Any:
     made: list[Any] = []
-    module = importlib.import_module("sim.simulate")
+    module = importlib.import_module("sim.simulate.run")
     build = module.build_cluster
 
     def capture(*args: Any, **kwargs: Any) -> Any:

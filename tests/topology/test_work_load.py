@@ -62,9 +62,10 @@ def test_work_load_equals_the_settled_load(
 
         def read(self: Instance) -> Any:
             seen = unsettled(self)
-            before = len(self.steps)
+            before = len(self.engine.steps)
             assert seen == reads[name](settled(self)), name
-            mid_run.append(len(self.steps) > before)  # settling applied steps: a look mid-run
+            # settling applied steps: a look mid-run
+            mid_run.append(len(self.engine.steps) > before)
             return seen
 
         return read
