@@ -16,9 +16,9 @@ the compiled core), else this tree's source.
     python benchmarks/fleet_hashes.py --check benchmarks/fleet_hashes.json
 
 `benchmarks/fleet_hashes.json` holds the hashes of the loop of SimPy processes the fleet's clock
-replaced (`sim/core/clock.py`), on Linux x86-64 with this repository's dependencies: the clock, both cores,
-gives every one of them (floating point is bit-exact on one platform and library set, not
-across them).
+replaced (`sim/core/clock.py`), on Linux x86-64 with this repository's dependencies: the clock,
+on both cores, gives every one of them (floating point is bit-exact on one platform and library
+set, not across them).
 """
 
 from __future__ import annotations

@@ -97,6 +97,7 @@ class Instance(InstanceReads):
         )  # fmt: skip
         # the run in flight: started, not yet applied to its end (None between runs)
         self._run: Run | None = None
+        self._left = -1  # `_tokens_left()` as last worked out (-1: to work out again)
         # its entry on the clock: what it waits for, the entry's token (older ones are stale),
         # when it comes; whether an idle wait has a wake-up time; the queue a catch-up saw
         self._state = _START
@@ -153,6 +154,7 @@ class Instance(InstanceReads):
             self._ahead.hold(req)
         elif not self.engine.queue(req):
             return False
+        self._changed()
         if self.on_load is not None:
             self.on_load(self)
         self.wake()
@@ -194,6 +196,7 @@ class Instance(InstanceReads):
         """P/D decode side: set blocks aside for a KV transfer that starts now."""
         self._touch()
         self.engine.reserve(num_blocks)
+        self._changed()
         run = self._run
         if run is not None and run.num_steps > 1:  # its horizon counted these blocks as free
             self._cut()
@@ -202,6 +205,7 @@ class Instance(InstanceReads):
         """P/D decode side: a transferred request lands, holding `num_blocks` reserved blocks."""
         self._touch()
         self.engine.land(req, num_blocks, self.env.now)
+        self._changed()
         if self.on_load is not None:
             self.on_load(self)
         self.wake()
@@ -210,6 +214,7 @@ class Instance(InstanceReads):
         """P/D prefill side: a handed-off request's KV has left; free its blocks here."""
         self._touch()
         self.engine.release(req)
+        self._changed()
         if self.on_load is not None:  # its KV blocks fell
             self.on_load(self)
         self.wake()
@@ -222,6 +227,7 @@ class Instance(InstanceReads):
         """Before an outside change at now: settle, and integrate KV use up to now."""
         self.settle()
         self.engine.touch(self.env.now)
+        self._changed()
 
     def abort(self, req: Request) -> bool:
         """Its client gave up on `req`: queued here, it leaves now; running here, at the next
@@ -232,6 +238,7 @@ class Instance(InstanceReads):
             if self._ahead.drop(req):  # held: the scheduler never saw it
                 self.engine.enqueue(req)
             self.engine.abort_waiting(req, self.env.now)
+            self._changed()
         elif req.state == RUNNING and self.engine.is_running(req):
             if req not in self._aborts:
                 self._aborts.append(req)
@@ -312,9 +319,11 @@ class Instance(InstanceReads):
                 feed.pull(engine.now, self.submit)
             if ahead:  # those the scheduler sees now
                 engine.enqueue_all(ahead.due(engine.now))
+                self._changed()
             if self._aborts:  # requests their clients gave up on leave before the schedule
                 engine.drop_aborted(self._aborts)
                 self._aborts.clear()
+                self._changed()
                 if self.on_load is not None:
                     self.on_load(self)
             plan = engine.plan()
@@ -324,6 +333,7 @@ class Instance(InstanceReads):
                 plan = None
             if plan is None and ahead:
                 engine.enqueue_all(ahead.release_all())  # no step k+1 was launched without them
+                self._changed()
                 continue
             if plan is None:
                 ahead.idle()
@@ -370,6 +380,7 @@ class Instance(InstanceReads):
 
     def _begin(self, plan: StepPlan) -> Run:
         run = self.engine.start(plan)
+        self._changed()
         if self.on_load is not None:
             self.on_load(self)
         if self.on_step is not None:
@@ -382,6 +393,7 @@ class Instance(InstanceReads):
         end = self._apply(run, run.num_steps)
         self._ahead.stepped(last_start, end)
         self.engine.finish_run(end)
+        self._changed()
         if self.on_load is not None:
             self.on_load(self)
         if self._on_change is not None:

@@ -34,13 +34,23 @@ class InstanceReads:
     _run: Run | None  # the run in flight: started, not yet applied to its end
     _ahead: Lookahead  # an asynchronous scheduler's held requests
     on_step: Callable[[Any, Run, bool], None] | None
+    _left: int  # `_tokens_left()` as last worked out; -1: to work out again
 
     @property
     def num_waiting(self) -> int:
         return self.engine.num_waiting + len(self._ahead)  # held ones are queued to a router
 
     def _tokens_left(self) -> int:
-        return self.engine.outstanding_tokens() + self._ahead.work  # held requests' included
+        """The tokens left of every request here as applied (held requests' included), worked
+        out once after each change (`_changed`)."""
+        left = self._left
+        if left < 0:
+            left = self._left = self.engine.outstanding_tokens() + self._ahead.work
+        return left
+
+    def _changed(self) -> None:
+        """Its requests or their tokens changed: `_tokens_left` is worked out again."""
+        self._left = -1
 
     @property
     def num_running(self) -> int:
@@ -101,13 +111,13 @@ class InstanceReads:
         """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
         this instance next starts or ends a run or takes a request, and before the time
         returned (infinity: none); and whether it is that number itself until then. Requests
-        are exact, and so are tokens with no run in flight; during a run, the work left once
-        `horizon_steps` more steps ended (the time: the last one's end), each taking at most a
-        token per decoding member, its chunks and a first token per prompt; no bound inside a
-        speculative run (whose tokens are drawn). A run's last step is never applied before
-        the run ends (`Run.settled_by`), and its end tells: so a run of one step (a prompt
-        chunk, mostly) is exact, and a longer one's bound counts at most all its steps but
-        the last."""
+        are exact, and so are tokens with no run in flight; during a run, the work left now
+        less what `horizon_steps` more steps could take (each at most a token per decoding
+        member, its chunks and a first token per prompt), until the end of the last of them.
+        With `horizon_steps` 0 that is the number itself until the next step ends. A run's
+        last step is never applied before the run ends (`Run.settled_by`), and its end tells:
+        from its last step on, the bound holds until then. No bound inside a speculative run
+        (whose tokens are drawn)."""
         engine = self.engine
         if not tokens:
             return self.num_outstanding(), FOREVER_S, True
@@ -117,16 +127,15 @@ class InstanceReads:
         if run.spec is not None:
             return 0, FOREVER_S, False
         last = run.num_steps - 1  # the most steps applied before the run's end
-        if last <= 0:
-            return self._tokens_left(), FOREVER_S, True
-        per_step = engine.tokens_per_step(run.plan, True)
-        steps = run.settled_by(self.env.now) + 1 + horizon_steps
-        until = FOREVER_S
-        if steps < last:
-            until = run.times.end(steps)
-        else:
-            steps = last
-        return self._tokens_left() - steps * per_step, until, False
+        done = run.settled_by(self.env.now) if last > 0 else 0
+        now = self._tokens_left()
+        if done:
+            now -= done * engine.tokens_per_step(run.plan, False)  # `work_left()`
+        more = min(horizon_steps, last - done)
+        bound = now - more * engine.tokens_per_step(run.plan, True) if more else now
+        if done + more >= last:  # nothing more is applied before the run ends
+            return bound, FOREVER_S, more == 0
+        return bound, run.times.end(done + 1 + more), more == 0
 
     def kv_fraction(self) -> float:
         """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight
@@ -262,6 +271,7 @@ class InstanceReads:
 
     def _apply(self, run: Run, num_steps: int) -> float:
         end = self.engine.apply(run, num_steps)
+        self._left = -1
         if self.on_step is not None:
             self.on_step(self, run, True)
         return end

@@ -13,8 +13,12 @@ of lower bounds, one per instance, that the instances keep valid:
 * the bound of an instance told since the last decision is read again then
   (`Instance.load_floor`): its number itself for requests, and for the tokens of an instance with
   no run in flight (those bounds are exact: no read is needed); during a run, the tokens left
-  once `HORIZON_STEPS` more of its steps have ended, valid until the end of those steps, when the
-  index reads it again (`expiry`);
+  now, which no step changes before the next one ends (`HORIZON_STEPS` 0: exact), valid until
+  then, when the index reads it again (`expiry`; from the run's last step on, until the run
+  ends and tells). A run's instance is read once per step that ends between two decisions,
+  not once per decision: a router that evens out the loads keeps many candidates within a
+  few steps' tokens of the least, which looser bounds (a few steps ahead) left to be read
+  exactly at every decision;
 * a decision pops bounds in (bound, index) order and reads the exact number
   (`Instance.num_outstanding`, `Instance.work_left`) of each popped candidate whose bound is not
   exact, until the next bound is above the best number found (or equal, at a higher index).
@@ -45,7 +49,7 @@ from typing import Protocol
 from sim.topology.told_index import ToldIndex, Watched
 
 FOREVER_S = float("inf")
-HORIZON_STEPS = 2  # a token bound holds for this many steps of the run in flight
+HORIZON_STEPS = 0  # a token bound: the number itself, until the next step of the run ends
 
 
 class Indexed(Watched, Protocol):
