@@ -115,13 +115,14 @@ class VariantRun:
         turns) its own SimPy process."""
         workload, cluster, log = self.workload, self.cluster, self.log
         pulled = pulls_arrivals(cluster, workload)
+        by_clock = not pulled and clock_pulls(workload)
         source = Source(
-            self.env, workload, cluster.dispatch, push=workload.sessions is not None,
+            self.env, workload, cluster.dispatch, push=not (pulled or by_clock),
             frontend_s=self.resolved.spec.engine.frontend_s, release=not self.tables,
         )  # fmt: skip
         if pulled:
             cluster.instances[0].feed = source.pulled()
-        elif workload.sessions is None:  # a fleet's known arrivals, pulled by the clock
+        elif by_clock:  # a fleet's known arrivals
             self.env.pull(source.pulled(), cluster.dispatch)
         if workload.closed_loop:
 
@@ -193,6 +194,13 @@ def streamed_rows(resolved: ResolvedScenario) -> int:
         max(g.count, g.autoscale.max if g.autoscale is not None else 0) for g in resolved.groups
     )
     return min(MAX_STREAMED_ROWS, max(MIN_STREAMED_ROWS, STREAMED_ROWS // max(1, most)))
+
+
+def clock_pulls(workload: Workload) -> bool:
+    """Whether the fleet's clock pulls the arrivals (`sim.core.clock.Clock.pull`): known ones,
+    no closed-loop sessions (whose turns the source's SimPy process pushes); the same schedule
+    either way (tests/core/test_clock.py)."""
+    return workload.sessions is None
 
 
 def pulls_arrivals(cluster: Cluster, workload: Workload) -> bool:

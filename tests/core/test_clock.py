@@ -109,14 +109,7 @@ def test_a_fleet_pulled_by_the_clock_gives_the_pushed_schedule(
     raw = {**FLEET, "cluster": {**FLEET["cluster"], "router": router}}
     pulled = run(raw)
 
-    class Pushing(RUN.Source):  # type: ignore[misc, name-defined]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **{**kwargs, "push": True})
-
-        def pulled(self) -> Any:
-            return Feed([])  # nothing for the clock to pull: the process pushes them
-
-    monkeypatch.setattr(RUN, "Source", Pushing)
+    monkeypatch.setattr(RUN, "clock_pulls", lambda workload: False)
     pushed = run(raw)
     assert pulled.requests["instance"].nunique() == 3
     pd.testing.assert_frame_equal(pulled.requests, pushed.requests)
