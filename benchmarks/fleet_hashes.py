@@ -2,11 +2,12 @@
 loop or its routers moves no answer.
 
 Each shipped scenario with more than one instance (a cluster, P/D pools, an autoscaled fleet;
-`scenarios/**/*.yaml`, its workload cut to `--requests` requests or `--hours` hours where it is
-longer), and the fleet shape of `benchmarks/bench_fleet.py` behind every router of
-`sim.topology.router.ROUTERS` at 4 and 16 instances, open-loop and as closed-loop sessions, run
-with tables; each variant's hash covers every request's id, instance, decode instance, first
-token and finish time (bit for bit) and its step rows' count. `--write FILE` stores them;
+`scenarios/**/*.yaml`, its workload cut to `--requests` requests (an agents workload to a tenth
+as many tasks) or `--hours` hours where it is longer), and the fleet shape of
+`benchmarks/bench_fleet.py` behind every router of `sim.topology.router.ROUTERS` at 4 and 16
+instances, open-loop and as closed-loop sessions, run with tables; each variant's hash covers
+every request's id, instance, decode instance, first token and finish time (bit for bit) and
+its step rows' count. `--write FILE` stores them;
 `--check FILE` compares with a stored file and exits 1 when any differs. The package is the
 installed one where there is one (`.venv-compiled/bin/python benchmarks/fleet_hashes.py` runs
 the compiled core), else this tree's source.
@@ -67,6 +68,9 @@ def _cut(raw: dict[str, Any], requests: int, hours: float) -> dict[str, Any]:
         work["num_requests"] = min(int(work["num_requests"]), requests)
     if "duration_s" in work:
         work["duration_s"] = min(float(work["duration_s"]), hours * 3600)
+    agents = work.get("agents") or {}
+    if agents.get("num_tasks"):  # agents' tasks: about ten calls each
+        agents["num_tasks"] = min(int(agents["num_tasks"]), max(1, requests // 10))
     return raw
 
 

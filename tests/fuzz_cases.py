@@ -7,6 +7,8 @@ import hashlib
 from pathlib import Path
 
 from fuzz_corpus import Case, runtime_cases, schema_cases, speculative_cases, yaml_cases
+from fuzz_corpus_agent_traces import agent_trace_cases
+from fuzz_corpus_agents import agent_cases
 from fuzz_corpus_audit import audit_cases
 from fuzz_corpus_autoscale import autoscale_cases
 from fuzz_corpus_bounds import bounds_cases
@@ -34,6 +36,8 @@ CORPUS: list[Case] = [
     *measured_cases(),
     *export_cases(),
     *client_cases(),
+    *agent_cases(),
+    *agent_trace_cases(),
     *replay_cases(),
     *audit_cases(),
     *profile_cmd_cases(),

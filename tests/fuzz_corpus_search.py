@@ -387,13 +387,27 @@ def closed_loop_cases() -> list[Case]:
             "output_tokens": {"dist": "fixed", "value": 10},
         },
     }
+    fixed = {"dist": "fixed", "value": 10}
+    agents = {"agents": {"arrival": {"process": "poisson", "rate": 0.5}, "num_tasks": 5,
+                         "types": [{"name": "a", "system_tokens": 100, "task_tokens": fixed,
+                                    "turns": fixed, "tool_result_tokens": fixed,
+                                    "output_tokens": fixed,
+                                    "tool_time": {"dist": "fixed", "value_s": 1.0}}]}}
+    rollouts = {"rollouts": {"num_waves": 2, "groups_per_wave": 2, "group_size": 2,
+                             "prompt_tokens": fixed, "turns": fixed, "output_tokens": fixed,
+                             "observation_tokens": fixed}}  # fmt: skip
     cases = []
-    for kind, workload in (("sessions", sessions), ("clients", clients)):
+    for kind, workload in (("sessions", sessions), ("clients", clients), ("agents", agents),
+                           ("rollouts", rollouts)):  # fmt: skip
         scenario = {**SCENARIO, "workload": workload}
         for label, args, flag in (("", (), "--rate cannot give it one"),
                                   ("-rate", ("--rate", "3"), "--rate 3 does not apply")):
             cases.append(_search(f"search-{kind}{label}", *args, scenario=scenario,
                                  expect=("s.yaml", f"workload.{kind}", "closed loop", flag)))
+    # a trace of agents' tasks: its calls wait on each other, no rate of its own
+    weka = {**SCENARIO, "workload": {"trace": {"path": "t.jsonl", "format": "weka"}}}
+    cases.append(_search("search-weka-trace", scenario=weka,
+                         expect=("s.yaml", "workload.trace.format", "closed loop")))
     # a rate profile: the search sizes a fleet for one rate
     profile = copy.deepcopy(SCENARIO)
     profile["workload"]["arrival"] = {"process": "profile", "rate": {

@@ -194,6 +194,7 @@ DG = "scenarios/disaggregation_goodput.yaml"
 KV = "scenarios/kv_paging.yaml"
 KT = "scenarios/kv_tiers.yaml"
 PC = "scenarios/prefix_caching.yaml"
+CA = "scenarios/coding_agents.yaml"
 PR = "scenarios/profile_comparison.yaml"
 AZURE = (ROOT / "scenarios" / "../../shared/traces/azure_llm_2023_conv.csv").resolve()
 # the public trace prefix_caching.yaml replays, where the scenario's relative path points
@@ -307,6 +308,12 @@ QUOTES: list[Quote] = [
     Quote(PC, rf"which raises its TTFT p99 by {NUM}% over least-load",
           (ratio(caching("session-sticky", "ttft_p99_s"), caching("least-load", "ttft_p99_s"),
                  True),), MOONCAKE),
+    *_rows(CA, "coding_agents",
+           rf"{NUM}%\s+{NUM} s\s+{NUM} s\s+{NUM}%\s+{NUM} s\s+{NUM} ms\n",
+           [("prefix_cache_hit_rate", PCT), ("task_duration_p50_s", S),
+            ("task_duration_p99_s", S), ("task_slo_attainment", PCT), ("ttft_p50_s", S),
+            ("tpot_p50_s", MS)],
+           ["least-load", "session-sticky", "prefix-affinity"]),
     *_rows(KT, "kv_tiers", rf"{NUM}%\s+-\s+-\s+-\s+{NUM} s\s+{NUM} s\s+{NUM}\s+{NUM}\s+-\n",
            [KT_HIT[0], *KT_REST[:4]], ["gpu-only"], MOONCAKE),
     *_rows(KT, "kv_tiers", rf"{NUM}%\s+{NUM}%\s+{NUM}%\s+-\s+{KT_TAIL}",

@@ -20,7 +20,7 @@ def test_the_notebooks_exist() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_batching_tradeoff.ipynb", "02_policy_comparison.ipynb", "03_capacity_planning.ipynb",
         "04_prefix_caching.ipynb", "05_speculative_decoding.ipynb", "06_deployment_search.ipynb",
-        "07_kv_tiers.ipynb", "08_moe_deployment.ipynb",
+        "07_kv_tiers.ipynb", "08_moe_deployment.ipynb", "09_coding_agents.ipynb",
     ]  # fmt: skip
 
 

@@ -3,6 +3,8 @@
     batchsim export s.yaml --format csv --out w.csv            # batchsim's trace CSV
     batchsim export s.yaml --format mooncake --out w.jsonl     # AIPerf: mooncake_trace
     batchsim export s.yaml --format vllm-custom --out w.jsonl  # vllm bench serve: custom
+    batchsim export a.yaml --format weka --out w.jsonl         # agents' tasks: AIPerf weka_trace
+    batchsim export r.yaml --format rollouts --out r.jsonl     # RL rollouts: vLLM TPU benchmark
     batchsim export s.yaml --format csv --out w.csv --set workload.arrival.rate=4 --variant b
 
 The requests are generated exactly as `batchsim run` generates them (the same seed, workload,
@@ -14,7 +16,9 @@ which one (default: the first, when all agree).
 The output is written atomically (a temporary file beside it, then a rename). It is refused when
 it is a folder, lies in a folder that does not exist, or is an existing file that this format
 did not write (its first line is not the format's), unless `--force`. Closed-loop sessions are
-refused: their later turns arrive when earlier ones finish, which only a run knows.
+refused: their later turns arrive when earlier ones finish, which only a run knows. Agents' tasks
+and rollouts (calls that wait on each other) are written by `weka` and `rollouts` only, and only
+they are.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 from sim.cli.args import examples
 from sim.errors import ScenarioError
 
-FORMAT_CHOICES: tuple[str, ...] = ("csv", "mooncake", "vllm-custom")
+FORMAT_CHOICES: tuple[str, ...] = ("csv", "mooncake", "vllm-custom", "weka", "rollouts")
 
 
 def register(sub: Any) -> None:
@@ -106,6 +110,7 @@ def _workload_key(resolved: Any) -> str:
 def _export(args: argparse.Namespace) -> int:
     import numpy as np
 
+    from sim.io.agent_export import AGENT_FORMATS, graph_problem
     from sim.io.workload_export import export_text, open_loop_problem, write_atomically
     from sim.scenario.load import load_scenario
     from sim.workload import generate_requests
@@ -123,10 +128,17 @@ def _export(args: argparse.Namespace) -> int:
         )
     except ScenarioError as exc:
         raise exc.with_file(scenario.file) from None
-    problem = open_loop_problem(requests)
+    if args.export_format in AGENT_FORMATS:
+        problem = graph_problem(requests)
+    elif (problem := open_loop_problem(requests)) and graph_problem(requests) is None:
+        problem += " (agents' tasks: --format weka or rollouts)"
     if problem is not None:
         raise ScenarioError(f"cannot export: {problem}", file=scenario.file, path="workload")
-    exported = export_text(requests, args.export_format)
+    try:
+        exported = export_text(requests, args.export_format)
+    except ScenarioError as exc:  # a task the format cannot hold
+        raise ScenarioError(f"cannot export: {exc.reason}", file=scenario.file,
+                            path=exc.path) from None  # fmt: skip
     write_atomically(args.out, exported.text)
     if not args.quiet:
         for note in exported.notes:

@@ -129,6 +129,12 @@ def _columns(arrays: RequestArrays, local: np.ndarray) -> dict[str, np.ndarray]:
         out["source_id"] = arrays.source_id[local]
     if arrays.sessions is not None:
         out["session"] = arrays.sessions.labels_of(local)
+        if arrays.sessions.successors is not None:  # agents' tasks: the type, the tool wait
+            assert arrays.sessions.think_s is not None
+            out["agent"] = np.asarray(arrays.class_names, dtype=object)[arrays.class_index[local]]
+            out["wait_s"] = arrays.sessions.think_s[local]
+            if arrays.sessions.wave is not None:  # rollouts: each call's wave
+                out["wave"] = arrays.sessions.wave[local]
     return out
 
 
@@ -179,6 +185,18 @@ class Source:
         self.session = sessions.session if sessions is not None else None
         self.next_turn = sessions.next_turn if sessions is not None else None
         self.think_s = sessions.think_s if sessions is not None else None
+        # a task graph (agents): a call arrives once every call it waits for has ended
+        self.successors: np.ndarray | None = None
+        self.successor_offsets: np.ndarray | None = None
+        self.waiting_on: np.ndarray | None = None
+        self.last_ended: np.ndarray | None = None
+        if sessions is not None and sessions.successors is not None:
+            assert sessions.needs is not None
+            self.successors = sessions.successors
+            self.successor_offsets = sessions.successor_offsets
+            self.waiting_on = sessions.needs.copy()
+            self.last_ended = np.zeros(len(sessions.needs))
+        self.num_requests = len(sessions.session) if sessions is not None else 0
         shape = workload.shape
         known = shape.num_requests
         if not shape.all_known:
@@ -240,10 +258,34 @@ class Source:
 
     def _next_turn(self, req: Request, ended_s: float) -> None:
         assert self.next_turn is not None and self.think_s is not None
-        nxt = int(self.next_turn[req.id])
-        if nxt < 0:
+        if self.successors is not None:
+            self._successors_of(req.id, ended_s)
             return
-        at = ended_s + float(self.think_s[nxt])
+        nxt = int(self.next_turn[req.id])
+        if nxt >= 0:
+            self._arrive(nxt, ended_s + float(self.think_s[nxt]))
+
+    def _successors_of(self, rid: int, ended_s: float) -> None:
+        """A call of a task graph ended: each call that waited on it and on nothing else now
+        arrives its wait after the last of them ended (a join after its slowest subagent). A
+        node past the requests is a gate (a wave's barrier): once all it waits for ended, it
+        passes on at once, its wait later, to what waits on it."""
+        assert self.successor_offsets is not None and self.successors is not None
+        assert self.waiting_on is not None and self.last_ended is not None
+        assert self.think_s is not None
+        first, last = int(self.successor_offsets[rid]), int(self.successor_offsets[rid + 1])
+        for nxt in self.successors[first:last].tolist():
+            if self.last_ended[nxt] < ended_s:
+                self.last_ended[nxt] = ended_s
+            self.waiting_on[nxt] -= 1
+            if self.waiting_on[nxt] == 0:
+                at = float(self.last_ended[nxt]) + float(self.think_s[nxt])
+                if nxt >= self.num_requests:  # a gate
+                    self._successors_of(nxt, at)
+                else:
+                    self._arrive(nxt, at)
+
+    def _arrive(self, nxt: int, at: float) -> None:
         event = UrgentTimeout(self.env, at + self.frontend_s - self.env.now)
 
         def arrive(_: simpy.Event) -> None:

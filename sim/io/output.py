@@ -12,19 +12,19 @@ there while the simulation ran.
 
 Folder content: `.batchsim` (the marker), `scenario.yaml` (the resolved scenario text),
 `summary.json` (per variant: metric -> value with NaN as null, plus the scenario name),
-`summary.csv` (variants as rows), `bench_summary.json` (the summary as the flat object of
-`vllm bench serve --save-result`, one line per variant as `--append-result` writes them,
-`sim.io.bench_names`), `timeline.csv` (metrics per window of
-the run, `sim.metrics.timeline`, with a `variant` column; streamed runs too) and, for an
-autoscaled run, `fleet_events.csv` (its scaling events); the tables asked for (`tables`:
-`summary` writes none, `requests` the per-request table, `all` adds `steps` (step groups) and
-`itl`), each with a `variant` column, as Parquet (default: a tenth of the size of CSV, and
-typed) or CSV; the PNG and SVG plots of `sim.io.plots.save_plots` and, for runs of more than
-one window, `over_time` (`sim.io.plots_timeline`); `report.html`
-(`sim.io.report`) and, when asked for, `trace.json` (`sim.io.trace_export`). The report is
-built last, from the files already in the temporary folder, so it is part of the same atomic
-swap. With `progress`, a bar on stderr names each file as it is written (large tables take
-seconds), once writing has taken half a second.
+`summary.csv` (variants as rows), `bench_summary.json` (the summary as the flat object of `vllm
+bench serve --save-result`, one line per variant as `--append-result` writes them,
+`sim.io.bench_names`), `timeline.csv` (metrics per window of the run, `sim.metrics.timeline`,
+with a `variant` column; streamed runs too) and, for an autoscaled run, `fleet_events.csv` (its
+scaling events); the tables asked for (`tables`: `summary` writes none, `requests` the
+per-request table (and for agents the per-task table, `tasks`, `sim.metrics.tasks`), `all` adds
+`steps` (step groups) and `itl`), each with a `variant` column, as Parquet (default: a tenth of
+the size of CSV, and typed) or CSV; the PNG and SVG plots of `sim.io.plots.save_plots` and, for
+runs of more than one window, `over_time` (`sim.io.plots_timeline`); `report.html`
+(`sim.io.report`) and, when asked for, `trace.json` (`sim.io.trace_export`). The report is built
+last, from the files already in the temporary folder, so it is part of the same atomic swap.
+With `progress`, a bar on stderr names each file as it is written (large tables take seconds),
+once writing has taken half a second.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import pandas as pd
 from sim.io.bench_names import bench_lines
 from sim.io.destination import MARKER, check_destination, clean_leftovers, mark, temp_paths
 from sim.metrics.side_by_side import SUMMARY_ROWS, format_summary
+from sim.metrics.tasks import is_agents, tasks_by_variant
 
 if TYPE_CHECKING:
     from sim.metrics.results import Results
@@ -148,6 +149,10 @@ def _steps(
         steps.append(
             (f"requests.{ext}", lambda: _write_table(results.requests, folder / f"requests.{ext}"))
         )
+        if is_agents(results.requests):  # agents' tasks: one row per task
+            tasks = folder / f"tasks.{ext}"
+            by_task = lambda: _write_table(tasks_by_variant(results.requests), tasks)  # noqa: E731
+            steps.append((tasks.name, by_task))
     if options["tables"] == "all":
         steps.append((f"steps.{ext}", lambda: _write_table(results.steps, folder / f"steps.{ext}")))
         steps.append((f"itl.{ext}", lambda: _write_table(itl(), folder / f"itl.{ext}")))

@@ -87,3 +87,22 @@ def time_axis(ax: Axes, span_s: float, what: str = "simulated time") -> None:
         return
     ax.xaxis.set_major_locator(MultipleLocator(_nice_step(span_s / unit / 8) * unit))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / unit:g}"))
+
+
+def cdf_points(values: Any, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of `values` (NaN left out) as (x, y) steps, at most `most` of them
+    (evenly spaced in rank: the curve's shape, not its every step)."""
+    arr = np.asarray(values, dtype=float)
+    x = np.sort(arr[~np.isnan(arr)])
+    y = np.arange(1, x.size + 1, dtype=float) / max(x.size, 1)
+    if x.size > most:
+        keep = np.linspace(0, x.size - 1, most).round().astype(np.int64)
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def log_x_when_wide(ax: Axes, lows: list[float], highs: list[float]) -> None:
+    """A log x axis when the plotted samples span more than a decade (it cannot show zeros)."""
+    if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
+        ax.set_xscale("log")
+        log_ticks(ax.xaxis)

@@ -39,8 +39,10 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from sim.io.plot_units import latency_unit, log_ticks, time_axis
+from sim.io.plot_units import cdf_points, latency_unit, log_x_when_wide, time_axis
 from sim.io.plots_slots import slot_timeline_figure
+from sim.io.plots_tasks import tasks_figure
+from sim.metrics.tasks import is_agents, tasks_by_variant
 
 if TYPE_CHECKING:
     from sim.metrics.results import Results, VariantResult
@@ -61,15 +63,6 @@ def _variants(frame: pd.DataFrame) -> list[str]:
     return [str(v) for v in pd.unique(frame["variant"])] if "variant" in frame.columns else []
 
 
-def _cdf_points(values: FloatArray) -> tuple[FloatArray, FloatArray]:
-    x = np.sort(values[~np.isnan(values)])
-    y = np.arange(1, x.size + 1, dtype=float) / max(x.size, 1)
-    if x.size > MAX_POINTS:
-        keep = np.linspace(0, x.size - 1, MAX_POINTS).round().astype(np.int64)
-        x, y = x[keep], y[keep]
-    return x, y
-
-
 def _has_values(frame: pd.DataFrame, column: str) -> bool:
     return column in frame.columns and bool(np.isfinite(frame[column].to_numpy(dtype=float)).any())
 
@@ -86,15 +79,12 @@ def latency_cdf_figure(requests: pd.DataFrame) -> Figure:
                        if column in requests.columns else (1.0, "s"))  # fmt: skip
         for i, variant in enumerate(_variants(requests)):
             rows = requests[requests["variant"] == variant]
-            x, y = _cdf_points(rows[column].to_numpy(dtype=float) * scale)
+            x, y = cdf_points(rows[column].to_numpy(dtype=float) * scale, MAX_POINTS)
             if x.size:
                 ax.plot(x, y, drawstyle="steps-post", color=f"C{i}", label=variant)
                 lows.append(x[0])
                 highs.append(x[-1])
-        # log-x only helps when the sample spans more than a decade; it cannot show zeros
-        if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
-            ax.set_xscale("log")
-            log_ticks(ax.xaxis)
+        log_x_when_wide(ax, lows, highs)
         ax.set_title(f"{label} CDF")
         ax.set_xlabel(f"{label} ({unit})")
         ax.set_ylabel("fraction of requests")
@@ -309,7 +299,8 @@ def _is_static(results: Results, name: str) -> bool:
 def save_plots(
     results: Results, out_dir: Path, formats: tuple[str, ...] = ("png", "svg")
 ) -> list[Path]:
-    """Write `latency_cdf`, `timeline` and `slots` in every format into `out_dir`.
+    """Write `latency_cdf`, `timeline` and `slots` (and for agents or rollouts `tasks`,
+    `sim.io.plots_tasks`) in every format into `out_dir`.
 
     Returns the paths, figure by figure in `PLOT_NAMES` order, formats in the given order.
     """
@@ -321,8 +312,12 @@ def save_plots(
         timeline_figure(results.steps, capacity),
         slot_timeline_figure(requests, static),
     ]
+    names = list(PLOT_NAMES)
+    if is_agents(requests):  # agents' tasks or rollouts: their durations and waves
+        names.append("tasks")
+        figures.append(tasks_figure(tasks_by_variant(requests)))
     paths = []
-    for name, fig in zip(PLOT_NAMES, figures, strict=True):
+    for name, fig in zip(names, figures, strict=True):
         for fmt in formats:
             path = out_dir / f"{name}.{fmt}"
             fig.savefig(path, dpi=110)

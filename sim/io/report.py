@@ -41,6 +41,9 @@ PLOTS = (
      "Which request held each batch slot of instance 0 (hatched: padding of static batches)."),
     ("timeline", "Batch size, queue length and KV use over time",
      "Time-weighted means per bin, summed over the instances of a variant."),
+    ("tasks", "Tasks",
+     "Agents' tasks or rollouts: the CDF of task durations (first call's arrival to last "
+     "answer) and, for rollouts, each wave's makespan with its median trajectory marked."),
     ("over_time", "Load, fleet, latency and rent per window",
      "Per window of timeline.csv: arrival rate and completions; instances serving (solid) and "
      "billed (dashed) with scaling events; TTFT p90 of each window's arrivals against the "

@@ -3,7 +3,7 @@
 Pure functions from `RequestArrays` to text; `write_atomically` puts text in place. Arrival
 times are written from the first request (it arrives at 0): that is what the trace readers and
 the clients do with a trace anyway, and batchsim's own readers then read back exactly the
-numbers written. Three formats:
+numbers written. The formats:
 
 * `csv`: batchsim's trace CSV, `arrival_s,prompt_tokens,output_tokens` (seconds, Python's
   shortest exact float text), read by `workload.trace.format: csv`; read back, the requests are
@@ -30,6 +30,9 @@ numbers written. Three formats:
   workload's. Each content unit starts with its id spelled in digit words, then filler words,
   so prompts share exactly the prefixes the workload's content shares (prefix caching sees the
   same reuse), and a request without shared content is unique from its first words.
+* `weka` and `rollouts`: agents' tasks (calls that wait on each other) as the agentic traces
+  AIPerf, inference-perf, kv-cache-tester and vLLM TPU's RL benchmark replay
+  (`sim.io.agent_export`); every other format refuses them, as it refuses closed loops.
 """
 
 from __future__ import annotations
@@ -37,14 +40,16 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from sim.io.agent_export import AGENT_FORMATS, export_agents
 from sim.workload.arrays import RequestArrays
 
-FORMATS: tuple[str, ...] = ("csv", "mooncake", "vllm-custom")
+FORMATS: tuple[str, ...] = ("csv", "mooncake", "vllm-custom", "weka", "rollouts")
 BLOCK_TOKENS = 512  # AIPerf's default --isl-block-size and the Mooncake traces' block
 # one word per hex digit of a unit's id, and the filler after it (each one token, see above)
 DIGIT_WORDS: tuple[str, ...] = ("zero", "one", "two", "three", "four", "five", "six", "seven",
@@ -197,7 +202,13 @@ def to_vllm_custom(requests: RequestArrays) -> Export:
     return Export("\n".join(lines) + "\n", notes)
 
 
-WRITERS = {"csv": to_csv, "mooncake": to_mooncake, "vllm-custom": to_vllm_custom}
+def _agents(fmt: str) -> Callable[[RequestArrays], Export]:
+    """The writer of agents' tasks in `fmt` (`sim.io.agent_export`)."""
+    return lambda requests: Export(*export_agents(requests, fmt))
+
+
+WRITERS = {"csv": to_csv, "mooncake": to_mooncake, "vllm-custom": to_vllm_custom,
+           "weka": _agents("weka"), "rollouts": _agents("rollouts")}  # fmt: skip
 
 
 def export_text(requests: RequestArrays, fmt: str) -> Export:
@@ -220,6 +231,8 @@ def looks_exported(path: Path, fmt: str) -> bool:
         return False
     if not isinstance(row, dict):
         return False
+    if fmt in AGENT_FORMATS:  # a weka trace, a rollout trajectory
+        return {"block_size", "requests"} <= set(row) if fmt == "weka" else "out_lens" in row
     if fmt == "mooncake":
         return {"timestamp", "input_length", "output_length"} <= set(row) <= {
             "timestamp", "input_length", "output_length", "hash_ids"}  # fmt: skip

@@ -40,3 +40,5 @@ class SummaryContext:
     memory_usd_per_hour: float = 0.0
     # whether an instance decodes speculatively: the summary then has the spec_* metrics
     speculative: bool = False
+    # an agents workload's task target (`slo.task_s`, sim/metrics/tasks.py); None: none
+    slo_task_s: float | None = None

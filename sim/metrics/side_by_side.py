@@ -52,6 +52,13 @@ OPTIONAL_ROWS: tuple[tuple[str, str, float, str], ...] = (
     ("steps off the tables", "profile_extrapolated_steps", 1.0, "{:.0f}"),
     ("workload dropped", "workload_dropped_requests", 1.0, "{:.0f}"),
     ("workload clipped", "workload_clipped_prompts", 1.0, "{:.0f}"),
+    ("tasks finished", "num_tasks_finished", 1.0, "{:.0f}"),  # agents (sim/metrics/tasks.py)
+    ("task p50 s", "task_duration_p50_s", 1.0, "{:.2f}"),
+    ("task p99 s", "task_duration_p99_s", 1.0, "{:.2f}"),
+    ("task SLO attainment %", "task_slo_attainment", 100.0, "{:.1f}"),
+    ("task cache hit %", "task_cache_hit_rate", 100.0, "{:.1f}"),
+    ("wave makespan mean s", "wave_makespan_mean_s", 1.0, "{:.2f}"),  # rollouts
+    ("wave straggler ratio", "wave_straggler_ratio_mean", 1.0, "{:.2f}"),
 )
 # rows shown when some variant has KV tiers below the GPU (`kv_tiers`): where its prefix hits
 # came from (token hit rates that add up to "prefix hit %"), each tier's traffic (GiB = 2**30

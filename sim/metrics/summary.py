@@ -54,6 +54,7 @@ from sim.metrics.request_metrics import (
     refused,
 )
 from sim.metrics.steps import expand_steps, summary_of_totals, totals_by_instance
+from sim.metrics.tasks import task_summary
 from sim.metrics.tiers import tier_summary
 
 __all__ = ["SummaryContext", "expand_steps", "summarize", "weighted_percentile"]
@@ -134,6 +135,8 @@ def _request_summary(requests: pd.DataFrame, ctx: SummaryContext) -> dict[str, f
         )
     )
     out["oldest_wait_s"] = longest(floats(measured, "queue_s"))
+    if len(requests):
+        out.update(task_summary(requests, bounds, ctx.slo_task_s))
     out.update(tier_summary(measured, met))
     return out
 

@@ -82,6 +82,8 @@ class SLOSpec(SLOTargets):
     """Default targets, and per-tier ones (a tier's unset target falls back to the default)."""
 
     tiers: dict[str, SLOTargets] = Field(default_factory=dict)
+    # an agents workload's task done within this many seconds of its start (sim/metrics/tasks.py)
+    task_s: float | None = Field(default=None, gt=0, le=1e9)
 
     def targets(self, tier: str) -> tuple[float | None, float | None]:
         own = self.tiers.get(tier)

@@ -137,6 +137,7 @@ class LiveEngine:
         self._prompt: list[int] = []
         self._output: list[int] = []
         self._source: list[str] = []
+        self._sessions: dict[str, int] = {}  # a client's session label -> its number
         self._pulled = 0
         self.window = ChunkWindow(self._served(), release=True)
         self._blocks: list[pd.DataFrame] = []
@@ -222,12 +223,14 @@ class LiveEngine:
         source_id: str = "",
         arrived_s: float | None = None,
         meter: Meter | None = None,
+        session: str = "",
     ) -> Live:
         """A request arrives now, or at simulated time `arrived_s` when the server saw it
         come in (before reading its body), unless the simulation is already past that: it
         reaches the scheduler `frontend_s` later (the cluster's router decides, or `instance`).
         `content`: its prompt's token ids (prefix caching); `meter` is told of its tokens and
-        its end (`sim.serve.record`)."""
+        its end (`sim.serve.record`); `session`: the client's label of its task or chat ("":
+        none), one number per label for the routers that keep a session on one instance."""
         now = self.now_s()
         target = now if arrived_s is None else min(arrived_s, now)
         if target > self.env.now:
@@ -237,8 +240,9 @@ class LiveEngine:
             raise OverflowError(f"the engine has taken its {self.max_requests} requests")
         at = self.env.now
         ids = content if content is not None else ()
+        label = self._sessions.setdefault(session, len(self._sessions)) if session else -1
         req = Request(
-            rid, at, num_prompt_tokens, max_output_tokens,
+            rid, at, num_prompt_tokens, max_output_tokens, session=label,
             content=ids, content_unit=1 if len(ids) else 0, content_tokens=len(ids),
         )  # fmt: skip
         self._arrival.append(at)

@@ -60,6 +60,9 @@ class Call:
     model: str
     echo: bool = False
     request_id: str = ""  # the client's `request_id` ("": none)
+    # the client's `user` ("": none): an agent's task or a chat's session, what a
+    # session-sticky router keeps on one instance
+    session: str = ""
 
 
 def _int(body: dict[str, Any], name: str, low: int) -> int | None:
@@ -195,7 +198,8 @@ def parse(raw: bytes, *, chat: bool, model: str) -> Call:
         raise BadRequest("stream_options must be an object", "stream_options")
     include = _bool(options, "include_usage") if options else False
     return Call(chat, text, ids, messages, max_tokens, min_tokens, stream, include, model, echo,
-                request_id(body.get("request_id"), "request_id"))
+                request_id(body.get("request_id"), "request_id"),
+                request_id(body.get("user"), "user"))
 
 
 def request_id(value: Any, field: str) -> str:

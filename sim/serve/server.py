@@ -289,7 +289,7 @@ class Endpoint:
             live = server.engine.submit(
                 num_prompt, max_tokens, wake.set, content=ids if len(ids) else None,
                 instance=self.instance, source_id=source, arrived_s=arrived_s,
-                meter=self.metrics,
+                meter=self.metrics, session=call.session,
             )  # fmt: skip
         except Exception as exc:
             raise server.fail(exc) from None

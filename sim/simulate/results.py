@@ -163,6 +163,7 @@ def context_of(
     return SummaryContext(
         slo_ttft_s=spec.slo.ttft_s,
         slo_tpot_s=spec.slo.tpot_s,
+        slo_task_s=spec.slo.task_s,
         slo_tiers=tuple((t, *spec.slo.targets(t)) for t in spec.slo.tiers),
         warmup_s=spec.metrics.warmup_s,
         cooldown_s=spec.metrics.cooldown_s,

@@ -24,9 +24,7 @@ def steps_table(logs: list[StepLog]) -> pd.DataFrame:
     return steps
 
 
-def requests_table(
-    window: ChunkWindow, log: RequestLog, tpot: str = "after_first"
-) -> pd.DataFrame:
+def requests_table(window: ChunkWindow, log: RequestLog, tpot: str = "after_first") -> pd.DataFrame:
     """One row per request the log holds (all of them, in id order, unless streamed): the
     workload's columns (from `window`, which a streamed run lets drop the chunks taken) and the
     run's outcomes; `tpot` is `metrics.tpot`, the definition the tpot_s column follows."""
@@ -64,7 +62,8 @@ def requests_table(
         },
         copy=False,
     )
-    for name in ("source_id", "session"):  # a trace's own request ids; session labels
+    # a trace's own request ids; session labels; an agents workload's type and tool waits
+    for name in ("source_id", "session", "agent", "wait_s", "wave"):
         if name in work:
             df[name] = work[name]
     df["queue_s"] = df["first_scheduled_s"] - df["arrival_s"]

@@ -105,11 +105,13 @@ def _edits(scenario: ScenarioSet, field: tuple[str, ...], values: dict[str, Any]
 
 
 def _needs_tables(scenario: ScenarioSet) -> bool:
-    """Whether a run keeps its tables even summarised: a closed loop (sessions, clients, or a
-    trace's sessions) with a cooldown cannot be streamed (`sim.simulate`)."""
+    """Whether a run keeps its tables even summarised: a closed loop (sessions, clients, agents,
+    rollouts, or a trace's sessions) with a cooldown cannot be streamed (`sim.simulate`)."""
     for v in scenario.variants:
         workload = v.spec.workload
-        loop = workload.sessions is not None or workload.clients is not None
+        loop = any(
+            getattr(workload, k) is not None for k in ("sessions", "clients", "agents", "rollouts")
+        )
         if v.spec.metrics.cooldown_s and (loop or workload.trace is not None):
             return True
     return False

@@ -75,8 +75,9 @@ def _trace_windows(
         times = read_mooncake(path).arrival_s
     elif trace.format in MEASURED_FORMATS:
         fmt = None if trace.format == "measured" else trace.format
-        times = read_measured(path, fmt, benchmark=trace.benchmark,
-                              drop_duplicates=trace.drop_duplicates).arrival_s
+        times = read_measured(
+            path, fmt, benchmark=trace.benchmark, drop_duplicates=trace.drop_duplicates
+        ).arrival_s
     else:
         times = read_trace(path, cast(TraceFileFormat, trace.format)).arrival_s
     end = math.inf if trace.end_s is None else trace.end_s
@@ -116,6 +117,15 @@ def _closed_loop(workload: Any, rate: float | None) -> ScenarioError:
             "and lengths, or a trace)",
             path="workload.clients",
         )
+    kind = "an agents" if workload.agents is not None else "a rollouts"
+    if workload.agents is not None or workload.rollouts is not None:
+        return ScenarioError(
+            f"a search serves a rate of requests, and {kind} workload has none: each later "
+            "call of a task arrives after the calls it waits for (a closed loop), so the request "
+            f"rate depends on the fleet; {flag}. Search an open-loop workload (arrival and "
+            "lengths, or a trace)",
+            path=f"workload.{kind.split()[1]}",
+        )
     return ScenarioError("the workload has no arrival rate", path="workload.arrival")
 
 
@@ -131,6 +141,14 @@ def _rates(
         )
     workload = resolved.spec.workload
     windows: tuple[tuple[float, float], ...] = ()
+    if workload.trace is not None and workload.trace.format in ("weka", "rollouts"):
+        raise ScenarioError(
+            f"a search serves a rate of requests, and a {workload.trace.format} trace has none: "
+            "each later call of a task arrives after the calls it waits for (a closed loop), "
+            "so the request rate depends on the fleet. Search an open-loop workload (arrival "
+            "and lengths, or a trace of arrival times)",
+            path="workload.trace.format",
+        )
     if workload.trace is not None:
         windows, size = _trace_windows(resolved, seeds)
         own = windows[0][1] * workload.trace.rate_scale

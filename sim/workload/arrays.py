@@ -11,16 +11,20 @@ import numpy as np
 class Content:
     """What requests' tokens are, for prefix caching: request i's tokens are described, one
     content id per `unit` tokens, by `ids[offsets[i]:offsets[i + 1]]` (equal ids: equal tokens),
-    up to its first `tokens[i]` tokens (its prompt; in a session also its answer)."""
+    up to its first `tokens[i]` tokens (its prompt; in a session also its answer). With
+    `stops`, request i's ids are `ids[offsets[i]:stops[i]]` instead: the calls of one agent's
+    context are views of that context's ids, each as far as its tokens reach."""
 
     ids: np.ndarray  # int64, flat
     offsets: np.ndarray  # int64, n + 1
     unit: int
     tokens: np.ndarray  # int64, per request
+    stops: np.ndarray | None = None  # int64, n: where each request's ids end (None: offsets)
 
     def of(self, i: int) -> np.ndarray:
         """Request i's content ids (a read-only view)."""
-        return self.ids[self.offsets[i] : self.offsets[i + 1]]
+        stop = self.offsets[i + 1] if self.stops is None else self.stops[i]
+        return self.ids[self.offsets[i] : stop]
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,17 @@ class Sessions:
 
     session: np.ndarray  # int64 per request
     next_turn: np.ndarray | None = None  # int64 per request
-    think_s: np.ndarray | None = None  # float64 per request: the wait before its next turn
+    think_s: np.ndarray | None = None  # float64 per request (per node): the wait before it
     names: np.ndarray | None = None  # a trace's session ids by label (None: the labels)
+    # a task graph (agents, sim.workload.agents): node i's successors are
+    # `successors[successor_offsets[i]:successor_offsets[i + 1]]`, and a node arrives its
+    # `think_s` after the last of its `needs` predecessors ended (None: `next_turn` alone).
+    # Nodes 0..n-1 are the requests; any after them are gates (a wave's barrier: it passes
+    # on, `think_s` after the last node it waits for ended, to the nodes waiting on it).
+    successor_offsets: np.ndarray | None = None  # int64, nodes + 1
+    successors: np.ndarray | None = None  # int64
+    needs: np.ndarray | None = None  # int64 per node: its predecessors
+    wave: np.ndarray | None = None  # int64 per request: a rollout's wave (None: no waves)
 
     def labels_of(self, ids: np.ndarray) -> np.ndarray:
         """The session of each of `ids` as the requests table shows it."""

@@ -14,7 +14,9 @@ trying to allocate terabytes or swapping for an hour: at load time what no run c
 when a run with tables starts, what its tables could not. Closed-loop `clients` send
 `num_requests`, or `num_clients x requests_per_client` if smaller, a count known from the spec;
 `sessions` send their sessions' turns (sessions by `num_sessions` or the session arrival rate
-times `duration_s`, times the mean of `turns`).
+times `duration_s`, times the mean of `turns`); `agents` every call of their tasks (the mean
+task's calls by its types' weights: its turns, and each fork's subagents' turns); `rollouts`
+every turn of every trajectory of every wave.
 
 Content ids (prefix caching: one int64 per `UNIT_TOKENS` tokens of each request, and the
 temporaries that build them) are counted too: for a `shared_prefix` every prompt grows by its
@@ -36,6 +38,7 @@ import json
 import math
 import os
 
+from sim.workload.agents_spec import MAX_SUBAGENTS
 from sim.workload.rate_profile import inline_curve
 from sim.workload.spec import (
     MAX_TOKENS,
@@ -108,8 +111,64 @@ def expected_sessions(spec: WorkloadSpec) -> tuple[float, str] | None:
     return _by_rate(count, "workload.sessions.num_sessions", s.arrival, spec.duration_s)
 
 
+def expected_tasks(spec: WorkloadSpec) -> tuple[float, str] | None:
+    """(tasks an agents workload runs, the key that bounds it); None for other kinds."""
+    a = spec.agents
+    if a is None:
+        return None
+    count = math.inf if a.num_tasks is None else float(a.num_tasks)
+    if a.arrival is None:
+        return count, "workload.agents.num_tasks"
+    return _by_rate(count, "workload.agents.num_tasks", a.arrival, spec.duration_s)
+
+
+def _agent_shape(spec: WorkloadSpec) -> tuple[float, float]:
+    """(calls, content ids) of a mean task of an agents workload, its types by weight: the
+    ids count once per context (sim.workload.agents)."""
+    assert spec.agents is not None
+    calls = units = 0.0
+    total = sum(t.weight for t in spec.agents.types)
+    for t in spec.agents.types:
+        turns = mean_length(t.turns)
+        out, tool = mean_length(t.output_tokens), mean_length(t.tool_result_tokens)
+        main = t.system_tokens + mean_length(t.task_tokens) + turns * out + (turns - 1) * tool
+        own_calls, contexts = turns, main
+        if (s := t.subagents) is not None:
+            subs = (turns - 1) * s.probability * min(mean_length(s.count), MAX_SUBAGENTS)
+            sub_turns = mean_length(s.turns)
+            own_calls += subs * sub_turns
+            per_tool = mean_length(s.output_tokens) + mean_length(s.tool_result_tokens)
+            sub_context = main / 2 + mean_length(s.task_tokens) + sub_turns * per_tool
+            contexts += subs * (sub_context + mean_length(s.result_tokens))
+        calls += t.weight / total * own_calls
+        units += t.weight / total * (contexts / CONTENT_UNIT_TOKENS + own_calls)
+    return calls, units
+
+
+def _rollout_shape(spec: WorkloadSpec) -> tuple[float, float]:
+    """(calls, content ids) of a rollouts workload: every turn of every trajectory; the ids of
+    each trajectory's context once."""
+    r = spec.rollouts
+    assert r is not None
+    trajectories = float(r.num_waves) * r.groups_per_wave * r.group_size
+    turns = mean_length(r.turns)
+    per_turn = mean_length(r.output_tokens) + mean_length(r.observation_tokens)
+    context = r.system_tokens + mean_length(r.prompt_tokens) + turns * per_turn
+    return trajectories * turns, trajectories * (context / CONTENT_UNIT_TOKENS + turns)
+
+
 def expected_requests(spec: WorkloadSpec) -> tuple[float, str] | None:
     """(requests the workload will have, the key that bounds it); None for a trace."""
+    if spec.rollouts is not None:
+        r = spec.rollouts
+        turns = mean_length(r.turns)
+        many = turns > float(r.num_waves) * r.groups_per_wave * r.group_size
+        return _rollout_shape(spec)[0], f"workload.rollouts.{'turns' if many else 'num_waves'}"
+    tasks = expected_tasks(spec)
+    if tasks is not None:  # every call of every task is a request
+        calls, _ = _agent_shape(spec)
+        key = tasks[1] if calls <= tasks[0] else "workload.agents.types"
+        return tasks[0] * calls, key
     sessions = expected_sessions(spec)
     if sessions is not None and spec.sessions is not None:  # every turn is a request
         turns = mean_length(spec.sessions.turns)
@@ -132,6 +191,11 @@ def expected_content_units(spec: WorkloadSpec) -> tuple[float, str] | None:
     requests = expected_requests(spec)
     if requests is None:
         return None
+    tasks = expected_tasks(spec)
+    if tasks is not None:
+        return tasks[0] * _agent_shape(spec)[1], "workload.agents.types"
+    if spec.rollouts is not None:
+        return _rollout_shape(spec)[1], "workload.rollouts.num_waves"
     prefix = 0.0
     if spec.shared_prefix is not None:
         prefix = spec.shared_prefix.fraction * mean_length(spec.shared_prefix.length)
@@ -224,15 +288,21 @@ def memory_problem(
             f"the requests' content ids (prefix caching: one per {CONTENT_UNIT_TOKENS} tokens "
             f"of each prompt; about {units:.3g}{variants}) need an estimated {_size(needed)} "
             f"of memory; this machine has {_size(memory)}: shorten the prompts, system prompts "
-            "or sessions, or send fewer requests"
+            "or sessions, the tasks' contexts, or send fewer requests"
         )
     (count, key), regenerated = max((s, g) for s, g in sized if s is not None)
     if regenerated:
         per_request = GENERATED_BYTES_PER_REQUEST
     what = f"about {count:.3g} requests" if key.endswith("duration_s") else f"{count:.0f} requests"
+    pairs = [(s[0], w) for (s, _), w in zip(sized, workloads, strict=True) if s is not None]
+    biggest = max(pairs, key=lambda pair: pair[0])[1]
     advice = "lower num_requests or duration_s"
-    if key.startswith("workload.sessions"):
+    if biggest.sessions is not None:
         advice = "lower sessions.num_sessions, sessions.turns or duration_s"
+    if biggest.agents is not None:
+        advice = "lower agents.num_tasks, the types' turns and subagents, or duration_s"
+    if biggest.rollouts is not None:
+        advice = "lower rollouts.num_waves, groups_per_wave, group_size or turns"
     if tables:
         advice += ", or stream the summary (batchsim run --stream, simulate(tables=False))"
     return key, (
@@ -248,6 +318,18 @@ def _refusal(what: str, needed: float) -> str | None:
     if memory is None or needed <= memory:
         return None
     return f"{what} need an estimated {_size(needed)} of memory; this machine has {_size(memory)}"
+
+
+# a task graph's call while it is drawn: seven Python list entries (the ints and the float
+# behind them), its edges and its share of the contexts (sim/workload/task_graph.py): 2
+# million calls peak at about 740 MB
+GRAPH_BYTES_PER_CALL = 400
+
+
+def calls_problem(count: int) -> str | None:
+    """The reason `count` calls of a task graph, drawn so far, cannot be held while the rest
+    is drawn; None when they can."""
+    return _refusal(f"{count} calls drawn so far", float(count) * GRAPH_BYTES_PER_CALL)
 
 
 def requests_problem(count: int) -> str | None:

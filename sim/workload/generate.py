@@ -25,15 +25,19 @@ import pandas as pd
 
 from sim.errors import ScenarioError
 from sim.measured import read_measured
+from sim.workload.agent_traces import read_rollouts
+from sim.workload.agents import generate_agents
 from sim.workload.arrays import Content, RequestArrays, Sessions
 from sim.workload.clients import generate_clients
 from sim.workload.content import shared_prompt_prefix
 from sim.workload.lengths import TraceCache
 from sim.workload.mooncake import UNIT_TOKENS, read_mooncake
+from sim.workload.rollouts import generate_rollouts
 from sim.workload.sessions import generate_sessions
 from sim.workload.spec import MEASURED_FORMATS, TraceSpec, WorkloadSpec
 from sim.workload.stream import Workload, concat, iter_requests
 from sim.workload.traces import TraceFileFormat, read_trace, resolve_path
+from sim.workload.weka_trace import read_weka
 
 GENERATE_CHUNK = 1 << 20  # requests drawn at a time when a workload is generated whole
 
@@ -50,6 +54,10 @@ def generate_requests(
         return _from_trace(spec, spec.trace, base_dir, max_model_len)
     if spec.sessions is not None:
         return generate_sessions(spec, rng, TraceCache(base_dir))
+    if spec.agents is not None:
+        return generate_agents(spec, rng, TraceCache(base_dir))
+    if spec.rollouts is not None:
+        return generate_rollouts(spec, rng, TraceCache(base_dir))
     if spec.clients is not None:
         return generate_clients(spec, rng, TraceCache(base_dir))
     return concat(iter_requests(spec, rng, base_dir, chunk=GENERATE_CHUNK))
@@ -75,6 +83,10 @@ def _from_trace(
     spec: WorkloadSpec, trace: TraceSpec, base_dir: Path, max_model_len: int | None
 ) -> RequestArrays:
     path = resolve_path(trace.path, base_dir)
+    if trace.format == "weka":  # agents' traces: task graphs
+        return read_weka(spec, trace, path)
+    if trace.format == "rollouts":
+        return read_rollouts(spec, trace, path)
     content: Content | None = None
     sessions: Sessions | None = None
     tier_index: np.ndarray | None = None

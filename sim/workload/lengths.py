@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.workload.dists import RequestTraceFormat
 from sim.workload.mooncake import read_mooncake
 from sim.workload.spec import (
     MAX_TOKENS,
@@ -23,7 +24,6 @@ from sim.workload.spec import (
     FixedLength,
     LengthDist,
     LognormalLength,
-    TraceFormat,
     UniformLength,
 )
 from sim.workload.traces import TraceData, read_trace, resolve_path
@@ -40,7 +40,7 @@ class TraceCache:
         self.base_dir = base_dir
         self._traces: dict[tuple[Path, str], TraceData] = {}
 
-    def get(self, path: str, fmt: TraceFormat) -> TraceData:
+    def get(self, path: str, fmt: RequestTraceFormat) -> TraceData:
         resolved = resolve_path(path, self.base_dir)
         key = (resolved, fmt)
         if key not in self._traces:

@@ -22,11 +22,32 @@ and validated without touching the file system.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, model_validator
 
-from sim.inputs.strict_model import StrictModel
+from sim.workload.agents_spec import AgentsSpec, AgentType, RolloutsSpec, SubagentSpec
+from sim.workload.dists import (
+    MAX_TOKENS,
+    MEASURED_FORMATS,
+    ArrivalSpec,
+    ConstantArrival,
+    DelayDist,
+    EmpiricalLength,
+    ExponentialDelay,
+    FixedDelay,
+    FixedLength,
+    GammaArrival,
+    LengthDist,
+    LognormalLength,
+    MeasuredFormat,
+    PoissonArrival,
+    ProfileArrival,
+    TraceFormat,
+    UniformDelay,
+    UniformLength,
+    _Strict,
+)
 from sim.workload.rate_spec import (
     MAX_PROFILE_POINTS,
     MAX_PROFILE_RATE,
@@ -45,167 +66,46 @@ from sim.workload.rate_spec import (
     points_problem,
 )
 
-__all__ = [  # the rate profiles live in sim.workload.rate_spec; importers find them here too
+# the building blocks live in sim.workload.dists, sim.workload.agents_spec and
+# sim.workload.rate_spec; importers find them here too
+__all__ = [
     "MAX_PROFILE_POINTS",
     "MAX_PROFILE_RATE",
     "MAX_PROFILE_SPIKES",
     "MAX_PROFILE_TIME_S",
+    "MAX_TOKENS",
+    "MEASURED_FORMATS",
+    "AgentType",
+    "AgentsSpec",
+    "ArrivalSpec",
+    "ConstantArrival",
+    "DelayDist",
     "DiurnalRate",
+    "EmpiricalLength",
+    "ExponentialDelay",
+    "FixedDelay",
+    "FixedLength",
+    "GammaArrival",
+    "LengthDist",
+    "LognormalLength",
+    "MeasuredFormat",
     "PiecewiseRate",
+    "PoissonArrival",
+    "ProfileArrival",
     "ProfileRate",
     "ProfileTime",
     "RampRate",
     "RateProfile",
+    "RolloutsSpec",
     "Spike",
     "SpikesRate",
+    "SubagentSpec",
+    "TraceFormat",
+    "UniformDelay",
+    "UniformLength",
     "point_problem",
     "points_problem",
 ]
-
-TraceFormat = Literal["azure", "csv", "mooncake"]
-# measured runs of real engines replayed as traces (sim.measured reads them)
-MeasuredFormat = Literal["vllm_otlp", "vllm_bench", "guidellm", "aiperf", "batchsim", "measured"]
-MEASURED_FORMATS = ("vllm_otlp", "vllm_bench", "guidellm", "aiperf", "batchsim", "measured")
-# Longest prompt or output a length may ask for: far beyond any model's context, yet small enough
-# that token sums stay exact in int64 and float64 arithmetic.
-MAX_TOKENS = 2**31 - 1
-
-
-class _Strict(StrictModel):
-    pass
-
-
-# --- length distributions (token counts are ints >= 1) ---------------------------------------
-
-
-class FixedLength(_Strict):
-    """Every request gets exactly `value` tokens."""
-
-    dist: Literal["fixed"]
-    value: int = Field(ge=1, le=MAX_TOKENS)
-
-
-class UniformLength(_Strict):
-    """Integers drawn uniformly from `low..high`, both ends inclusive."""
-
-    dist: Literal["uniform"]
-    low: int = Field(ge=1, le=MAX_TOKENS)
-    high: int = Field(ge=1, le=MAX_TOKENS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformLength:
-        if self.low > self.high:
-            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
-        return self
-
-
-class LognormalLength(_Strict):
-    """`exp(N(ln median, sigma))`, rounded to the nearest integer and clipped to [min, max]."""
-
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0, le=MAX_TOKENS)
-    sigma: float = Field(ge=0, le=20)  # exp(20) is already a factor of 5e8
-    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
-    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> LognormalLength:
-        if self.max is not None and self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
-        return self
-
-
-class EmpiricalLength(_Strict):
-    """Resample with replacement from one column of a trace file."""
-
-    dist: Literal["empirical"]
-    path: str = Field(min_length=1)
-    format: TraceFormat = "csv"
-    column: Literal["prompt", "output"]
-
-
-LengthDist = Annotated[
-    FixedLength | UniformLength | LognormalLength | EmpiricalLength,
-    Field(discriminator="dist"),
-]
-
-
-# --- arrival processes (rate in requests per second) ----------------------------------------
-
-
-class PoissonArrival(_Strict):
-    """Exponential inter-arrival times with mean `1 / rate`."""
-
-    process: Literal["poisson"]
-    rate: float = Field(gt=0)
-
-
-class GammaArrival(_Strict):
-    """Gamma inter-arrival times with mean `1 / rate` and coefficient of variation `cv`.
-
-    `cv = 1` is a Poisson process; larger values give bursts separated by lulls.
-    """
-
-    process: Literal["gamma"]
-    rate: float = Field(gt=0)
-    # beyond these the gamma shape 1/cv^2 under- or overflows
-    cv: float = Field(ge=1e-3, le=1e3)
-
-
-class ConstantArrival(_Strict):
-    """Evenly spaced arrivals `1 / rate` apart, the first at t = 0."""
-
-    process: Literal["constant"]
-    rate: float = Field(gt=0)
-
-
-class ProfileArrival(_Strict):
-    """A Poisson process whose rate changes with time (non-homogeneous): `rate` is a profile,
-    multiplied by `scale` (a sweep moves the whole profile's level with it). Every profile
-    stays flat at its last rate after its end (a diurnal one repeats); one that ends at 0
-    needs the workload's `duration_s`."""
-
-    process: Literal["profile"]
-    rate: RateProfile
-    scale: float = Field(default=1.0, gt=0, le=1e6)
-
-    def ends(self) -> bool:
-        """Whether the rate falls to 0 for good (known without reading a csv)."""
-        return self.rate.tail_rate() == 0
-
-
-ArrivalSpec = Annotated[
-    PoissonArrival | GammaArrival | ConstantArrival | ProfileArrival,
-    Field(discriminator="process"),
-]
-
-
-# --- think times (seconds) --------------------------------------------------------------------
-
-
-class FixedDelay(_Strict):
-    dist: Literal["fixed"]
-    value_s: float = Field(ge=0, le=1e9)
-
-
-class ExponentialDelay(_Strict):
-    dist: Literal["exponential"]
-    mean_s: float = Field(gt=0, le=1e9)
-
-
-class UniformDelay(_Strict):
-    dist: Literal["uniform"]
-    low_s: float = Field(ge=0, le=1e9)
-    high_s: float = Field(ge=0, le=1e9)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> UniformDelay:
-        if self.low_s > self.high_s:
-            raise ValueError(f"low_s ({self.low_s}) must be <= high_s ({self.high_s})")
-        return self
-
-
-DelayDist = Annotated[FixedDelay | ExponentialDelay | UniformDelay, Field(discriminator="dist")]
 
 
 # --- content: shared prefixes and multi-turn sessions (prefix caching) ----------------------
@@ -356,6 +256,10 @@ class WorkloadSpec(_Strict):
     sessions: SessionSpec | None = None
     # closed-loop benchmark clients (N concurrent clients) instead of an arrival process
     clients: ClientsSpec | None = None
+    # agents' tasks: graphs of calls with tool waits and subagents (sim.workload.agents_spec)
+    agents: AgentsSpec | None = None
+    # RL rollouts: groups of trajectories in waves (sim.workload.agents_spec)
+    rollouts: RolloutsSpec | None = None
 
     def tier_names(self) -> list[str] | None:
         """The tiers requests can carry, in first-use order; None for a trace tier column."""
@@ -377,12 +281,16 @@ class WorkloadSpec(_Strict):
             given = [key for key, value in synthetic.items() if value is not None]
             if self.tier != "default":
                 given.append("tier (use trace.tier_column)")
-            for key in ("sessions", "shared_prefix", "clients"):
+            for key in ("sessions", "shared_prefix", "clients", "agents", "rollouts"):
                 if getattr(self, key) is not None:
                     given.append(key)
             if given:
                 raise ValueError(f"'trace' cannot be combined with {', '.join(given)}")
             return self
+        if self.rollouts is not None:
+            return self._rollouts_consistent(synthetic)
+        if self.agents is not None:
+            return self._agents_consistent(synthetic)
         if self.clients is not None:
             return self._clients_consistent(synthetic)
         if self.sessions is not None:
@@ -421,6 +329,47 @@ class WorkloadSpec(_Strict):
                 "be "
                 "reached (the arrivals stop at duration_s)",
             )
+
+    def _rollouts_consistent(self, synthetic: Mapping[str, object]) -> WorkloadSpec:
+        given = [key for key, value in synthetic.items() if value is not None]
+        for key in ("sessions", "clients", "shared_prefix", "agents"):
+            if getattr(self, key) is not None:
+                given.append(key)
+        if self.num_requests is not None:
+            given.append("num_requests")
+        if self.duration_s is not None:
+            given.append("duration_s")
+        if given:
+            raise ValueError(
+                f"'rollouts' cannot be combined with {', '.join(given)} (its waves, groups and "
+                "lengths say what it sends)"
+            )
+        return self
+
+    def _agents_consistent(self, synthetic: Mapping[str, object]) -> WorkloadSpec:
+        assert self.agents is not None
+        given = [key for key, value in synthetic.items() if value is not None]
+        for key in ("sessions", "clients", "shared_prefix"):
+            if getattr(self, key) is not None:
+                given.append(key)
+        if given:
+            raise ValueError(
+                f"'agents' cannot be combined with {', '.join(given)} (each agent type has its "
+                "own lengths and system prompt)"
+            )
+        if self.num_requests is not None:
+            raise ValueError("agents stop after 'agents.num_tasks' tasks, not a request count")
+        a = self.agents
+        if a.arrival is not None:
+            if a.num_tasks is None and self.duration_s is None:
+                raise ValueError("agents' tasks need 'agents.num_tasks' and/or 'duration_s'")
+            self._profile_end(a.arrival, "agents.arrival", "agents.num_tasks")
+        elif self.duration_s is not None:
+            raise ValueError(
+                "'agents.concurrency' agents stop after 'agents.num_tasks' tasks, not a "
+                "duration: leave out 'duration_s'"
+            )
+        return self
 
     def _clients_consistent(self, synthetic: Mapping[str, object]) -> WorkloadSpec:
         assert self.clients is not None

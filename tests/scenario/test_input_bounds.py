@@ -52,6 +52,20 @@ def sessions(**changes: Any) -> dict[str, Any]:
 
 SYSTEM_PROMPT_2_31 = {"num_prefixes": 1, "length": {"dist": "fixed", "value": 2**31 - 1}}
 CLIENTS = {"num_clients": 4, "prompt_tokens": UNIFORM, "output_tokens": UNIFORM}
+FIXED_8 = {"dist": "fixed", "value": 8}
+NO_WAIT = {"dist": "fixed", "value_s": 0.0}
+AGENT = {"name": "a", "system_tokens": 0, "task_tokens": FIXED_8, "turns": FIXED_8,
+         "tool_result_tokens": FIXED_8, "output_tokens": FIXED_8, "tool_time": NO_WAIT}
+
+
+def agents(**changes: Any) -> dict[str, Any]:
+    return {"arrival": POISSON, "num_tasks": 100, "types": [AGENT], **changes}
+
+
+def rollouts(**changes: Any) -> dict[str, Any]:
+    return {"num_waves": 2, "groups_per_wave": 4, "group_size": 4, "prompt_tokens": FIXED_8,
+            "turns": FIXED_8, "output_tokens": FIXED_8, "observation_tokens": FIXED_8,
+            **changes}  # fmt: skip
 SYNTHETIC = {"arrival": POISSON, "prompt_tokens": UNIFORM, "output_tokens": UNIFORM}
 MIX = [{"name": "a", "weight": 1.0, "prompt_tokens": UNIFORM, "output_tokens": UNIFORM}]
 
@@ -92,6 +106,15 @@ HUGE: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {
         "workload.clients.requests_per_client",
         {"clients": {**CLIENTS, "requests_per_client": 10}},
     ),
+    "agents": (
+        {"agents": agents(num_tasks=10**8)}, "workload.agents.num_tasks",
+        {"agents": agents()},
+    ),
+    "rollouts": (
+        {"rollouts": rollouts(num_waves=10**6, groups_per_wave=100, group_size=100)},
+        "workload.rollouts.num_waves",
+        {"rollouts": rollouts()},
+    ),
     # traces are bounded by their file: the spec has no size, the file's counts are checked
     # where they are built (test_a_trace_whose_prompts_make_too_many_content_ids...)
     "trace": ({"trace": {"path": "t.csv"}}, "", {"trace": {"path": "t.csv"}}),
@@ -107,7 +130,21 @@ EXTRA_HUGE: list[tuple[dict[str, Any], str]] = [
      "workload.shared_prefix.length"),
     ({"num_requests": 100, "arrival": POISSON, "mix": MIX, "shared_prefix": SYSTEM_PROMPT_2_31},
      "workload.shared_prefix.length"),
+    ({"agents": agents(types=[{**AGENT, "system_tokens": 2**31 - 1}])}, "workload.agents.types"),
+    ({"agents": agents(types=[{**AGENT, "turns": {"dist": "fixed", "value": 10**7}}])},
+     "workload.agents.types"),
+    ({"rollouts": rollouts(system_tokens=2**31 - 1)}, "workload.rollouts.num_waves"),
 ]  # fmt: skip
+
+
+def test_agent_and_rollout_estimates_are_exact_on_fixed_lengths() -> None:
+    spec = WorkloadSpec.model_validate({"agents": agents()})
+    assert expected_requests(spec) == (800.0, "workload.agents.num_tasks")  # 100 tasks x 8
+    # one context a task: 8 task tokens + 8 answers of 8 + 7 tool results of 8 = 128 tokens
+    # (8 units) and a unit more per call for its partial last unit
+    assert expected_content_units(spec) == (100 * (128 / 16 + 8), "workload.agents.types")
+    spec = WorkloadSpec.model_validate({"rollouts": rollouts()})
+    assert expected_requests(spec) == (2 * 4 * 4 * 8, "workload.rollouts.num_waves")
 
 
 def _model_fields(model: type[BaseModel]) -> set[str]:

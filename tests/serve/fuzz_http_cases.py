@@ -191,6 +191,8 @@ def id_cases() -> list[HttpCase]:
     for k, value in enumerate(['"\\udcff"', '"a\\ud800b"', "5", "[1]", "{}", "true"]):
         body = b'{"prompt": "x", "max_tokens": 2, "request_id": %b}' % value.encode()
         out.append(_case(f"id-body-{k}", request(COMPLETIONS, body), 400, param="request_id"))
+        body = b'{"prompt": "x", "max_tokens": 2, "user": %b}' % value.encode()  # a session
+        out.append(_case(f"user-body-{k}", request(COMPLETIONS, body), 400, param="user"))
     return out
 
 

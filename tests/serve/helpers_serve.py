@@ -30,10 +30,12 @@ class Clock:
 
 
 def live_run(raw: dict[str, Any], arrivals: list[tuple[float, int, int]], speed: float = 1.0,
-             aborts: dict[int, float] | None = None) -> Any:  # fmt: skip
+             aborts: dict[int, float] | None = None,
+             sessions: list[str] | None = None) -> Any:  # fmt: skip
     """Serve `arrivals` (simulated time, prompt, output tokens) on a hand-set clock at
     `speed`, aborting request i at simulated time `aborts[i]`, stepping the clock to every
-    instant the engine names; the requests table."""
+    instant the engine names; each request with its client's session label (`sessions[i]`,
+    the body's `user`); the requests table."""
     clock = Clock()
     engine = LiveEngine(load_scenario_dict(raw).variants[0], speed=speed, clock=clock)
     aborts = dict(aborts or {})
@@ -47,7 +49,8 @@ def live_run(raw: dict[str, Any], arrivals: list[tuple[float, int, int]], speed:
         clock.t = engine.wall_of(t)
         if kind == 0:
             _, prompt, output = arrivals[i]
-            lives[i] = engine.submit(prompt, output, lambda: None)
+            label = sessions[i] if sessions is not None else ""
+            lives[i] = engine.submit(prompt, output, lambda: None, session=label)
         else:
             engine.advance()
             engine.abort(lives[i])

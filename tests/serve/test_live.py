@@ -53,6 +53,17 @@ def test_a_fleet_behind_one_endpoint_routes_as_run_does() -> None:
     )
 
 
+def test_a_session_sticky_fleet_keeps_a_clients_session_on_one_instance() -> None:
+    # an agent's calls carry its task in the body's `user`: they stay where the first went
+    fleet = {"router": "session_sticky", "instances": [{"count": 3}]}
+    labels = ["task-a", "task-b", "task-a", "", "task-c", "task-b", "task-a", ""]
+    table = live_run(scenario(profile=None, cluster=fleet), ARRIVALS, sessions=labels)
+    where = {label: set(table.loc[[i for i, x in enumerate(labels) if x == label], "instance"])
+             for label in set(labels) if label}  # fmt: skip
+    assert all(len(instances) == 1 for instances in where.values())
+    assert len(set().union(*where.values())) > 1  # different tasks spread over the fleet
+
+
 def test_aborted_requests_leave_at_a_boundary_and_free_their_blocks() -> None:
     raw = scenario(profile=None)
     table = live_run(raw, ARRIVALS, aborts={1: 0.05, 6: 0.9})  # running, and still queued

@@ -551,7 +551,7 @@ def test_a_search_whose_every_configuration_is_set_aside_says_so(
     assert "no configuration of the space meets" not in printed
 
 
-@pytest.mark.parametrize("kind", ["sessions", "clients"])
+@pytest.mark.parametrize("kind", ["sessions", "clients", "agents", "rollouts"])
 def test_a_closed_loop_workload_explains_why_rate_does_not_apply(kind: str) -> None:
     case = {c.id: c for c in search_cases()}[f"search-{kind}-rate"]
     scenario = yaml.safe_load(case.files["s.yaml"])
