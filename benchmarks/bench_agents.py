@@ -8,8 +8,10 @@ Three runs of the same calls, each in a fresh process (so peak RSS is its own):
 - `replayed`: the same calls open loop, at the times they arrived in `agents`, with the same
   content ids (prefix caching sees the same reuse): what the task graph and its closed loop
   add;
-- `plain`: the same arrivals and lengths with no content (every token its own): what prefix
-  caching over long shared contexts adds on top.
+- `unique`: the same arrivals and lengths, prefix caching on, every call's content its own (a
+  plain workload that caches: each call's blocks are still looked up, registered and freed);
+- `plain`: the same arrivals and lengths with no content (every token its own, nothing to
+  look up): what prefix caching over long contexts adds on top.
 
 `us/req` is the wall time per simulated request. Llama-3-8B on one H100 (its default step
 model), chunked prefill with prefix caching, behind `--instances` instances (least-load).
@@ -62,6 +64,11 @@ if way != "agents":  # the same calls, open loop at the times they arrived in th
     first = run_variant(resolved, arrays).requests.sort_values("id")
     order = np.argsort(first["arrival_s"].to_numpy(), kind="stable")
     content = None
+    if way == "unique":  # every call's own units, as long as its prompt and answer
+        from sim.workload.content import build_content
+        none = np.full(len(order), -1, dtype=np.int64)
+        content = build_content(none, np.zeros(len(order), dtype=np.int64),
+                                arrays.content.tokens[order].copy())
     if way == "replayed":
         c = arrays.content
         pieces = [c.of(int(i)) for i in order]
@@ -108,7 +115,7 @@ def main() -> None:
     rate = args.rate if args.rate is not None else 0.5 * args.instances
     raw = scenario(args.tasks, rate, args.instances)
     rows = {}
-    for way in ("agents", "replayed", "plain"):
+    for way in ("agents", "replayed", "unique", "plain"):
         out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(raw), way],
                              check=True, capture_output=True, text=True)  # fmt: skip
         rows[way] = json.loads(out.stdout.strip().splitlines()[-1])

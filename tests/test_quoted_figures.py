@@ -232,3 +232,14 @@ def test_stored_runs_are_what_this_core_computes_now() -> None:
 
 def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_ci_installs_the_libraries_the_stored_runs_were_keyed_with() -> None:
+    # a release upstream changes a library's version, and so every stored run's key: CI pins
+    # each library the key names (tests/quoted_runs.py LIBRARIES) to the stored version
+    from quoted_runs import LIBRARIES
+
+    text = (Path(__file__).parent.parent / ".ci" / "constraints.txt").read_text()
+    pins = dict(line.split("==") for line in text.splitlines() if "==" in line)
+    assert set(pins) == set(LIBRARIES)
+    assert ".ci/constraints.txt" in (Path(__file__).parent.parent / ".ci" / "run").read_text()
