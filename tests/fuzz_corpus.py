@@ -47,8 +47,13 @@ BASE: dict[str, Any] = scenario(
 )
 
 
+# libyaml's emitter where PyYAML has it: the same text as the pure-Python one, ten times faster
+# (the corpus dumps thousands of scenarios while the suite is collected)
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def dump(raw: Any) -> bytes:
-    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True).encode()
+    return yaml.dump(raw, Dumper=DUMPER, sort_keys=False, allow_unicode=True).encode()
 
 
 def edited(path: str, value: Any, raw: dict[str, Any] | None = None) -> dict[str, Any]:
