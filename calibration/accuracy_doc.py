@@ -70,7 +70,7 @@ def spread_rows(points: pd.DataFrame) -> list[str]:
 
 def pd_section(path: Path) -> list[str]:
     """docs/accuracy.md's section on the prefill/decode-disaggregated and MTP points, from
-    `calibration/training/pd_judged.csv` (`python -m calibration.published_pd --write`), or
+    `calibration/training/pd_judged.csv` (written by `python -m calibration.fit_unit_costs`), or
     nothing when that file is absent."""
     if not path.is_file():
         return []
@@ -78,30 +78,44 @@ def pd_section(path: Path) -> list[str]:
     skipped = table[table["not_simulated"].notna()] if "not_simulated" in table else table[:0]
     done = table.drop(skipped.index)
     lines = [
-        "## Prefill/decode-disaggregated and MTP deployments (never fitted)",
+        "## Prefill/decode-disaggregated and MTP deployments",
         "",
         "Every disaggregated or MTP row of the training file (Dynamo with TensorRT-LLM or SGLang",
         "on GB200 NVL72, SGLang on MI355X; some with DeepSeek-R1's MTP) mapped to a",
         "`disaggregation:` scenario (or one instance with `speculative:`) by",
-        "`python -m calibration.published_pd` and simulated with the shipped unit costs: a whole",
-        "regime the fit never saw. What the rows do not publish is stated there: the KV link,",
-        "and MTP's draft tokens (each deployment's launch script: three for TensorRT-LLM, one for",
-        "SGLang on MI355X) and acceptance (counted from the training rows' streamed chunks:",
-        "first position 0.76 with TensorRT-LLM and 0.93 with SGLang, 0.5 after; about 2.3 tokens",
-        "a step with three drafts). Dynamo's SGLang pools place the 32 redundant experts their",
-        "recipe sets (so EP 48 holds DeepSeek-R1's 256), each data-parallel rank chunks its own",
-        "prompts (SGLang divides its chunk over the ranks), and a point that ran cold waits the",
-        "engine's fitted cold start, as above. Throughput per GPU counts every prefill and",
-        "decode GPU; TTFT adds the engine's front-end time as above.",
+        "`calibration/published_pd.py` and simulated as a user writes it. What the rows do not",
+        "publish is stated there: the KV link, and MTP's draft tokens (each deployment's launch",
+        "script: three for TensorRT-LLM, one for SGLang on MI355X) and acceptance (counted from",
+        "the training rows' streamed chunks: first position 0.76 with TensorRT-LLM and 0.93 with",
+        "SGLang, 0.5 after; about 2.3 tokens a step with three drafts). Dynamo's SGLang pools",
+        "place the 32 redundant experts their recipe sets (so EP 48 holds DeepSeek-R1's 256),",
+        "each data-parallel rank chunks its own prompts (SGLang divides its chunk over the",
+        "ranks), and a point that ran cold waits the engine's fitted cold start, as above.",
+        "Throughput per GPU counts every prefill and decode GPU; TTFT adds the engine's",
+        "front-end time as above.",
+        "",
+        "The decode pools of the points without MTP enter the fit by their mean TPOT",
+        "(`calibration/pd_fit.py`: the decode steps' counted events, linear about the unit costs",
+        "they were counted at, counted twice: at the shipped costs, then at the first fit's).",
+        "Each such configuration is judged here by a fit that left it out; MTP points, never",
+        "fitted, by the whole fit. The last column is the same points with every disaggregated",
+        "pool left out of the fit: what fitting on them moved.",
         "",
         "| group | points | configurations | throughput/GPU median / worst | TPOT median / worst "
-        "| mean TTFT median / worst | throughput optimistic |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| mean TTFT median / worst | throughput optimistic | no pools in the fit: "
+        "throughput / TPOT median |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     done = done.assign(group=done["framework"] + done["mtp"].map({True: " + MTP", False: ""}))
     done = done.assign(config_id=pd.factorize(done["config"])[0])
     for name, g in [("all", done), *done.groupby("group", sort=True)]:
-        lines.append("| " + " | ".join(error_cells(str(name), g)) + " |")
+        cells = error_cells(str(name), g)
+        if "tput_err_no_pd" in g:
+            cells.append(f"{g['tput_err_no_pd'].abs().median():.1f} / "
+                         f"{g['tpot_err_no_pd'].abs().median():.1f} %")  # fmt: skip
+        else:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
     within = int(((done["tput_err"].abs() <= 15) & (done["tpot_err"].abs() <= 15)).sum())
     lines += [
         "",
@@ -149,8 +163,11 @@ def write_accuracy_doc(
         "README says how they were measured) and on "
         f"{stats.get('op_rows', 0)} op-level timings of the GPU alone",
         "(calibration/op_level.py: Vidur's H100 and A100 linear layers, this project's H200",
-        "decode attention). Prefill/decode-disaggregated and MTP points are not in the fit (one",
-        "instance without speculation is what a row reproduces here). Each row runs with the KV",
+        "decode attention), and on the mean TPOT of "
+        f"{stats.get('pd_points', 0)} prefill/decode-disaggregated points' decode pools in "
+        f"{stats.get('pd_configs', 0)}",
+        "configurations (calibration/pd_fit.py; their judge is the next section). MTP points",
+        "are not in the fit (their acceptance is stated, not measured). Each row runs with the KV",
         "cache dtype its launch script set (`calibration.published_events.kv_dtype`: fp8 for",
         "Llama, TensorRT-LLM, ATOM and SGLang's DeepSeek-R1 on B200).",
         "",
@@ -182,6 +199,9 @@ def write_accuracy_doc(
             "unit costs and front-end times refitted on the rest, and the regime predicted. A GPU",
             "generation left out takes its vendor's values (or the priors, when the vendor has no",
             "other generation in the fit); an engine left out takes the priors of its host time.",
+            "The regime's disaggregated decode pools leave with it (Dynamo's and SGLang's own",
+            "pools count as SGLang or TensorRT-LLM, GB200 as Blackwell, the decode pool's TP as",
+            "the layout's), so that nothing of the regime reaches the fit.",
             "",
             "| left out | points | configurations | throughput/GPU median / worst | TPOT median "
             "/ worst | mean TTFT median / worst | throughput optimistic | dense tput / TPOT "
@@ -239,12 +259,14 @@ def write_accuracy_doc(
         "",
         "## What is not modelled",
         "",
-        "- Cold starts: the measured durations include them; the simulation starts warm.",
+        "- Cold starts beyond one stall: a point that ran cold waits the engine's fitted",
+        "  `cold_start_s` before its first step; how the compilation spreads over the first",
+        "  steps is not modelled.",
         "- Server-side queueing behind a seat or KV limit the row does not publish (mean TTFT of",
         "  tens of seconds at a few points).",
-        "- Prefill/decode pools (GB200 Dynamo, MI355X SGLang disaggregated) and MTP speculation",
-        "  are outside the fit (a pool's step depends on the other's through the clients' loop,",
-        "  so a point is no linear function of the unit costs); they are judged above.",
+        "- Disaggregated points' throughput and TTFT are not fitted: they depend on the prefill",
+        "  pool and the KV transfer through the clients' loop (only the decode pool's TPOT is a",
+        "  linear row); MTP speculation is judged, never fitted.",
         "",
     ]
     path.write_text("\n".join(lines))

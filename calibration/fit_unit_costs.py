@@ -5,8 +5,11 @@ left out of the fit.
     python -m calibration.fit_unit_costs --check    # fit and report; write nothing
 
 Data: `calibration/training/inferencex_train.csv` (921 closed-loop points in 115
-configurations; its README says how they were measured). The points batchsim can express as one
-instance (no prefill/decode pools, no MTP) are simulated once each
+configurations; its README says how they were measured). The disaggregated points without MTP
+enter by their decode pools' mean TPOT (`calibration.pd_fit`: linear about the costs they were
+counted at, so counted twice, at the shipped costs and at the first fit's), each of their
+configurations judged by simulation with a fit that left it out (`pd_judged.csv`). The points
+batchsim can express as one instance (no prefill/decode pools, no MTP) are simulated once each
 (`calibration.published_events.point_rows`): every point's duration, mean TPOT and mean TTFT
 are then exact linear functions of the unit costs, so fitting needs no further simulation.
 
@@ -35,6 +38,7 @@ import pickle
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,17 @@ import yaml
 from scipy.optimize import least_squares
 
 from calibration.op_level import OpRow, op_rows
+from calibration.pd_fit import (
+    CACHE as PD_CACHE,
+)
+from calibration.pd_fit import (
+    PDDesign,
+    counted_pd,
+    judge,
+    load_pd_points,
+    median_abs,
+    pd_tpot_row,
+)
 from calibration.published_events import (
     CONFIG,
     PointCounts,
@@ -54,7 +69,17 @@ from calibration.published_events import (
     rows_for,
     seconds,
 )
-from sim.costs.step_events import FIXED, HIERARCHICAL, INVERSE_KINDS, PRIORS, prior, vendor_key
+from calibration.published_pd import JUDGED
+from sim.costs.step_events import (
+    FIXED,
+    HIERARCHICAL,
+    INVERSE_KINDS,
+    PRIORS,
+    catalog_unit_costs,
+    prior,
+    reread_unit_costs,
+    vendor_key,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ROOT / "calibration/training/inferencex_train.csv"
@@ -270,10 +295,19 @@ def set_ridge(value: float) -> None:
     RIDGE = value
 
 
-def fit(design: Design, mask: np.ndarray, z0: np.ndarray | None = None) -> np.ndarray:
-    """z (log unit costs over their priors) fitted on the points in `mask`."""
+def fit(
+    design: Design,
+    mask: np.ndarray,
+    z0: np.ndarray | None = None,
+    pd_design: PDDesign | None = None,
+    pd_mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """z (log unit costs over their priors) fitted on the points in `mask` and the
+    disaggregated decode pools in `pd_mask` (all of `pd_design`'s by default)."""
     lo, hi = bounds(design.params)
     w = design.weight[mask]
+    if pd_design is not None and pd_mask is None:
+        pd_mask = np.ones(len(pd_design.meas), bool)
     # unit costs the masked points never use stay at their priors (only the ridge sees them)
 
     def residuals(z: np.ndarray) -> np.ndarray:
@@ -281,7 +315,11 @@ def fit(design: Design, mask: np.ndarray, z0: np.ndarray | None = None) -> np.nd
         r_tput = np.log(duration[mask] / design.duration_meas[mask]) * w
         r_tpot = np.log(tpot[mask] / design.tpot_meas[mask]) * w
         r_ops = np.log(design.predict_ops(z) / design.op_meas) * design.op_weight
-        return np.concatenate([r_tput, r_tpot, r_ops, RIDGE * z])
+        parts = [r_tput, r_tpot, r_ops]
+        if pd_design is not None and pd_mask is not None:
+            pd_tpot = pd_design.predict(design.values(z), design.is_eff)[pd_mask]
+            parts.append(np.log(pd_tpot / pd_design.meas[pd_mask]) * pd_design.weight[pd_mask])
+        return np.concatenate([*parts, RIDGE * z])
 
     start = np.clip(np.zeros(len(design.params)) if z0 is None else z0, lo + 1e-9, hi - 1e-9)
     result = least_squares(
@@ -321,14 +359,18 @@ def errors(design: Design, z: np.ndarray, front: dict, engines: np.ndarray) -> p
 
 
 def cross_validate(
-    design: Design, z_all: np.ndarray, engines: np.ndarray
+    design: Design,
+    z_all: np.ndarray,
+    engines: np.ndarray,
+    pd_design: PDDesign | None = None,
 ) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
-    """Leave one configuration out: each configuration's points predicted by a fit without it."""
+    """Leave one configuration out: each configuration's points predicted by a fit without it
+    (the disaggregated decode pools stay in every fit)."""
     parts = []
     fits = {}
     for config in np.unique(design.config):
         held = design.config == config
-        z = fit(design, ~held, z_all)
+        z = fit(design, ~held, z_all, pd_design)
         front = frontend(design, z, engines, ~held)
         part = errors(design, z, front, engines)[held]
         parts.append(part)
@@ -336,37 +378,72 @@ def cross_validate(
     return pd.concat(parts).sort_index(), fits
 
 
-def regimes(points: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
-    """Whole regimes to leave out in turn, each a (label, mask of its points): the highest
-    concurrency of every configuration (the saturated end), tensor parallelism 8, each GPU
-    generation, each engine and each model family."""
-    top = points.groupby("config_id")["conc"].transform("max").to_numpy()
-    out = [
-        ("the highest concurrency of every configuration", points["conc"].to_numpy() == top),
-        ("tensor parallelism 8 (every 8-GPU layout)", points["tp"].to_numpy() == 8),
+RegimeTest = Callable[[pd.DataFrame], np.ndarray]
+
+
+def regime_tests(points: pd.DataFrame) -> list[tuple[str, RegimeTest]]:
+    """Whole regimes to leave out in turn, each a (label, test of a frame's points): the
+    highest concurrency of every configuration (the saturated end), tensor parallelism 8, each
+    GPU generation, each engine and each model family. A test reads `config_id`, `conc`, `tp`,
+    `gpu`, `framework` and `model_key`, so that it also picks a regime's disaggregated points
+    (`pd_regime_frame`)."""
+
+    def top(f: pd.DataFrame) -> np.ndarray:
+        return f["conc"].to_numpy() == f.groupby("config_id")["conc"].transform("max").to_numpy()
+
+    def column(name: str, value: Any, of: Callable[[Any], Any] = lambda v: v) -> RegimeTest:
+        return lambda f: f[name].map(of).to_numpy(object) == value
+
+    out: list[tuple[str, RegimeTest]] = [
+        ("the highest concurrency of every configuration", top),
+        ("tensor parallelism 8 (every 8-GPU layout)", lambda f: f["tp"].to_numpy() == 8),
     ]
-    generation = points["gpu"].map(generation_of).to_numpy(str)
-    for name in sorted(set(generation)):
-        out.append((f"GPU generation {name}", generation == name))
-    engine = points["framework"].to_numpy(str)
-    for name in sorted(set(engine)):
-        out.append((f"engine {name}", engine == name))
-    family = points["model_key"].to_numpy(str)
-    for name in sorted(set(family)):
-        out.append((f"model {FAMILY[name]}", family == name))
+    for name in sorted(set(points["gpu"].map(generation_of))):
+        out.append((f"GPU generation {name}", column("gpu", name, generation_of)))
+    for name in sorted(set(points["framework"])):
+        out.append((f"engine {name}", column("framework", name)))
+    for name in sorted(set(points["model_key"])):
+        out.append((f"model {FAMILY[name]}", column("model_key", name)))
     return out
 
 
+def regimes(points: pd.DataFrame) -> list[tuple[str, np.ndarray]]:
+    """`regime_tests` applied to `points`: each regime's (label, mask)."""
+    return [(label, test(points)) for label, test in regime_tests(points)]
+
+
+def pd_regime_frame(pd_points: pd.DataFrame) -> pd.DataFrame:
+    """The disaggregated points in the columns `regime_tests` reads: the decode pool's tensor
+    parallelism, the engine under its single-instance name (Dynamo's SGLang is SGLang)."""
+    single = {"dynamo-sglang": "sglang", "sglang-disagg": "sglang", "dynamo-trt": "trt"}
+    return pd.DataFrame({
+        "config_id": pd_points["config_id"].to_numpy(),
+        "conc": pd_points["conc"].to_numpy(),
+        "tp": pd_points["decode_tp"].to_numpy(),
+        "gpu": pd_points["gpu"].to_numpy(),
+        "framework": pd_points["framework"].map(single).to_numpy(),
+        "model_key": pd_points["model_key"].to_numpy(),
+    })  # fmt: skip
+
+
 def regime_out(
-    design: Design, points: pd.DataFrame, z_all: np.ndarray, engines: np.ndarray
+    design: Design,
+    points: pd.DataFrame,
+    z_all: np.ndarray,
+    engines: np.ndarray,
+    pd_design: PDDesign | None = None,
+    pd_frame: pd.DataFrame | None = None,
 ) -> list[tuple[str, pd.DataFrame]]:
     """Each regime's points predicted by unit costs (and front-end times) fitted without the
-    whole regime: how the step model transfers to what it has not seen."""
+    whole regime, its disaggregated decode pools left out with it: how the step model
+    transfers to what it has not seen."""
     out = []
-    for label, held in regimes(points):
+    for label, test in regime_tests(points):
+        held = test(points)
         if not held.any() or held.all():
             continue
-        z = fit(design, ~held, z_all)
+        pd_mask = None if pd_frame is None else ~test(pd_frame)
+        z = fit(design, ~held, z_all, pd_design, pd_mask)
         front = frontend(design, z, engines, ~held)
         out.append((label, errors(design, z, front, engines)[held]))
     return out
@@ -498,6 +575,66 @@ def write_unit_costs(costs: dict[str, float], front: dict, stats: dict) -> None:
     UNIT_COSTS.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=100))
 
 
+PD_PASSES = 2  # counting passes of the disaggregated points (the second at the first fit)
+
+
+def disaggregated_rows(
+    pd_points: pd.DataFrame, costs: dict[str, float], use_cache: bool
+) -> tuple[pd.DataFrame, list[dict[str, float]]]:
+    """The disaggregated points whose layout the catalog can place, each decode pool's mean
+    TPOT row counted at `costs`; configuration ids renumbered from 0."""
+    counts = counted_pd(pd_points, costs, PD_CACHE if use_cache else None)
+    kept = [i for i, c in enumerate(counts) if c is not None]
+    out = pd_points.iloc[kept].reset_index(drop=True)
+    out["config_id"] = pd.factorize(out["config"])[0]
+    rows = [pd_tpot_row(r, c) for r, c in zip(out.itertuples(), [counts[i] for i in kept],
+                                              strict=True)]  # fmt: skip
+    return out, rows
+
+
+def judge_disaggregated(
+    design: Design, z: np.ndarray, pd_design: PDDesign, pd_points: pd.DataFrame
+) -> pd.DataFrame:
+    """Every disaggregated and MTP point simulated as a user writes it: a fitted
+    configuration's points at unit costs fitted without that configuration (its decode pool
+    left out), the others (MTP, never fitted) at the fit's. Also each point's error with every
+    disaggregated pool left out of the fit (`*_err_no_pd`): what fitting on them changed."""
+    from calibration.published_pd import pd_points as judged_points
+
+    everything = np.ones(len(design.duration_meas), bool)
+    full = costs_of(z, design)
+    without = costs_of(fit(design, everything, z), design)
+    left_out: dict[int, dict[str, float]] = {}
+    for config in np.unique(pd_design.config):
+        held = pd_design.config == config
+        costs = costs_of(fit(design, everything, z, pd_design, ~held), design)
+        for row_index in pd_points.loc[held, "row_index"]:
+            left_out[int(row_index)] = costs
+    rows = judged_points().sort_values("conc", kind="stable").reset_index(drop=True)
+    own = [left_out.get(int(r), full) for r in rows["row_index"]]
+    table = judge(rows, own)
+    table["fitted_left_out"] = [int(r) in left_out for r in rows["row_index"]]
+    base = judge(rows, [without] * len(rows))
+    for metric in ("tput_err", "tpot_err", "ttft_err"):
+        if metric in base:
+            table[f"{metric}_no_pd"] = base[metric].to_numpy()
+    return table
+
+
+def pd_summary(judged: pd.DataFrame) -> list[str]:
+    """Console lines: the judge's median |error| per engine, against the fit without pools."""
+    done = judged[judged["tput_err"].notna()] if "tput_err" in judged else judged[:0]
+    out = ["== disaggregated and MTP points (fitted configurations left out)"]
+    groups = done.assign(group=done["framework"] + done["mtp"].map({True: " + MTP", False: ""}))
+    for name, g in [("all", groups), *groups.groupby("group", sort=True)]:
+        out.append(
+            f"{name:24s} {len(g):4d} points  tput {median_abs(g['tput_err']):5.1f} % "
+            f"tpot {median_abs(g['tpot_err']):5.1f} %   (no pools in the fit: "
+            f"{median_abs(g['tput_err_no_pd']):5.1f} / {median_abs(g['tpot_err_no_pd']):5.1f} %)"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report only; write nothing")
@@ -508,21 +645,33 @@ def main(argv: list[str] | None = None) -> int:
     points = load_points()
     rows = counted(points, None if args.no_cache else CACHE)
     ops = op_rows()
-    keys = fitted_keys(rows, ops)
-    design = Design(points, rows, keys, ops)
     engines = points["framework"].to_numpy(str)
     everything = np.ones(len(points), bool)
-    z = fit(design, everything)
+    # the disaggregated decode pools, counted at the shipped unit costs, then again at the
+    # first fit's (their rows are linear about the costs they were counted at)
+    pd_points = load_pd_points()
+    at = catalog_unit_costs()
+    for _ in range(PD_PASSES):
+        pd_points, pd_rows = disaggregated_rows(pd_points, at, not args.no_cache)
+        extra = [PointRows(r, {}, {}, 0, 1) for r in pd_rows]
+        keys = fitted_keys(rows + extra, ops)
+        design = Design(points, rows, keys, ops)
+        pd_design = PDDesign(pd_points, pd_rows, keys)
+        z = fit(design, everything, None, pd_design)
+        at = costs_of(z, design)
     front = frontend(design, z, engines, everything)
     fitted = errors(design, z, front, engines)
-    cv, _ = cross_validate(design, z, engines)
+    cv, _ = cross_validate(design, z, engines, pd_design)
     labelled = _label_columns(points)
     for name, errs in (("fit", fitted), ("leave-one-configuration-out", cv)):
         print(f"== {name}")
         for by in ("kind", "family_generation", "framework"):
             for line in summary_table(labelled, errs, by):
                 print(line)
-    by_regime = regime_out(design, points, z, engines)
+    by_regime = regime_out(design, points, z, engines, pd_design, pd_regime_frame(pd_points))
+    judged = judge_disaggregated(design, z, pd_design, pd_points)
+    for line in pd_summary(judged):
+        print(line)
     print("== whole regime left out")
     for label, errs in by_regime:
         print(regime_row(label, labelled.loc[errs.index], errs))
@@ -545,7 +694,11 @@ def main(argv: list[str] | None = None) -> int:
             m: round(float(cv[m].abs().median()), 2) for m in ("tput_err", "tpot_err", "ttft_err")
         },
     }
+    stats["pd_points"] = len(pd_points)
+    stats["pd_configs"] = int(pd_points["config_id"].nunique())
     write_unit_costs(costs_of(z, design), front, stats)
+    reread_unit_costs()  # the gate below simulates with the costs just written
+    judged.sort_values("row_index").to_csv(JUDGED, index=False, float_format="%.3f")
     from calibration.accuracy_doc import write_accuracy_doc, write_gate
 
     scatter(points, design, cv, SCATTER)

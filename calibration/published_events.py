@@ -295,16 +295,18 @@ def _group_features(
     hw: HardwareSpec,
     engine: str,
     hidden: bool = False,
+    costs: dict[str, float] | None = None,
 ) -> dict[str, np.ndarray]:
     """Per step group: each coefficient's count (seconds per unit of that coefficient), with
-    the prompt-attention count backed out of the recorded durations."""
+    the prompt-attention count backed out of the recorded durations (simulated at `costs`, by
+    default every unit cost at its prior)."""
     n = steps["num_steps"].to_numpy(float)
     tokens = steps["num_tokens"].to_numpy(float)
     seqs = steps["num_seqs"].to_numpy(int)
     growth = steps["context_growth_per_step"].to_numpy(float)
     context = steps["sum_context_tokens"].to_numpy(float) * n + growth * n * (n - 1) / 2
     recorded = group_seconds(steps)
-    profile = events_profile(model, hw, engine, costs={}, overlapped=hidden)
+    profile = events_profile(model, hw, engine, costs=costs or {}, overlapped=hidden)
     c = profile.coefficients
     u = np.ones_like(n)
     features: dict[str, np.ndarray] = {"t_mem_s": n}

@@ -9,9 +9,12 @@ disaggregation on MI355X, some with DeepSeek-R1's multi-token prediction (MTP). 
 (data-parallel attention with expert parallelism over all of its GPUs: wide EP; else tensor
 parallel), the KV carried over each prefill GPU's link, the same closed-loop clients.
 
-Not fitted: a pool's step depends on the other's through the clients' loop, so a point is no
-linear function of the unit costs; these points judge the default step model (the shipped unit
-costs) on deployments it never saw. Stated assumptions, since the rows do not publish them:
+A pool's step depends on the other's through the clients' loop, so a point is no exact linear
+function of the unit costs: the decode pools of the points without MTP enter the fit by their
+mean TPOT, linear about the costs they were counted at (`calibration.pd_fit`), and
+`python -m calibration.fit_unit_costs` judges every point here with a fit that left its
+configuration out (MTP points, never fitted, with the whole fit) and writes
+`calibration/training/pd_judged.csv`. Stated assumptions, since the rows do not publish them:
 
 - MTP: the draft tokens each deployment's launch script sets and the acceptance by position
   that the training rows' streamed chunks count (`calibration.published_events.mtp_tokens`,
@@ -27,7 +30,7 @@ costs) on deployments it never saw. Stated assumptions, since the rows do not pu
   (`--ep-num-redundant-experts 32`, prefill and decode, in Dynamo's
   components/backends/sglang/slurm_jobs/scripts/gb200-fp8.sh), which lets EP 48 hold them.
 
-    python -m calibration.published_pd            # every point: measured and simulated
+    python -m calibration.published_pd            # every point at the shipped unit costs
 """
 
 from __future__ import annotations
@@ -274,7 +277,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N points")
     parser.add_argument("--jobs", type=int, default=2, help="points simulated at once")
-    parser.add_argument("--write", action="store_true", help=f"write {JUDGED.name}")
     args = parser.parse_args(argv)
     points = pd_points().sort_values("conc", kind="stable")
     if args.limit is not None:
@@ -294,9 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         values = done[metric].abs()
         print(f"{metric}: median {values.median():.1f} %, worst {values.max():.1f} % "
               f"({len(values)} points)")  # fmt: skip
-    if args.write:
-        table.sort_values("row_index").to_csv(JUDGED, index=False, float_format="%.3f")
-        print(f"wrote {JUDGED}")
     return 0
 
 

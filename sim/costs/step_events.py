@@ -45,6 +45,8 @@ A generation's unit cost the fit had no deployment of takes its vendor's fitted 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -341,10 +343,36 @@ def prior(key: str) -> float:
 
 
 @lru_cache(maxsize=1)
-def catalog_unit_costs() -> dict[str, float]:
-    """The fitted unit costs shipped in `sim/costs/unit_costs.yaml` (key -> value)."""
+def _shipped_unit_costs() -> dict[str, float]:
     doc = yaml.safe_load(UNIT_COSTS_FILE.read_text())
     return {key: float(entry["value"]) for key, entry in doc["unit_costs"].items()}
+
+
+_PINNED: list[dict[str, float]] = []  # `pinned_unit_costs`' stack, innermost last
+
+
+def catalog_unit_costs() -> dict[str, float]:
+    """The fitted unit costs shipped in `sim/costs/unit_costs.yaml` (key -> value), or those
+    `pinned_unit_costs` holds."""
+    return _PINNED[-1] if _PINNED else _shipped_unit_costs()
+
+
+def reread_unit_costs() -> None:
+    """Forget the shipped unit costs read so far: the next scenario reads the file again
+    (after the fit rewrites it)."""
+    _shipped_unit_costs.cache_clear()
+
+
+@contextmanager
+def pinned_unit_costs(costs: dict[str, float]) -> Iterator[None]:
+    """Inside the block, scenarios priced by the default step model take `costs` instead of
+    the shipped unit costs (a unit cost `costs` lacks takes its vendor's value or its prior,
+    as `lookup` says): how calibration judges a fit that left a deployment out."""
+    _PINNED.append(dict(costs))
+    try:
+        yield
+    finally:
+        _PINNED.pop()
 
 
 def lookup(name: str, costs: dict[str, float]) -> tuple[float, str]:

@@ -4,7 +4,8 @@ named in the catalog (`sim/costs/unit_costs.yaml`) and in a step's basis
 
 A key is `<kind>@<scope>`: per GPU generation (`kernel_s@hopper`), per generation and the
 GEMM's dtype class or the weights' storage (`gemm_eff@blackwell/fp4`, `stream_eff@hopper/plain`),
-per vendor for the collectives (`allreduce_s@nvidia`) and per engine for the host's time
+per vendor for the collectives (`allreduce_s@nvidia`; the expert exchange also per engine where
+its kernels differ: `dispatch_s@nvidia/sglang`) and per engine for the host's time
 (`host_s@vllm`). A generation's kind in `HIERARCHICAL` falls back to its vendor's key
 (`vendor_key`) where the fit had no deployment of that generation.
 """
@@ -53,6 +54,13 @@ def dtype_label(weight_dtype: str, compute_dtype: str) -> str:
     return f"{weight}-on-{compute_dtype}"
 
 
+# Engines whose expert exchange is DeepEP's low-latency kernels (SGLang's `--moe-a2a-backend
+# deepep`, as Dynamo's wide-EP recipes launch it), not the engine-native all-to-all that
+# TensorRT-LLM runs: their dispatch and combine are a unit cost of their own
+# (`dispatch_s@<vendor>/sglang`), fitted on the prefill/decode pools that run them.
+DEEPEP_ENGINES = ("sglang",)
+
+
 def storage(weight_dtype: str) -> str:
     """How weights of `weight_dtype` stream: `plain` (one element per byte or two: bf16, fp16,
     fp8) or their block format (`mxfp4`, `nvfp4`, `int4`: packed 4-bit blocks with their scales,
@@ -65,6 +73,8 @@ def unit_key(kind: str, hw: HardwareSpec, engine: str, dtype: str = "") -> str:
     gen = generation(hw)
     if dtype == "fp16":
         dtype = "bf16"
+    if kind == "dispatch_s" and engine in DEEPEP_ENGINES:
+        return f"{kind}@{VENDOR[gen]}/{engine}"
     if kind in ("allreduce_s", "allreduce_peer_s", "dispatch_s"):
         return f"{kind}@{VENDOR[gen]}"
     if kind in ("host_s", "gap_s", "workers_s"):
