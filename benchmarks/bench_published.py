@@ -1,7 +1,8 @@
-"""Published serving measurements against the default roofline: measured vs simulated
+"""Published serving measurements against the default step model: measured vs simulated
 throughput, TPOT and TTFT for every row of calibration/published/*.csv (columns in its README).
 
-    python benchmarks/bench_published.py          # the defaults
+    python benchmarks/bench_published.py          # as a user writes each scenario (no profile)
+    python benchmarks/bench_published.py --profile roofline   # the datasheet roofline
     python benchmarks/bench_published.py --old    # the roofline before measured all-reduce
                                                   # latency and host time (5 us, no host step)
     python benchmarks/bench_published.py --assume-kv fp8   # KV dtype where a row gives none
@@ -43,7 +44,7 @@ from sim.costs.catalog import MODELS  # noqa: E402
 from sim.simulate import simulate  # noqa: E402
 
 DEFAULT_BATCHED_TOKENS = 8192
-PROFILE = "roofline"  # --profile: the step-cost profile every row is simulated with
+PROFILE = "default"  # --profile: the step-cost profile every row is simulated with
 # a row's engine as the events profile names it (NIM serves Llama through TensorRT-LLM)
 EVENTS_ENGINE = {"vllm": "vllm", "sglang": "sglang", "trt-llm": "trt-llm", "nim": "trt-llm"}
 METRICS = ("tput", "tpot", "ttft")
@@ -75,7 +76,7 @@ def scenario(row: Any, step_s: float = 0.0) -> dict[str, Any]:
         model["kv_dtype"] = row.kv_dtype
     if _given(row.max_model_len):  # the served context (the catalog's is the model's first)
         model["max_model_len"] = int(row.max_model_len)
-    return {
+    raw: dict[str, Any] = {
         "name": "published",
         "seed": 1,
         "workload": {
@@ -93,6 +94,10 @@ def scenario(row: Any, step_s: float = 0.0) -> dict[str, Any]:
         "engine": {"pricing": {"cpu_overhead": {"per_step_s": step_s}}}
         | ({"name": EVENTS_ENGINE.get(str(row.engine), "vllm")} if PROFILE == "events" else {}),
     }
+    if PROFILE == "default":  # as a user writes it: the engine's name, no profile, no host term
+        del raw["profile"]
+        raw["engine"] = {"name": EVENTS_ENGINE.get(str(row.engine), "vllm")}
+    return raw
 
 
 def _degree(value: Any) -> int:
@@ -288,8 +293,11 @@ def read_rows(folder: Path) -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", action="store_true", help="the roofline's old constants")
-    parser.add_argument("--profile", choices=("roofline", "events"), default="roofline",
-                        help="the step-cost profile (events: counted events, fitted unit costs)")
+    parser.add_argument("--profile", choices=("default", "roofline", "events"),
+                        default="default",
+                        help="the step-cost profile: default, none named (a scenario as a user "
+                        "writes it: counted events, fitted unit costs, the engine's own terms); "
+                        "roofline; events (named, with the roofline's host term)")
     parser.add_argument("--data", type=Path, default=ROOT / "calibration/published")
     parser.add_argument("--calibrated", action="store_true",
                         help="fit each deployment's engine time per step on its lowest-"
