@@ -16,10 +16,11 @@ the compiled core), else this tree's source.
     python benchmarks/fleet_hashes.py --check /tmp/before.json
     python benchmarks/fleet_hashes.py --check benchmarks/fleet_hashes.json
 
-`benchmarks/fleet_hashes.json` holds the hashes of the loop of SimPy processes the fleet's clock
-replaced (`sim/core/clock.py`), on Linux x86-64 with this repository's dependencies: the clock,
-on both cores, gives every one of them (floating point is bit-exact on one platform and library
-set, not across them).
+`benchmarks/fleet_hashes.json` holds the hashes at the shipped unit costs, on Linux x86-64 with
+this repository's dependencies (floating point is bit-exact on one platform and library set, not
+across them). It was first written by the loop of SimPy processes the fleet's clock replaced
+(`sim/core/clock.py`), which gave every one of them on both cores; a change to pricing (a refit
+of `sim/costs/unit_costs.yaml`) moves the answers of the scenarios it prices, and rewrites it.
 """
 
 from __future__ import annotations
