@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.fit_unit_costs import Design, fit, pd_regime_frame, regime_tests
+from calibration.fit_judges import pd_regime_frame, regime_tests
+from calibration.fit_unit_costs import Design, fit
 from calibration.pd_fit import PDDesign, in_fit, pd_counts, pd_tpot_row
 from calibration.published_events import PointRows, seconds
 from calibration.published_pd import pd_scenario
