@@ -5,9 +5,12 @@ and an autoscaled day streamed.
 requests per second per instance (6: each instance about half busy), `--requests` requests in
 all but at least `--per-instance` per instance (so that a large fleet's warm-up and drain weigh
 no more than a small one's), for fleets of `--instances` (1, 4, 16, 64, 256) behind each router
-of `sim.topology.router.ROUTERS`, tables kept. `us/req` is wall time per request; `x one`
-divides it by one instance's figure (the same run behind any router, timed best of three): 1.0
-would mean a fleet costs no more per request than a lone instance. Fleets differ from one
+of `sim.topology.router.ROUTERS`, tables kept. `us/req` is this process's CPU time per
+request (what the run costs, less the time a shared machine gives others); `one` is one
+instance's (the same run behind any router), timed beside the fleet, run for run, `--repeat`
+times each, the least of each, so that on a machine whose speed drifts over minutes a ratio
+still compares like with like; `x one` divides the two: 1.0 would mean a fleet costs no more per
+request than a lone instance. Fleets differ from one
 instance in that every arrival is routed among the fleet's candidates and the fleet's clock
 (`sim.core.clock.Clock`) merges the instances' step ends and the arrivals (a lone instance
 pulls its arrivals and runs whole runs without the clock).
@@ -90,18 +93,24 @@ def shape(args: argparse.Namespace) -> None:
     def timed(router: str, n: int) -> float:
         requests = max(args.requests, args.per_instance * n)
         scenario = load_scenario_dict(shape_scenario(router, n, args.rate, requests))
-        started = time.perf_counter()
+        started = time.process_time()
         simulate(scenario)
-        return (time.perf_counter() - started) / requests * 1e6
+        return (time.process_time() - started) / requests * 1e6
 
-    # one instance is the same run behind any router (nothing to choose): the best of three
-    one = min(timed("round_robin", 1) for _ in range(3))
-    print(f"one instance: {one:.1f} us/req (best of 3); fleets: best of {args.repeat}")
-    print(f"{'router':<28}{'instances':>10}{'us/req':>9}{'x one':>8}")
+    # one instance is the same run behind any router (nothing to choose); it is timed again
+    # beside every fleet, run for run, so that a ratio compares runs of the same minutes
+    print(f"CPU time per request; each fleet and one instance timed alternately, "
+          f"{args.repeat} runs each, the least of each")  # fmt: skip
+    print(f"{'router':<28}{'instances':>10}{'us/req':>9}{'one':>8}{'x one':>8}")
     for router in args.routers:
         for n in args.instances:
-            per = one if n == 1 else min(timed(router, n) for _ in range(args.repeat))
-            print(f"{router:<28}{n:>10}{per:>9.1f}{per / one:>8.2f}", flush=True)
+            fleet, one = math.inf, math.inf
+            for _ in range(args.repeat):
+                one = min(one, timed("round_robin", 1))
+                if n > 1:
+                    fleet = min(fleet, timed(router, n))
+            per = one if n == 1 else fleet
+            print(f"{router:<28}{n:>10}{per:>9.1f}{one:>8.1f}{per / one:>8.2f}", flush=True)
 
 
 def day(args: argparse.Namespace) -> None:
@@ -237,7 +246,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=20_000, help="requests per run")
     parser.add_argument("--per-instance", type=int, default=250,
                         help="at least this many requests per instance")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per fleet (the best)")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs of each fleet and of one instance beside it (the least)")
     parser.add_argument("--hours", type=float, default=2.0, help="--day: hours of the day")
     parser.add_argument("--load", type=float, default=1.0,
                         help="--day: times the day's load (10 req/s mean), fleets scaled alike")

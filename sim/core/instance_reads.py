@@ -107,35 +107,37 @@ class InstanceReads:
         by), read without building the whole load."""
         return self.engine.num_outstanding() + len(self._ahead)
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
-        """The least `work_left()` (tokens) or `num_outstanding()` (requests) can show before
-        this instance next starts or ends a run or takes a request, and before the time
-        returned (infinity: none); and whether it is that number itself until then. Requests
-        are exact, and so are tokens with no run in flight; during a run, the work left now
-        less what `horizon_steps` more steps could take (each at most a token per decoding
-        member, its chunks and a first token per prompt), until the end of the last of them.
-        With `horizon_steps` 0 that is the number itself until the next step ends. A run's
-        last step is never applied before the run ends (`Run.settled_by`), and its end tells:
-        from its last step on, the bound holds until then. No bound inside a speculative run
-        (whose tokens are drawn)."""
-        engine = self.engine
+    def load_floor(self, tokens: bool) -> tuple[int, float, bool, int]:
+        """What a load index keeps of this instance: `work_left()` (tokens) or
+        `num_outstanding()` (requests), or a lower bound of it, and the time until which that
+        holds (infinity: until this instance next starts or ends a run or takes a request, when
+        it tells); whether it is the number itself; and the least the number can show before
+        this instance next tells. Requests are exact, and so are tokens with no run in flight.
+        During a run the tokens left now hold until the run's next step ends; the least is the
+        tokens left less what every step of the run still to be applied before its end could
+        take (each at most a token per decoding member, its chunks and a first token per
+        prompt). A run's last step is never applied before the run ends (`Run.settled_by`), and
+        its end tells: from its last step on, the number holds until then. No bound inside a
+        speculative run (whose tokens are drawn)."""
         if not tokens:
-            return self.num_outstanding(), FOREVER_S, True
+            n = self.num_outstanding()
+            return n, FOREVER_S, True, n
         run = self._run
         if run is None:
-            return self._tokens_left(), FOREVER_S, True
+            left = self._tokens_left()
+            return left, FOREVER_S, True, left
         if run.spec is not None:
-            return 0, FOREVER_S, False
+            return 0, FOREVER_S, False, 0
+        engine = self.engine
         last = run.num_steps - 1  # the most steps applied before the run's end
         done = run.settled_by(self.env.now) if last > 0 else 0
         now = self._tokens_left()
         if done:
             now -= done * engine.tokens_per_step(run.plan, False)  # `work_left()`
-        more = min(horizon_steps, last - done)
-        bound = now - more * engine.tokens_per_step(run.plan, True) if more else now
-        if done + more >= last:  # nothing more is applied before the run ends
-            return bound, FOREVER_S, more == 0
-        return bound, run.times.end(done + 1 + more), more == 0
+        if done >= last:  # nothing more is applied before the run ends
+            return now, FOREVER_S, True, now
+        least = now - (last - done) * engine.tokens_per_step(run.plan, True)
+        return now, run.times.end(done + 1), True, least
 
     def kv_fraction(self) -> float:
         """`load()`'s fraction of KV blocks in use (what `least_kv` ranks by): the run in flight

@@ -13,12 +13,14 @@ of lower bounds, one per instance, that the instances keep valid:
 * the bound of an instance told since the last decision is read again then
   (`Instance.load_floor`): its number itself for requests, and for the tokens of an instance with
   no run in flight (those bounds are exact: no read is needed); during a run, the tokens left
-  now, which no step changes before the next one ends (`HORIZON_STEPS` 0: exact), valid until
-  then, when the index reads it again (`expiry`; from the run's last step on, until the run
-  ends and tells). A run's instance is read once per step that ends between two decisions,
-  not once per decision: a router that evens out the loads keeps many candidates within a
-  few steps' tokens of the least, which looser bounds (a few steps ahead) left to be read
-  exactly at every decision;
+  now, which no step changes before the next one ends, exact until then (`expiry`; from the
+  run's last step on, until the run ends and tells). The same read gives the least the tokens
+  can fall to before the run ends (`floor`): when the next step ends the index puts that floor
+  in place of the number, without reading the instance, and reads it only if a decision pops
+  it. A fleet whose router evens out the loads has many instances within a few steps' tokens
+  of the least, but the steps that end between two decisions grow with the fleet: reading each
+  instance whose step ended (the number, exact again) made a decision cost as much as the fleet
+  is large, while reading only the floors a decision pops costs the few near the least;
 * a decision pops bounds in (bound, index) order and reads the exact number
   (`Instance.num_outstanding`, `Instance.work_left`) of each popped candidate whose bound is not
   exact, until the next bound is above the best number found (or equal, at a higher index).
@@ -49,7 +51,6 @@ from typing import Protocol
 from sim.topology.told_index import ToldIndex, Watched
 
 FOREVER_S = float("inf")
-HORIZON_STEPS = 0  # a token bound: the number itself, until the next step of the run ends
 
 
 class Indexed(Watched, Protocol):
@@ -59,7 +60,7 @@ class Indexed(Watched, Protocol):
 
     def work_left(self) -> int: ...
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]: ...
+    def load_floor(self, tokens: bool) -> tuple[int, float, bool, int]: ...
 
     def kv_fraction(self) -> float: ...
 
@@ -78,9 +79,11 @@ class LoadIndex(ToldIndex[Indexed]):
         self.heap: list[tuple[float, int, int]] = []  # (bound, index, version)
         self.exact: list[bool] = []  # each watched instance's bound is its number now
         self.expiry: list[tuple[float, int, int]] = []  # (until, index, version) of bounds
+        self.floor: list[float] = []  # each one's least before it next tells (tokens)
 
     def _grow(self) -> None:
         self.exact.append(False)
+        self.floor.append(0.0)
 
     def _push(self, entry: tuple[float, int, int]) -> None:
         heapq.heappush(self.heap, entry)
@@ -97,8 +100,9 @@ class LoadIndex(ToldIndex[Indexed]):
                 b, self.exact[i] = instance.kv_floor()
                 until = FOREVER_S
             else:
-                n, until, self.exact[i] = instance.load_floor(tokens, HORIZON_STEPS)
+                n, until, self.exact[i], least = instance.load_floor(tokens)
                 b = float(n)  # exact: loads are far below 2**53
+                self.floor[i] = float(least)
             if b != bound[i] or version[i] < 0 or until < FOREVER_S:  # else its entry stands
                 bound[i] = b
                 version[i] += 1
@@ -106,7 +110,11 @@ class LoadIndex(ToldIndex[Indexed]):
                 if until < FOREVER_S:
                     heapq.heappush(self.expiry, (until, i, version[i]))
         self.told.clear()
-        if len(heap) > 4 * len(instances) + 64:  # mostly superseded entries: rebuild
+
+    def _compact(self) -> None:
+        """Rebuild the heap once it holds mostly superseded entries."""
+        instances, bound, version = self.instances, self.bound, self.version
+        if len(self.heap) > 4 * len(instances) + 64:
             self.parked.clear()  # every instance's entry is in the new heap
             watched = [i for i, x in enumerate(instances) if x is not None]
             self.heap = [(bound[i], i, version[i]) for i in watched]
@@ -118,13 +126,13 @@ class LoadIndex(ToldIndex[Indexed]):
         expiry, env = self.expiry, self.env
         if expiry and env is not None:
             now = env.now
-            while expiry and expiry[0][0] <= now:
+            while expiry and expiry[0][0] <= now:  # a step ended: its floor stands in
                 _, i, v = heapq.heappop(expiry)
                 if v == self.version[i] and not self.is_told[i]:
-                    self.is_told[i] = True
-                    self.told.append(i)
+                    self._stand_in(i)
         if self.told:
             self._refresh()
+        self._compact()
         allowed = self._allowed_now(candidates)
         heap, version, instances, tokens = self.heap, self.version, self.instances, self.tokens
         exact, kv = self.exact, self.kv
@@ -152,6 +160,21 @@ class LoadIndex(ToldIndex[Indexed]):
                 if kv:
                     value = instance.kv_fraction()
                     self.changed(instance)  # its next bound: this reading
+                elif tokens:
+                    n, until, is_exact, least = instance.load_floor(True)
+                    if is_exact:  # the number until `until`: its entry from now on
+                        value = float(n)
+                        self.floor[i] = float(least)
+                        self.exact[i] = True
+                        popped.pop()
+                        v = version[i] = version[i] + 1
+                        entry = (value, i, v)
+                        popped.append(entry)
+                        self.bound[i] = value
+                        if until < FOREVER_S:
+                            heapq.heappush(self.expiry, (until, i, v))
+                    else:
+                        value = float(instance.work_left())
                 else:
                     value = float(instance.work_left() if tokens else instance.num_outstanding())
             if best_index < 0 or value < best_value or (value == best_value and i < best_index):
@@ -161,3 +184,12 @@ class LoadIndex(ToldIndex[Indexed]):
         if best_index < 0:
             raise ValueError("no candidate instance is indexed")
         return best_index
+
+    def _stand_in(self, i: int) -> None:
+        """Instance `i`'s exact tokens expired (a step of its run ended): its floor, the least
+        it can show before it next tells, becomes its bound, until a decision reads it."""
+        b = self.floor[i]
+        self.exact[i] = False
+        self.bound[i] = b
+        self.version[i] += 1
+        heapq.heappush(self.heap, (b, i, self.version[i]))

@@ -138,6 +138,7 @@ class Fake:
         self.env = env
         self.value = 0
         self.drop = 0  # how far it may still fall before it next tells
+        self.until = FOREVER_S  # a timed run: its number holds until then, then a step falls
         self.told: Any = None
 
     def num_outstanding(self) -> int:
@@ -146,8 +147,10 @@ class Fake:
     def work_left(self) -> int:
         return self.value
 
-    def load_floor(self, tokens: bool, horizon_steps: int) -> tuple[int, float, bool]:
-        return self.value - self.drop, FOREVER_S, self.drop == 0
+    def load_floor(self, tokens: bool) -> tuple[int, float, bool, int]:
+        if self.until < FOREVER_S:  # the number now, exact until its next step ends
+            return self.value, self.until, True, self.value - self.drop
+        return self.value - self.drop, FOREVER_S, self.drop == 0, self.value - self.drop
 
     def kv_fraction(self) -> float:
         return self.value / 8
@@ -162,6 +165,8 @@ OPS = st.lists(
         st.tuples(st.just("run"), st.integers(0, 7), st.integers(0, 5)),
         st.tuples(st.just("step"), st.integers(0, 7), st.integers(0, 5)),
         st.tuples(st.just("finish"), st.integers(0, 7), st.just(0)),
+        st.tuples(st.just("timed"), st.integers(0, 7), st.integers(0, 5)),
+        st.tuples(st.just("tick"), st.integers(0, 7), st.integers(0, 5)),
         st.tuples(st.just("decide"), st.integers(0, 255), st.just(0)),
     ),
     max_size=120,
@@ -173,6 +178,7 @@ OPS = st.lists(
 @given(ops=OPS, rank=st.sampled_from(["requests", "tokens", "kv"]))
 def test_the_index_is_the_scan_under_any_rises_and_falls(ops: list[Any], rank: str) -> None:
     env = Clock()
+    env.now = 0.0
     index = LoadIndex(rank)
     fakes = [Fake(i, env) for i in range(8)]
     for fake in fakes:
@@ -192,7 +198,20 @@ def test_the_index_is_the_scan_under_any_rises_and_falls(ops: list[Any], rank: s
             fake.drop -= fall
         elif op == "finish":
             fake.drop = 0
+            fake.until = FOREVER_S
             index.changed(fake)
+        elif op == "timed":  # a run whose steps end on the clock: it tells at its start only
+            fake.drop = min(fake.value, k)
+            fake.until = env.now + 1.0
+            index.changed(fake)
+        elif op == "tick":  # time passes: each timed run's step under way ends and falls
+            env.now += 1.0
+            for timed in fakes:
+                if timed.until <= env.now:
+                    fall = min(k, timed.drop)
+                    timed.value -= fall
+                    timed.drop -= fall
+                    timed.until = env.now + 1.0
         else:
             chosen = [j for j in range(8) if i >> j & 1]
             candidates = None if i == 255 else chosen
