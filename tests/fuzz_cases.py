@@ -18,6 +18,7 @@ from fuzz_corpus_day_profile import day_profile_cases
 from fuzz_corpus_export import export_cases
 from fuzz_corpus_files import profile_cases, trace_cases
 from fuzz_corpus_front_door import front_door_cases
+from fuzz_corpus_hf_config import hf_config_cases
 from fuzz_corpus_measured import measured_cases
 from fuzz_corpus_profile_cmds import profile_cmd_cases
 from fuzz_corpus_replay import replay_cases
@@ -44,6 +45,7 @@ CORPUS: list[Case] = [
     *bounds_cases(),
     *day_profile_cases(),
     *front_door_cases(),
+    *hf_config_cases(),
 ]
 
 

@@ -3,6 +3,7 @@
     batchsim catalog                                   # both tables
     batchsim catalog --model llama-3-70b --hardware h100-sxm --tensor-parallel 4
     batchsim catalog --model llama-3-8b --kv-dtype fp8 # KV capacity on every GPU
+    batchsim catalog --model path/to/Qwen3-32B/config.json --hardware h200
     batchsim catalog --model deepseek-v3 --hardware h200 --data-parallel 8 --expert-parallel
 
 With `--model` and/or `--hardware` a third table gives, for every selected pair, the KV bytes per
@@ -33,7 +34,10 @@ def register(sub: Any) -> None:
             "batchsim catalog --model llama-3-70b --hardware h100-sxm --tensor-parallel 4",
         ),
     )
-    cat.add_argument("--model", help="catalog model: show its KV capacity")
+    cat.add_argument(
+        "--model",
+        help="catalog model, or a Hugging Face config.json (or its folder): show its KV capacity",
+    )
     cat.add_argument("--hardware", help="catalog GPU: show KV capacity on it")
     cat.add_argument(
         "--tensor-parallel",

@@ -7,6 +7,7 @@ neither pandas nor the catalog.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -25,6 +26,7 @@ from sim.costs.catalog import (
     stored_weight_bytes,
 )
 from sim.costs.fits import check_fits, min_tensor_parallel
+from sim.costs.hf_config import load_model_config
 from sim.costs.prices import PRICES_AS_OF
 from sim.errors import ScenarioError
 from sim.inputs.messages import problems
@@ -51,6 +53,14 @@ def _pick(name: str | None, table: dict[str, Any], kind: str, flag: str) -> list
 def _models(args: argparse.Namespace) -> list[ModelSpec]:
     dtypes = {k: v for k, v in (("weight_dtype", args.weight_dtype),
                                 ("kv_dtype", args.kv_dtype)) if v}  # fmt: skip
+    given = args.model
+    if given is not None and given not in MODELS and (
+        given.endswith(".json") or Path(given).is_dir()
+    ):  # a Hugging Face config.json, or a checkpoint folder holding one
+        fields = load_model_config(given, Path.cwd(), None)
+        if fields.get("unmapped"):
+            print(f"{fields['name']}: not priced: {fields['unmapped']}")
+        return [ModelSpec.model_validate({**fields, **dtypes})]
     return [
         ModelSpec.model_validate({"name": name, **dtypes})
         for name in _pick(args.model, MODELS, "model", "--model")

@@ -193,7 +193,7 @@ def _plug_in(name: str, sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sim.cli.run_report import rejection_check, simulated_line
+    from sim.cli.run_report import model_notes, rejection_check, simulated_line
     from sim.io.destination import check_destination, results_folder_name
     from sim.io.output import format_summary, write_results
     from sim.scenario.load import load_scenario
@@ -213,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
     bars = _error_bars(scenario, args) if args.seeds > 1 or args.band is not None else None
     results = simulate(scenario, progress=_progress(args.quiet), tables=not args.stream)
     # a variant whose every request was rejected measured nothing: a ScenarioError saying why
-    notes = rejection_check(results, str(args.scenario))
+    notes = model_notes(scenario) + rejection_check(results, str(args.scenario))
     intervals = bars(results) if bars is not None else None
     elapsed = time.perf_counter() - started
     out_dir = write_results(

@@ -132,3 +132,15 @@ def _nothing_simulated(name: str, variant: VariantResult, file: str | None) -> N
         file=file,
         path="workload",
     )
+
+
+def model_notes(scenario: Any) -> list[str]:
+    """One line per model read from a config.json (or a catalog model read from one) that
+    states what the spec does not carry (`ModelSpec.unmapped`)."""
+    seen: dict[str, str] = {}
+    for variant in scenario.variants:
+        model = variant.spec.model
+        if model.unmapped and model.name not in seen:
+            where = f" (from {model.config})" if model.config else ""
+            seen[model.name] = f"model {model.name}{where}: not priced: {model.unmapped}"
+    return list(seen.values())

@@ -116,6 +116,40 @@ HARDWARE_TABLE: dict[str, dict[str, Any]] = {
         scaleup_domain_gpus=72,
         scaleout_bandwidth_bytes_per_s=50e9,
     ),
+    # One GPU of an NVIDIA HGX B300 (Blackwell Ultra; NVIDIA Blackwell Ultra datasheet, HGX B300
+    # per GPU, and "Inside NVIDIA Blackwell Ultra", NVIDIA Technical Blog, 2025): HBM3e, the
+    # board's 62 TB/s over 8 GPUs is 7.75 TB/s; FP16/BF16 4.5 and FP8 9 PFLOPS are stated
+    # sparse ("dense is half"), so dense 2.25 and 4.5; NVFP4 14 PFLOPS dense (18 sparse; the
+    # board's 108 over 8 is 13.5); NVLink 5 1.8 TB/s through the board's switch. Memory:
+    # nvidia-smi reports 275,040 MiB ("NVIDIA B300 SXM6 AC"; the SKU labelled 270 GB; the
+    # reference design's 288 GB is the HBM stacks' raw size). Scale-out: one ConnectX-8
+    # SuperNIC of 800 Gb/s per GPU (100e9 bytes/s). Blackwell Ultra cut INT8 and FP64, which
+    # batchsim does not price.
+    "b300": dict(
+        memory_bytes=275_040 * MiB,
+        hbm_bandwidth_bytes_per_s=7.75e12,
+        peak_flops=2.25e15,
+        fp8_peak_flops=4.5e15,
+        fp4_peak_flops=14.0e15,
+        interconnect_bandwidth_bytes_per_s=1.8e12,
+        scaleout_bandwidth_bytes_per_s=100e9,
+    ),
+    # One GPU of an NVIDIA GB300 NVL72 (NVIDIA GB300 NVL72 specifications and the Blackwell Ultra
+    # datasheet, per GPU: the rack's figures over 72): HBM3e 8 TB/s; FP16/BF16 360 and FP8 720
+    # PFLOPS a rack are sparse, so dense 2.5 and 5 per GPU; NVFP4 1,080 dense a rack, 15 per
+    # GPU ("15 petaflops dense NVFP4", the blog); NVLink 5 1.8 TB/s to each of the rack's 72
+    # GPUs (scaleup_domain_gpus 72). Memory: nvidia-smi reports 284,208 MiB ("NVIDIA GB300";
+    # 279 GB in the datasheet, 288 GB raw). Scale-out: one ConnectX-8 800 Gb/s per GPU.
+    "gb300": dict(
+        memory_bytes=284_208 * MiB,
+        hbm_bandwidth_bytes_per_s=8.0e12,
+        peak_flops=2.5e15,
+        fp8_peak_flops=5.0e15,
+        fp4_peak_flops=15.0e15,
+        interconnect_bandwidth_bytes_per_s=1.8e12,
+        scaleup_domain_gpus=72,
+        scaleout_bandwidth_bytes_per_s=100e9,
+    ),
     # AMD Instinct MI300X datasheet (OAM): 192 GB HBM3 (rocm-smi VRAM total 205,822,885,888
     # bytes = 196,288 MiB), 5.3 TB/s; FP16/BF16 dense 1,307.4 TFLOPS (2,614.9 with sparsity),
     # FP8 dense 2,614.9 TFLOPS (5,229.8 sparse); no fp4; 7 Infinity Fabric links of 128 GB/s

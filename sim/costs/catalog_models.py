@@ -5,6 +5,7 @@ A data table (`sim.costs.catalog.ModelSpec` reads it); the field meanings are Mo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 # Real configs (Hugging Face `config.json`); parameter counts include embeddings and LM head
@@ -303,3 +304,24 @@ MODEL_TABLE: dict[str, dict[str, Any]] = {
         max_model_len=40960,
     ),
 }
+
+
+# Models read from the config.json their checkpoints publish (sim/costs/configs/, sources in its
+# README.md), by the reader a scenario's `model: {config: ...}` uses (sim/costs/hf_config.py):
+# their parameter counts are summed from the weight shapes the file implies.
+CONFIGS_DIR = Path(__file__).parent / "configs"
+CONFIG_MODELS = ("kimi-k2", "glm-4.5", "glm-4.5-air")
+
+
+def _config_models() -> dict[str, dict[str, Any]]:
+    from sim.costs.hf_config import load_model_config  # a reader, not a table: imported here
+
+    out = {}
+    for name in CONFIG_MODELS:
+        fields = load_model_config(f"{name}.json", CONFIGS_DIR, name)
+        del fields["name"], fields["config"]  # a catalog name, not a file a scenario gave
+        out[name] = fields
+    return out
+
+
+MODEL_TABLE.update(_config_models())

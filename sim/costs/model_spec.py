@@ -97,6 +97,10 @@ class ModelSpec(StrictModel):
     sliding_window: int | None = Field(default=None, gt=0, le=100_000_000)
     num_sliding_layers: int = Field(default=0, ge=0)
     num_mtp_layers: int = Field(default=0, ge=0, le=64)
+    # read from a Hugging Face config.json (sim/costs/hf_config.py): the file as the scenario
+    # gave it, and what the file states that the fields above do not carry (set by batchsim)
+    config: str | None = Field(default=None, max_length=4096)
+    unmapped: str | None = Field(default=None, max_length=600)
 
     @model_validator(mode="before")
     @classmethod

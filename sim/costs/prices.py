@@ -63,6 +63,12 @@ DEFAULT_ECONOMICS: dict[str, GpuEconomics] = {
     # CoreWeave on-demand GB200 NVL72 instance, $42.00 an hour for 4 GPUs (2025), per GPU;
     # NVIDIA GB200 NVL72 specifications: configurable up to 1,200 W per GPU (nvidia-smi's cap)
     "gb200": _gpu(10.50, 1200.0),
+    # RunPod on-demand B300 (secure cloud), $7.89 per GPU-hour (listed 2026-09; Hyperstack $7.40,
+    # Nebius $7.85 the same month); HGX B300: configurable up to 1,100 W per GPU
+    "b300": _gpu(7.89, 1100.0),
+    # Verda on-demand GB300 SXM6 288GB, $9.06 per GPU-hour (listed 2026-09; the larger clouds
+    # quote GB300 NVL72 on request only); GB300 NVL72: up to 1,400 W per GPU
+    "gb300": _gpu(9.06, 1400.0),
     # Vultr on-demand MI300X, $1.85 per GPU-hour (listed 2025-2026); datasheet 750 W
     "mi300x": _gpu(1.85, 750.0),
     # TensorWave on-demand MI325X, $1.95 per GPU-hour (listed 2026); datasheet 1,000 W

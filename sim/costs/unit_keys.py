@@ -25,6 +25,8 @@ GENERATIONS: dict[str, str] = {
     "h200": "hopper",
     "b200": "blackwell",
     "gb200": "blackwell",
+    "b300": "blackwell",  # Blackwell Ultra: Blackwell's unit costs (a prior, no run measured)
+    "gb300": "blackwell",
     "mi300x": "cdna3",
     "mi325x": "cdna3",
     "mi355x": "cdna4",

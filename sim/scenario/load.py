@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from sim.costs.catalog import HardwareSpec
+from sim.costs.catalog import MODELS, HardwareSpec
 from sim.costs.figures import (
     InstanceFigures,
     LayoutProblem,
@@ -34,6 +34,7 @@ from sim.costs.figures import (
     resolve_instance,
     resolve_model,
 )
+from sim.costs.hf_config import expand_model
 from sim.costs.memory_tiers import TierGeometry
 from sim.costs.profile import Profile, is_builtin
 from sim.errors import ScenarioError
@@ -300,6 +301,7 @@ def _resolve(
 ) -> ResolvedScenario:
     try:
         raw = apply_engine_preset(raw, base_dir)
+        raw = expand_model(raw, base_dir, MODELS)
     except ScenarioError as exc:
         if exc.file is None:
             where, note = _where(exc.path, variant, override) if exc.path else (None, "")

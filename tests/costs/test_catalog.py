@@ -54,8 +54,14 @@ def test_catalog_entries_match_datasheets() -> None:
     assert HARDWARE["a40"].peak_flops == 149.7e12 and HARDWARE["a40"].fp8_peak_flops is None
     assert set(HARDWARE) == {
         "a100-40g", "a100-80g", "a40", "h100-sxm", "h100-pcie", "h200", "l40s", "b200", "gb200",
-        "mi300x", "mi325x", "mi355x", "rtx-4090",
+        "b300", "gb300", "mi300x", "mi325x", "mi355x", "rtx-4090",
     }  # fmt: skip
+    # Blackwell Ultra: NVFP4 dense 14 (HGX B300) and 15 PFLOPS (GB300), 800 Gb/s NICs
+    b300, gb300 = HARDWARE["b300"], HARDWARE["gb300"]
+    assert (b300.fp4_peak_flops, gb300.fp4_peak_flops) == (14e15, 15e15)
+    assert (b300.memory_bytes, gb300.memory_bytes) == (275_040 * MiB, 284_208 * MiB)
+    assert b300.scaleout_bandwidth_bytes_per_s == gb300.scaleout_bandwidth_bytes_per_s == 100e9
+    assert (b300.scaleup_domain_gpus, gb300.scaleup_domain_gpus) == (8, 72)
     for hw in HARDWARE.values():
         assert hw.tensor_parallel == 1 and hw.interconnect_bandwidth_bytes_per_s is not None
         # where a GPU has fp8 tensor cores, their dense rate is twice bf16's
@@ -66,7 +72,7 @@ def test_catalog_entries_match_datasheets() -> None:
     # hidden = heads x head_dim, except where the config sets head_dim apart (Qwen3, gpt-oss)
     # or latent attention's query/key head is wider (DeepSeek-V3: 128 + 64)
     apart = {"deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "gpt-oss-120b",
-             "gpt-oss-20b"}  # fmt: skip
+             "gpt-oss-20b", "kimi-k2", "glm-4.5", "glm-4.5-air"}  # fmt: skip
     for model in MODELS.values():
         same = model.hidden_size == model.num_attention_heads * model.head_dim
         assert same == (model.name not in apart), model.name

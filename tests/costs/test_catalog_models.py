@@ -82,11 +82,13 @@ def test_published_sizes_and_gqa() -> None:
         "llama-3-70b": 8, "codellama-34b": 8, "mistral-7b": 8, "mixtral-8x7b": 8, "qwen2.5-7b": 4,
         "qwen2.5-72b": 8, "deepseek-v3": 128, "qwen3-235b-a22b": 4, "qwen3-30b-a3b": 4,
         "gpt-oss-120b": 8, "gpt-oss-20b": 8, "llama-4-scout": 8, "llama-4-maverick": 8,
-        "mixtral-8x22b": 8, "llama-3.3-70b": 8, "qwen3-32b": 8,
+        "mixtral-8x22b": 8, "llama-3.3-70b": 8, "qwen3-32b": 8, "kimi-k2": 64, "glm-4.5": 8,
+        "glm-4.5-air": 8,
     }  # fmt: skip
     # only the mixtures of experts have fewer active than total parameters
     assert [m.name for m in MODELS.values() if m.active_parameters < m.num_parameters] == [
         "mixtral-8x7b", "deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b", "gpt-oss-120b",
-        "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "mixtral-8x22b",
+        "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "mixtral-8x22b", "kimi-k2", "glm-4.5",
+        "glm-4.5-air",
     ]  # fmt: skip
     assert all(m.is_moe == (m.active_parameters < m.num_parameters) for m in MODELS.values())
