@@ -111,12 +111,13 @@ def test_version_license_and_typing_marker(capsys: pytest.CaptureFixture[str]) -
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
-    # the typing marker, the shipped engine presets and the events profile's unit costs
-    # travel with the package
+    # the typing marker, the shipped engine presets, the events profile's unit costs and the
+    # catalog's model configs travel with the package
     assert project["tool"]["setuptools"]["package-data"]["sim"] == [
         "py.typed",
         "scenario/presets/*.yaml",
         "costs/unit_costs.yaml",
+        "costs/configs/*.json",
     ]
     assert (ROOT / "sim" / "py.typed").is_file()
     notebooks = project["project"]["optional-dependencies"]["notebooks"]
