@@ -93,7 +93,10 @@ def serving(raw: dict[str, Any], *, speed: float = 1.0, per_instance: bool = Fal
     try:
         yield ready[0], box["server"]
     finally:
-        box["loop"].call_soon_threadsafe(box["server"].request_stop)
+        try:
+            box["loop"].call_soon_threadsafe(box["server"].request_stop)
+        except RuntimeError:  # its loop closed already: the server stopped itself (a fault)
+            pass
         thread.join(30)
         serving.results = box.get("results")  # type: ignore[attr-defined]
 
