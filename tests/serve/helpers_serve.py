@@ -4,6 +4,7 @@ thread of the test process, and plain HTTP calls to it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import threading
@@ -93,10 +94,9 @@ def serving(raw: dict[str, Any], *, speed: float = 1.0, per_instance: bool = Fal
     try:
         yield ready[0], box["server"]
     finally:
-        try:
+        # its loop may be closed already: the server stopped itself (a fault of the engine)
+        with contextlib.suppress(RuntimeError):
             box["loop"].call_soon_threadsafe(box["server"].request_stop)
-        except RuntimeError:  # its loop closed already: the server stopped itself (a fault)
-            pass
         thread.join(30)
         serving.results = box.get("results")  # type: ignore[attr-defined]
 
