@@ -6,7 +6,8 @@
   wrong length, a MoE pattern of the wrong length, hybrid linear-attention and state-space
   layers (by layer kind, by key and by model type);
 - the scenario's side: a config that is not a path, a catalog name beside a config, a
-  config.json whose dimensions pass the reader but not the model's checks.
+  config.json whose dimensions pass the reader but not the model's checks;
+- every bad config.json again through `batchsim catalog --model m/config.json`.
 """
 
 from __future__ import annotations
@@ -102,5 +103,12 @@ def hf_config_cases() -> list[Case]:
               "qk_rope_head_dim", "missing"),
         _case("mtp-too-many", _with(num_nextn_predict_layers=65), FILE,
               "num_nextn_predict_layers", "must be in"),
+    ]  # fmt: skip
+    catalog = ("catalog", "--model", FILE)
+    cases += [
+        Case(case.id.replace("hf-config-", "hf-config-catalog-", 1), catalog, case.expect,
+             {k: v for k, v in case.files.items() if k != "s.yaml"})
+        for case in cases
+        if case.argv == RUN and FILE in case.files and case.expect[0] == FILE
     ]  # fmt: skip
     return cases

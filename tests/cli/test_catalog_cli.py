@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,27 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly() -> None:
     err = child.stderr.read().decode()
     assert child.wait(timeout=60) == 0
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_config_json_shows_its_figures_and_what_it_leaves_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from sim.costs.catalog_models import CONFIGS_DIR
+
+    folder = tmp_path / "Kimi-K2-Instruct"
+    folder.mkdir()
+    (folder / "config.json").write_text((CONFIGS_DIR / "kimi-k2.json").read_text())
+    code, out, err = run(capsys, "--model", str(folder), "--hardware", "b300",
+                         "--tensor-parallel", "8")  # fmt: skip
+    assert (code, err) == (0, "")
+    assert out.startswith("Kimi-K2-Instruct: not priced: rope_scaling yarn x32")
+    rows: dict[str, list[str]] = {}  # each name's first row: the model table's
+    for line in out.splitlines()[1:]:
+        if line.strip():
+            rows.setdefault(line.split()[0], line.split())
+    # the catalog's Kimi-K2, read from the same file: 1,026.4B parameters, 32.9B active, fp8
+    assert rows["Kimi-K2-Instruct"][1:3] == ["1,026.4", "32.9"]
+    assert rows["Kimi-K2-Instruct"][7:9] == ["fp8", "384/8+1"]
+    capacity = out.strip().splitlines()[-1].split()
+    assert capacity[:4] == ["Kimi-K2-Instruct", "b300", "8", "8"]
+    assert capacity[6] == str(int(MODELS["kimi-k2"].kv_bytes_per_token) * 8)
